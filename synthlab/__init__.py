@@ -1,0 +1,16 @@
+"""synthlab: a synthetic-task science lab for looped (recurrent-depth) language models.
+
+Importing the package is cheap on purpose (no torch): `synthlab gen` and `synthlab fit` must not
+pay for torch's start-up. Heavy modules are imported where they are used.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("synthlab")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+source"
+
+from synthlab.errors import SynthlabError
+
+__all__ = ["SynthlabError", "__version__"]

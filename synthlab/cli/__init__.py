@@ -1,0 +1,50 @@
+"""The `synthlab` command line: a thin typer layer over the library.
+
+Each area registers its commands here from its own module in this package. Command modules import
+heavy libraries (torch, transformers, ray) inside the command functions, so `synthlab gen` and
+`synthlab fit` start fast. A SynthlabError anywhere becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from synthlab.errors import SynthlabError
+
+
+class _ReadableErrors(TyperGroup):
+    """Turns SynthlabError into a one-line message and exit code 2 (also under CliRunner)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except SynthlabError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=2) from None
+
+
+app = typer.Typer(
+    cls=_ReadableErrors,
+    help="synthlab: generate synthetic tasks, train looped and plain models, measure, fit laws.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.command()
+def version() -> None:
+    """Print the synthlab version."""
+    from synthlab import __version__
+
+    typer.echo(__version__)
+
+
+# --- command registrations (one line per area; keep this list sorted by area) ---
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
