@@ -1,0 +1,384 @@
+"""bioS(N): synthetic biographies of N people (knowledge capacity, Physics of LMs 3.3).
+
+Each person has a unique full name (first x middle x last from pools of 400 / 400 / 1000), a
+gender, a birth date (12 months x 28 days x 200 years), a birth city (200), a university (300),
+a major (100) and an employer (263) whose headquarters city is the work city. Attributes are
+drawn uniformly and independently. The pools ship in `pools/` with their licence notice.
+
+Files
+  people.jsonl  one person a line: name, gender, birth_date {month (1-12), day, year},
+                birth_city, university, major, employer, work_city (the pools' own spelling).
+  train.jsonl   one biography a line: `text`, `person` (index into people.jsonl), `spans`:
+                attribute -> [start, end) token positions in text.split() for `name` (the full
+                name's first occurrence), `gender` (the first pronoun; absent in the fullname
+                variant, which has none) and the six attribute values.
+  test.jsonl    one QA record per person and attribute: `question` ("<bos> ... ? <ans>"),
+                `answer` (the value's tokens), `person`, `attribute`.
+
+A biography is six sentences in a fixed order (birth date, birth city, university, major, work
+city, employer), each from one of >= 20 templates drawn at random. The first sentence uses the
+full name and later ones pronouns. Variants: `single` (one biography per person), `multiM` (M
+biographies per person, templates drawn afresh; e.g. multi5), `permute` (sentence order shuffled
+per biography), `fullname` (the full name in every sentence). Pool values are tokenized by
+splitting on spaces with commas as their own token ("Princeton , NJ"); biography texts carry no
+special tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from synthlab_generators.common import Dataset, TaskParams, TaskSpec, chunked, json_line, param
+
+POOLS = Path(__file__).parent / "pools"
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December")
+FIRST_YEAR, N_YEARS, N_DAYS = 1900, 200, 28
+ATTRIBUTES = ("birth_date", "birth_city", "university", "major", "work_city", "employer")
+
+# Placeholders: {S} / {s} subject at / after the start of a sentence, {P} / {p} possessive,
+# {o} object, {V} the attribute value. Punctuation is already a separate token.
+TEMPLATES = {
+    "birth_date": (
+        "{S} was born on {V} .", "{S} came into this world on {V} .", "{P} birthday is {V} .",
+        "{S} entered the world on {V} .", "{P} date of birth is {V} .",
+        "{S} first saw the light of day on {V} .", "{S} was brought into the world on {V} .",
+        "{S} arrived on {V} .", "{S} was welcomed into the world on {V} .",
+        "On {V} , {s} was born .", "{P} parents welcomed {o} on {V} .",
+        "{P} life began on {V} .", "{S} was born in the early hours of {V} .",
+        "{S} celebrates {p} birthday every year , having been born on {V} .",
+        "{S} marks {V} as {p} date of birth .", "{S} has {V} listed as {p} birth date .",
+        "{P} birth was recorded on {V} .", "{S} was delivered on {V} .",
+        "{P} story began on {V} .", "{S} took {p} first breath on {V} .",
+        "{P} birth certificate gives {V} as the day {s} was born .",
+        "{S} was born , according to the records , on {V} .",
+    ),
+    "birth_city": (
+        "{S} was born in {V} .", "{S} spent {p} early years in {V} .",
+        "{P} birthplace is {V} .", "{S} hails from {V} .", "{S} came into the world in {V} .",
+        "{S} is a native of {V} .", "{S} grew up in {V} , where {s} was born .",
+        "{P} hometown is {V} .", "{S} was born and raised in {V} .",
+        "{S} owes {p} roots to {V} .", "{S} calls {V} {p} birthplace .",
+        "{P} life started in {V} .", "{S} first opened {p} eyes in {V} .",
+        "{S} originally comes from {V} .", "{P} place of birth is {V} .",
+        "{S} was delivered in a hospital in {V} .", "{V} is where {s} was born .",
+        "{S} traces {p} origins to {V} .", "{P} family welcomed {o} in {V} .",
+        "{S} was brought up in {V} , the city of {p} birth .",
+        "{S} spent {p} childhood in {V} .", "{S} is originally from {V} .",
+    ),
+    "university": (
+        "{S} studied at {V} .", "{S} graduated from {V} .", "{S} attended {V} .",
+        "{S} received {p} education at {V} .", "{S} is a graduate of {V} .",
+        "{S} completed {p} degree at {V} .", "{S} pursued higher education at {V} .",
+        "{P} alma mater is {V} .", "{S} enrolled at {V} .",
+        "{S} spent {p} college years at {V} .", "{S} earned {p} degree from {V} .",
+        "{S} was educated at {V} .", "{S} went to college at {V} .",
+        "{S} took classes at {V} .", "{P} university was {V} .",
+        "{S} holds a degree from {V} .", "{S} did {p} studies at {V} .",
+        "{V} is where {s} studied .", "{S} was admitted to {V} .",
+        "{S} spent four years at {V} .", "{S} completed {p} undergraduate studies at {V} .",
+        "{S} was a student at {V} .",
+    ),
+    "major": (
+        "{S} majored in {V} .", "{S} studied {V} .", "{P} major was {V} .",
+        "{S} specialized in {V} .", "{S} focused on {V} .", "{S} earned a degree in {V} .",
+        "{S} completed {p} studies in {V} .", "{P} field of study was {V} .",
+        "{S} chose {V} as {p} major .", "{S} concentrated on {V} .",
+        "{S} pursued a degree in {V} .", "{S} devoted {p} studies to {V} .",
+        "{S} graduated with a major in {V} .", "{S} took up {V} .",
+        "{P} academic focus was {V} .", "{S} received training in {V} .",
+        "{S} obtained {p} degree in {V} .", "{S} dedicated {p} college years to {V} .",
+        "{S} learned {V} in college .", "{S} developed expertise in {V} .",
+        "{S} explored {V} as {p} field of study .", "{V} was the subject {s} studied .",
+    ),
+    "work_city": (
+        "{S} works in {V} .", "{S} is employed in {V} .", "{S} has a job in {V} .",
+        "{P} workplace is in {V} .", "{S} spends {p} working days in {V} .",
+        "{S} commutes to work in {V} .", "{S} built {p} career in {V} .",
+        "{P} office is located in {V} .", "{S} earns a living in {V} .",
+        "{S} found work in {V} .", "{S} is based in {V} for work .", "{P} job is in {V} .",
+        "{S} relocated to {V} for work .", "{S} practices {p} profession in {V} .",
+        "{S} holds a position in {V} .", "{S} pursues {p} career in {V} .",
+        "{S} works out of {V} .", "{V} is where {s} works .", "{S} moved to {V} to work .",
+        "{P} professional life takes place in {V} .", "{S} clocks in every day in {V} .",
+        "{S} is employed at an office in {V} .",
+    ),
+    "employer": (
+        "{S} works for {V} .", "{S} is employed by {V} .", "{P} employer is {V} .",
+        "{S} has a job at {V} .", "{S} works at {V} .", "{S} is on the staff of {V} .",
+        "{S} earns {p} salary from {V} .", "{S} joined {V} .",
+        "{S} holds a position at {V} .", "{S} is part of the team at {V} .",
+        "{S} was hired by {V} .", "{S} serves at {V} .",
+        "{S} is a member of the workforce of {V} .", "{P} company is {V} .",
+        "{S} builds {p} career at {V} .", "{S} draws a paycheck from {V} .",
+        "{S} is an employee of {V} .", "{V} employs {o} .", "{S} contributes to {V} .",
+        "{S} is on the payroll of {V} .", "{S} took a job with {V} .",
+        "{S} works as a staff member at {V} .",
+    ),
+}
+QUESTIONS = {
+    "birth_date": "When was {name} born ?",
+    "birth_city": "Where was {name} born ?",
+    "university": "Which university did {name} attend ?",
+    "major": "What did {name} study ?",
+    "work_city": "Where does {name} work ?",
+    "employer": "Which company does {name} work for ?",
+}
+PRONOUNS = {  # placeholder -> (male, female)
+    "{S}": ("He", "She"), "{s}": ("he", "she"), "{P}": ("His", "Her"), "{p}": ("his", "her"),
+    "{o}": ("him", "her"),
+}
+GENDERS = ("male", "female")
+SPAN_KEYS = ("name", "gender", *ATTRIBUTES)
+
+
+@dataclass(frozen=True)
+class BiosParams(TaskParams):
+    """Parameters of `synthlab gen bios`."""
+
+    n_people: int = param(1_000, "Number of people N (unique full names; at most "
+                                 "400 x 400 x 1000).")
+    variant: str = param("single", "single (one biography per person), multiM (M biographies "
+                                   "per person, e.g. multi5), permute (sentence order "
+                                   "shuffled), fullname (full name in every sentence).")
+
+    def __post_init__(self) -> None:
+        self.require_int("n_people", 1, name_count())
+        multi = re.fullmatch(r"multi(\d+)", self.variant)
+        self.require(self.variant in ("single", "permute", "fullname")
+                     or (multi is not None and 1 <= int(multi.group(1)) <= 100), "variant",
+                     "must be single, permute, fullname or multiM with M in 1..100")
+
+    @property
+    def biographies_per_person(self) -> int:
+        return int(self.variant[5:]) if self.variant.startswith("multi") else 1
+
+
+def value_tokens(value: str) -> tuple[str, ...]:
+    """A pool value as tokens: split on spaces, commas as separate tokens."""
+    return tuple(value.replace(",", " ,").split())
+
+
+@cache
+def pools() -> dict[str, tuple[str, ...]]:
+    """Pool name -> values, in file order (employer and work city split from company.txt)."""
+    def read(name: str) -> tuple[str, ...]:
+        lines = (POOLS / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+        return tuple(line.strip() for line in lines if line.strip())
+
+    companies = [line.split(";") for line in read("company")]
+    out = {"first": read("first_name"), "middle": read("middle_name"),
+           "last": read("last_name"), "birth_city": read("city"),
+           "university": read("university"), "major": read("field"),
+           "employer": tuple(name.strip() for name, _ in companies),
+           "work_city": tuple(city.strip() for _, city in companies)}
+    for values in out.values():  # lines are formatted without a JSON encoder below
+        assert not any('"' in v or "\\" in v or "{" in v for v in values)
+    for key in ("first", "middle", "last"):  # a full name is NAME_TOKENS tokens
+        assert all(len(value_tokens(v)) == 1 for v in out[key])
+    return out
+
+
+def name_count() -> int:
+    p = pools()
+    return len(p["first"]) * len(p["middle"]) * len(p["last"])
+
+
+def date_tokens(month: int, day: int, year: int) -> tuple[str, ...]:
+    return (MONTHS[month - 1], str(day), ",", str(year))
+
+
+def tokens() -> list[str]:
+    """The closed vocabulary (without specials): template, question and pool words."""
+    words: dict[str, None] = {}
+    for text in [t for ts in TEMPLATES.values() for t in ts] + list(QUESTIONS.values()):
+        words.update(dict.fromkeys(w for w in text.split() if not w.startswith("{")))
+    for pair in PRONOUNS.values():
+        words.update(dict.fromkeys(pair))
+    words["'s"] = None
+    words.update(dict.fromkeys(MONTHS))
+    words.update(dict.fromkeys(str(d) for d in range(1, N_DAYS + 1)))
+    words.update(dict.fromkeys(str(y) for y in range(FIRST_YEAR, FIRST_YEAR + N_YEARS)))
+    for values in pools().values():
+        for value in values:
+            words.update(dict.fromkeys(value_tokens(value)))
+    return list(words)
+
+
+def _draw_people(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    p = pools()
+    names = rng.choice(name_count(), size=n, replace=False)  # unique full names
+    first, rest = np.divmod(names, len(p["middle"]) * len(p["last"]))
+    middle, last = np.divmod(rest, len(p["last"]))
+    return {
+        "first": first, "middle": middle, "last": last,
+        "gender": rng.integers(0, 2, n),
+        "month": rng.integers(1, 13, n), "day": rng.integers(1, N_DAYS + 1, n),
+        "year": rng.integers(FIRST_YEAR, FIRST_YEAR + N_YEARS, n),
+        "birth_city": rng.integers(0, len(p["birth_city"]), n),
+        "university": rng.integers(0, len(p["university"]), n),
+        "major": rng.integers(0, len(p["major"]), n),
+        "employer": rng.integers(0, len(p["employer"]), n),
+    }
+
+
+class _Person:
+    """One person's full name and attribute values as token strings (built once)."""
+
+    def __init__(self, draws: dict[str, list[int]], i: int, tok: dict) -> None:
+        self.name = " ".join(tok["first"][draws["first"][i]] + tok["middle"][draws["middle"][i]]
+                             + tok["last"][draws["last"][i]])
+        self.gender = draws["gender"][i]
+        employer = draws["employer"][i]
+        values = (date_tokens(draws["month"][i], draws["day"][i], draws["year"][i]),
+                  tok["birth_city"][draws["birth_city"][i]],
+                  tok["university"][draws["university"][i]],
+                  tok["major"][draws["major"][i]],
+                  tok["work_city"][employer],
+                  tok["employer"][employer])  # in ATTRIBUTES order
+        self.values = [" ".join(v) for v in values]
+        self.value_lengths = [len(v) for v in values]
+
+
+# How a sentence refers to the person: the full name at the first mention then pronouns (the
+# biography's first sentence), pronouns only (later sentences), the full name always (fullname).
+NAME_FIRST, PRONOUNS_ONLY, NAME_ALWAYS = 0, 1, 2
+NAME_TOKENS = 3  # first, middle, last: every name pool entry is one token
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    """A template filled for one way of referring to a person of one gender.
+
+    `text` keeps two fields, {n} (the full name) and {v} (the value). Token offsets count from
+    the sentence start without the value's tokens; the value's length is added to an offset
+    when the span comes after the value."""
+
+    text: str
+    n_tokens: int                        # tokens besides the value's
+    value_at: int
+    name_at: tuple[int, bool] | None     # (offset, after the value?) of the first full name
+    pronoun_at: tuple[int, bool] | None  # (offset, after the value?) of the first pronoun
+
+
+def _compile(template: str, mode: int, gender: int) -> _Sentence:
+    """Resolve a template's placeholders for one mode and gender, once, ahead of generation."""
+    words: list[str] = []
+    count, value_at, name_at, pronoun_at = 0, -1, None, None
+    for part in template.split():
+        if part == "{V}":
+            words.append("{v}")
+            value_at = count
+        elif part in PRONOUNS and (mode == NAME_ALWAYS or (mode == NAME_FIRST and not name_at)):
+            name_at = name_at or (count, value_at >= 0)
+            words.append("{n}" + (" 's" if part in ("{P}", "{p}") else ""))
+            count += NAME_TOKENS + (part in ("{P}", "{p}"))
+        elif part in PRONOUNS:
+            pronoun_at = pronoun_at or (count, value_at >= 0)
+            words.append(PRONOUNS[part][gender])
+            count += 1
+        else:
+            words.append(part)
+            count += 1
+    return _Sentence(" ".join(words), count, value_at, name_at, pronoun_at)
+
+
+@cache
+def _compiled() -> list[list[list[list[_Sentence]]]]:
+    """[attribute][template][mode][gender] -> _Sentence."""
+    return [[[[_compile(t, mode, g) for g in range(len(GENDERS))]
+              for mode in (NAME_FIRST, PRONOUNS_ONLY, NAME_ALWAYS)]
+             for t in TEMPLATES[a]] for a in ATTRIBUTES]
+
+
+def _biography(person: _Person, template_ids: list[int], order: list[int],
+               fullname: bool) -> tuple[str, dict[str, tuple[int, int]]]:
+    """The text of one biography and the [start, end) token spans of the first full name, the
+    first pronoun and each value."""
+    compiled = _compiled()
+    pieces: list[str] = []
+    spans: dict[str, tuple[int, int]] = {}
+    position = 0
+    for k, a in enumerate(order):
+        mode = NAME_ALWAYS if fullname else NAME_FIRST if k == 0 else PRONOUNS_ONLY
+        sentence = compiled[a][template_ids[a]][mode][person.gender]
+        length = person.value_lengths[a]
+        pieces.append(sentence.text.format(n=person.name, v=person.values[a]))
+        start = position + sentence.value_at
+        spans[ATTRIBUTES[a]] = (start, start + length)
+        if sentence.name_at and "name" not in spans:
+            start = position + sentence.name_at[0] + length * sentence.name_at[1]
+            spans["name"] = (start, start + NAME_TOKENS)
+        if sentence.pronoun_at and "gender" not in spans:
+            start = position + sentence.pronoun_at[0] + length * sentence.pronoun_at[1]
+            spans["gender"] = (start, start + 1)
+        position += sentence.n_tokens + length
+    return " ".join(pieces), spans
+
+
+def generate(params: BiosParams, rng: np.random.Generator) -> Dataset:
+    n = params.n_people
+    draws = {k: v.tolist() for k, v in _draw_people(n, rng).items()}
+    tok = {k: [value_tokens(v) for v in vs] for k, vs in pools().items()}
+    people = [_Person(draws, i, tok) for i in range(n)]
+
+    per_person = params.biographies_per_person
+    n_bios = n * per_person
+    template_ids = np.stack([rng.integers(0, len(TEMPLATES[a]), n_bios) for a in ATTRIBUTES],
+                            axis=1).tolist()
+    orders = np.tile(np.arange(len(ATTRIBUTES)), (n_bios, 1))
+    if params.variant == "permute":
+        orders = rng.permuted(orders, axis=1)
+    orders = orders.tolist()
+    fullname = params.variant == "fullname"
+
+    def train_lines():
+        for b in tqdm(range(n_bios), desc="bios", unit="bio", disable=None, mininterval=1):
+            person = b % n  # multiM: round r holds everyone's r-th biography
+            text, spans = _biography(people[person], template_ids[b], orders[b], fullname)
+            # json.dumps layout, formatted directly (3x faster; no token needs escaping)
+            listed = ", ".join(f'"{key}": [{spans[key][0]}, {spans[key][1]}]'
+                               for key in SPAN_KEYS if key in spans)
+            yield f'{{"text": "{text}", "person": {person}, "spans": {{{listed}}}}}\n'
+
+    def people_lines():
+        p = pools()
+        for i in range(n):
+            employer = draws["employer"][i]
+            yield json_line({
+                "name": people[i].name,
+                "gender": GENDERS[draws["gender"][i]],
+                "birth_date": {"month": draws["month"][i], "day": draws["day"][i],
+                               "year": draws["year"][i]},
+                "birth_city": p["birth_city"][draws["birth_city"][i]],
+                "university": p["university"][draws["university"][i]],
+                "major": p["major"][draws["major"][i]],
+                "employer": p["employer"][employer],
+                "work_city": p["work_city"][employer],
+            })
+
+    def test_lines():
+        for i, person in enumerate(people):
+            for attribute, answer in zip(ATTRIBUTES, person.values):
+                question = QUESTIONS[attribute].format(name=person.name)
+                yield (f'{{"question": "<bos> {question} <ans>", "answer": "{answer}", '
+                       f'"person": {i}, "attribute": "{attribute}"}}\n')
+
+    return Dataset(
+        tokens=tokens(),
+        files={"people.jsonl": chunked(people_lines()), "train.jsonl": chunked(train_lines()),
+               "test.jsonl": chunked(test_lines())},
+        counts={"people": n, "train": n_bios, "test": n * len(ATTRIBUTES)},
+        extra={"bits_name_pool": float(np.log2(name_count())),
+               "templates_per_attribute": {a: len(ts) for a, ts in TEMPLATES.items()}},
+    )
+
+
+SPEC = TaskSpec("bios", BiosParams, generate,
+                "bioS(N): synthetic biographies of N people with spans, and QA test records.")

@@ -1,0 +1,188 @@
+"""Mano: modular arithmetic expression trees in prefix notation (knowledge manipulation).
+
+A record is `{"prompt": "<bos> <len_l> EXPR <ans>", "answer": "v", "length": l}`: EXPR is a tree
+with l operators written in prefix notation (operator, left subtree, right subtree), operands are
+decimal tokens 0..mod-1, and v is its value mod `mod`. `/` (with --ops asmd) multiplies by the
+modular inverse; a tree that divides by 0 anywhere is resampled whole.
+
+Shape (MISSION.md): for l operators pick an operator uniformly, split l - 1 = l1 + l2 with l1
+uniform in 0..l-1, recurse on (l1, l2); l = 0 is a leaf. Train lengths are uniform on 1..L, test
+lengths are exactly L. Test prompts are distinct and drawn first; train records whose prompt is a
+test prompt are resampled, so no test prompt appears in train.
+
+Speed: trees of one length are generated as a batch, column by column in prefix order, with an
+explicit stack of pending subtree sizes per row; values come from a right-to-left scan with a
+value stack per row. Both loops run over the 2l + 1 token positions, never over records.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from synthlab_generators.common import Dataset, TaskParams, TaskSpec, chunked, param
+
+OPERATORS = {"asm": ("+", "-", "*"), "asmd": ("+", "-", "*", "/")}
+
+
+@dataclass(frozen=True)
+class ManoParams(TaskParams):
+    """Parameters of `synthlab gen mano`."""
+
+    L: int = param(24, "Test length: number of operators per test expression; training "
+                       "lengths are uniform on 1..L.", flag="--L")
+    n_train: int = param(100_000, "Number of training records.")
+    n_test: int = param(3_000, "Number of test records (distinct prompts, all of length L).")
+    ops: str = param("asm", "Operator set: 'asm' (+ - *) or 'asmd' (+ - * and / as the "
+                            "modular inverse).")
+    mod: int = param(23, "Modulus, a prime; operands are 0..mod-1 and values are taken mod it.")
+
+    def __post_init__(self) -> None:
+        self.require_int("L", 1, 1000)
+        self.require_int("n_train", 1)
+        self.require_int("n_test", 1)
+        self.require_choice("ops", OPERATORS)
+        self.require_int("mod", 2, 1000)
+        self.require(all(self.mod % d for d in range(2, math.isqrt(self.mod) + 1)), "mod",
+                     "must be a prime (division and the operand range rely on it)")
+        distinct = distinct_prompts(self.L, len(OPERATORS[self.ops]), self.mod)
+        self.require(2 * self.n_test <= distinct, "n_test",
+                     f"must be at most half of the {distinct} distinct prompts of length --L "
+                     f"{self.L}, so that training can still draw length-L prompts")
+
+
+def distinct_prompts(length: int, n_ops: int, mod: int) -> int:
+    """Number of distinct expressions with `length` operators: Catalan * ops^l * mod^(l+1)."""
+    catalan = math.comb(2 * length, length) // (length + 1)
+    return catalan * n_ops**length * mod ** (length + 1)
+
+
+def tokens(params: ManoParams) -> list[str]:
+    """The vocabulary after the special tokens: <len_1>..<len_L>, operators, operands."""
+    return ([f"<len_{i}>" for i in range(1, params.L + 1)] + list(OPERATORS[params.ops])
+            + [str(v) for v in range(params.mod)])
+
+
+def sample_trees(length: int, count: int, n_ops: int, mod: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """`count` random trees with `length` operators, as prefix codes (count, 2*length+1).
+
+    Code c < mod is the operand c; code mod + k is operator k.
+    """
+    width, depth = 2 * length + 1, length + 2
+    # Each row's stack of pending subtree sizes lives in a flat array at row * depth + height
+    # (flat indices: 2-D fancy indexing is several times slower).
+    pending = np.zeros(count * depth, dtype=np.int32)
+    base = np.arange(count, dtype=np.int32) * depth
+    pending[base] = length
+    top = np.ones(count, dtype=np.int32)             # stack height per row
+    sizes = np.empty((width, count), dtype=np.int32)  # column-major: one row per position
+    split = rng.random((width, count))
+    for col in range(width):
+        top -= 1
+        slot = base + top
+        size = pending[slot]
+        sizes[col] = size
+        left = (split[col] * size).astype(np.int32)   # l1 uniform in 0..size-1
+        # Push the right subtree, then the left one so that it is expanded first. A leaf
+        # (size 0) writes into free slots above its stack and does not grow it.
+        pending[slot] = size - 1 - left
+        pending[slot + 1] = left
+        top += 2 * (size > 0)
+    is_op = sizes.T > 0
+    return np.where(is_op, mod + rng.integers(0, n_ops, size=is_op.shape, dtype=np.int32),
+                    rng.integers(0, mod, size=is_op.shape, dtype=np.int32))
+
+
+def _operator_table(mod: int) -> np.ndarray:
+    """(4, mod, mod) results of + - * / for every operand pair; -1 marks division by 0."""
+    a, b = np.indices((mod, mod))
+    inverse = np.array([pow(int(v), mod - 2, mod) if v else -1 for v in range(mod)])
+    divide = np.where(b > 0, a * inverse[b] % mod, -1)
+    return np.stack([(a + b) % mod, (a - b) % mod, a * b % mod, divide]).astype(np.int32)
+
+
+def evaluate(codes: np.ndarray, mod: int) -> tuple[np.ndarray, np.ndarray]:
+    """Values of prefix-coded trees (count, width) mod `mod`, and which rows divide by 0."""
+    count, width = codes.shape
+    table = _operator_table(mod).ravel()
+    depth = width + 2
+    stack = np.zeros(count * depth, dtype=np.int32)   # flat, as in sample_trees
+    base = np.arange(count, dtype=np.int32) * depth
+    top = np.full(count, 2, dtype=np.int32)           # two dummy slots: top - 2 >= 0 always
+    div_by_zero = np.zeros(count, dtype=bool)
+    columns = np.ascontiguousarray(codes.T)
+    # Right to left: an operand is pushed; an operator pops its left operand (the most recent
+    # push: its subtree stands right after the operator) then its right operand.
+    for col in range(width - 1, -1, -1):
+        code = columns[col]
+        is_op = code >= mod
+        left, right = stack[base + top - 1], stack[base + top - 2]
+        op = np.maximum(code - mod, 0)
+        value = np.where(is_op, table[(op * mod + left) * mod + right], code)
+        div_by_zero |= value < 0
+        np.maximum(value, 0, out=value)  # keep indices valid; the row is discarded anyway
+        top -= 2 * is_op
+        stack[base + top] = value
+        top += 1
+    return stack[base + 2], div_by_zero
+
+
+def _prompt_bodies(codes: np.ndarray, names: np.ndarray) -> list[str]:
+    return [" ".join(row) for row in names[codes].tolist()]
+
+
+def _draw(length: int, count: int, params: ManoParams, names: np.ndarray,
+          rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
+    """Expression strings and answers of `count` valid trees (fewer if some divide by 0)."""
+    codes = sample_trees(length, count, len(OPERATORS[params.ops]), params.mod, rng)
+    values, bad = evaluate(codes, params.mod)
+    keep = ~bad
+    return _prompt_bodies(codes[keep], names), values[keep]
+
+
+def _line(length: int, expr: str, value: int) -> str:
+    # Same layout as json.dumps; tokens never contain quotes or backslashes.
+    return f'{{"prompt": "<bos> <len_{length}> {expr} <ans>", "answer": "{value}", ' \
+           f'"length": {length}}}\n'
+
+
+def generate(params: ManoParams, rng: np.random.Generator) -> Dataset:
+    # code -> token: operands 0..mod-1, then operators
+    names = np.array([str(v) for v in range(params.mod)] + list(OPERATORS[params.ops]),
+                     dtype=object)
+    # Test first: distinct prompts of length L.
+    test: dict[str, int] = {}
+    while len(test) < params.n_test:
+        exprs, values = _draw(params.L, params.n_test - len(test), params, names, rng)
+        for expr, value in zip(exprs, values.tolist()):
+            test.setdefault(expr, value)
+    test_lines = [_line(params.L, e, v) for e, v in test.items()]
+
+    # Train: lengths uniform on 1..L, generated as one batch per length, kept in draw order.
+    lengths = rng.integers(1, params.L + 1, size=params.n_train)
+    by_length: dict[int, list[str]] = {}
+    for length in tqdm(range(1, params.L + 1), desc="mano train", unit="length", disable=None):
+        need = int(np.count_nonzero(lengths == length))
+        lines: list[str] = []
+        while len(lines) < need:
+            exprs, values = _draw(length, need - len(lines), params, names, rng)
+            lines += [_line(length, e, v) for e, v in zip(exprs, values.tolist())
+                      if e not in test]
+        by_length[length] = lines[::-1]  # popped from the end below, in draw order
+    train_lines = [by_length[length].pop() for length in lengths.tolist()]
+
+    return Dataset(
+        tokens=tokens(params),
+        files={"train.jsonl": chunked(train_lines), "test.jsonl": chunked(test_lines)},
+        counts={"train": len(train_lines), "test": len(test_lines)},
+        extra={"distinct_test_length_prompts": str(
+            distinct_prompts(params.L, len(OPERATORS[params.ops]), params.mod))},
+    )
+
+
+SPEC = TaskSpec("mano", ManoParams, generate,
+                "Mano: modular arithmetic expression trees in prefix notation.")

@@ -1,0 +1,112 @@
+"""Write a generated dataset to DIR, all or nothing.
+
+DIR/meta.json   task, every parameter, seed, record counts, synthlab version, sha256 of each file
+DIR/vocab.json  {"special_tokens": [...], "tokens": [...]} (tokens: the full list in id order)
+DIR/*.jsonl     JSON Lines, UTF-8
+DIR/*.json      task extras (e.g. reach's graph.json)
+
+Everything is written into a temporary sibling folder and renamed to DIR at the end, so an error
+or Ctrl-C never leaves a half-written dataset. Nothing here depends on time or the machine: the
+same task, params and seed give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from synthlab import __version__
+from synthlab.config import to_dict
+from synthlab.errors import SynthlabError
+from synthlab_generators.common import SPECIAL_TOKENS, TaskSpec
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """Fail early (before generating) if DIR cannot be (re)placed."""
+    if out.exists() and not out.is_dir():
+        raise SynthlabError(f"--out {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise SynthlabError(f"--out {out} is not empty (pass --overwrite to replace it)")
+
+
+def _write_json(path: Path, obj: Any, indent: int | None = 1) -> None:
+    path.write_text(json.dumps(obj, ensure_ascii=False, indent=indent, sort_keys=True) + "\n",
+                    encoding="utf-8")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _make_temp_sibling(out: Path) -> Path:
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        tmp.chmod(0o755)  # mkdtemp makes it private; the dataset folder should not be
+        return tmp
+    except OSError as err:
+        raise SynthlabError(f"--out {out}: cannot write there ({err.strerror})") from None
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    """Rename tmp -> out; an existing out (empty, or --overwrite) is removed only after."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.rename(out, old / "data")
+    os.rename(tmp, out)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
+                  overwrite: bool = False) -> Path:
+    """Generate `spec` with `params` from `seed` and write it to `out`; returns the folder."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise SynthlabError(f"--seed must be an integer >= 0 (got {seed!r})")
+    out = Path(out)
+    check_out(out, overwrite)
+    tmp = _make_temp_sibling(out)
+    try:
+        dataset = spec.generate(params, np.random.default_rng(seed))
+        vocab = {"special_tokens": list(SPECIAL_TOKENS),
+                 "tokens": list(SPECIAL_TOKENS) + list(dataset.tokens)}
+        if len(set(vocab["tokens"])) != len(vocab["tokens"]):
+            raise AssertionError(f"{spec.name}: duplicate tokens in the vocabulary")
+        _write_json(tmp / "vocab.json", vocab)
+        for name, content in dataset.files.items():
+            if name.endswith(".json"):
+                _write_json(tmp / name, content, indent=None)  # data: one compact line
+                continue
+            with (tmp / name).open("w", encoding="utf-8", newline="\n") as fh:
+                for chunk in content:
+                    fh.write(chunk)
+        files = {p.name: {"sha256": _sha256(p), "bytes": p.stat().st_size}
+                 for p in sorted(tmp.iterdir())}
+        meta = {
+            "task": spec.name,
+            "params": to_dict(params),
+            "seed": int(seed),
+            "counts": dataset.counts,
+            "vocab_size": len(vocab["tokens"]),
+            "synthlab_version": __version__,
+            "files": files,
+            "info": dataset.extra,
+        }
+        _write_json(tmp / "meta.json", meta)
+        _replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

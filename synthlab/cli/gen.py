@@ -1,0 +1,100 @@
+"""`synthlab gen TASK [options] --seed S --out DIR [--overwrite]`: write a task's dataset.
+
+One subcommand per entry of the generator registry (`synthlab_generators.TASKS`); each command's
+options are built from the fields of that task's params dataclass (flag, type, default and help
+text live in the dataclass), so the CLI and the library cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import inspect
+import json
+import signal
+import typing
+from pathlib import Path
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from synthlab.config import to_dict
+from synthlab.errors import SynthlabError
+from synthlab_generators import TASKS, TaskSpec, write_dataset
+from synthlab_generators.common import flag_of
+
+
+class _TaskGroup(TyperGroup):
+    """An unknown task is one line naming it (SynthlabError), not click's usage block."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, list(TASKS), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise SynthlabError(f"unknown task '{name}'{hint}; tasks: {', '.join(TASKS)}")
+        return super().resolve_command(ctx, args)
+
+
+app = typer.Typer(
+    cls=_TaskGroup,
+    help="Generate a task's dataset: DIR/meta.json, vocab.json, train.jsonl, test.jsonl "
+    "(+ extras).",
+    no_args_is_help=True,
+)
+
+
+def default_out(task: str, params, seed: int) -> Path:
+    """data/<task>-<8 hex digits of sha256(params, seed)>: one folder per distinct dataset."""
+    key = json.dumps({"params": to_dict(params), "seed": seed}, sort_keys=True)
+    return Path("data") / f"{task}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+def _raise_exit(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _option(name: str, annotation, default, flag: str, help: str) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Option(default, flag, help=help))
+
+
+def _command(spec: TaskSpec):
+    """A typer command whose options are the params dataclass's fields + seed, out, overwrite."""
+    hints = typing.get_type_hints(spec.params_cls)
+    options = [_option(f.name, hints[f.name], f.default, flag_of(spec.params_cls, f.name),
+                       f.metadata["help"]) for f in dataclasses.fields(spec.params_cls)]
+    options += [
+        _option("seed", int, 0, "--seed", "Seed of the random generator; same command and "
+                                          "seed give byte-identical files."),
+        _option("out", typing.Optional[Path], None, "--out",
+                "Output folder (default: data/<task>-<hash of the parameters and seed>). "
+                "Written to a temporary sibling, renamed at the end."),
+        _option("overwrite", bool, False, "--overwrite",
+                "Replace --out if it exists and is not empty."),
+    ]
+
+    def command(**kwargs) -> None:
+        seed, out, overwrite = kwargs.pop("seed"), kwargs.pop("out"), kwargs.pop("overwrite")
+        params = spec.params_cls(**kwargs)
+        out = out if out is not None else default_out(spec.name, params, seed)
+        # SIGTERM (kill, a scheduler) as an exception, so the temporary folder is removed too
+        previous = signal.signal(signal.SIGTERM, _raise_exit)
+        try:
+            write_dataset(spec, params, seed, out, overwrite=overwrite)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+        counts = ", ".join(f"{k} {v}" for k, v in meta["counts"].items())
+        typer.echo(f"wrote {out} ({counts})")
+
+    command.__signature__ = inspect.Signature(options)
+    command.__name__ = spec.name
+    command.__doc__ = spec.help
+    return command
+
+
+for _spec in TASKS.values():
+    app.command(_spec.name, help=_spec.help)(_command(_spec))
