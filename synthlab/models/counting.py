@@ -1,0 +1,84 @@
+"""Parameter and FLOP counting.
+
+Parameters are UNIQUE: a core run T times counts once, and the head tied to the embedding counts
+once (`model.parameters()` already deduplicates shared tensors). Frozen random LoRA bases
+(lora_bases = "fixed") are buffers, not parameters: they store nothing learned.
+
+For the capacity estimate (bits per parameter) the embedding rows of tokens that never occur in
+the data are not parameters of the learned knowledge: `used_token_ids` drops them.
+
+FLOPs per token are forward matmul FLOPs (2 per multiply-add), counting the loops: the prelude
+once, the core T times, the readout (coda, final norm, head, exit gate) after every step when
+all_steps (as in training with per-step losses) or once otherwise. Attention's QK^T and AV are
+counted over the full context (not halved for causality), as in the PaLM / Chinchilla
+conventions; element-wise work (norms, softmax, cumsum) is not counted. A training step costs
+about 3x the forward (backward = 2x forward).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch.nn as nn
+
+from synthlab.models.config import ModelConfig
+from synthlab.models.controller import target_shapes
+
+
+def count_params(model: nn.Module, *, exclude_embedding: bool = False,
+                 used_token_ids: Iterable[int] | None = None) -> int:
+    """Unique parameters of `model`.
+
+    exclude_embedding: drop the (tied) token embedding entirely (the "non-embedding" count).
+    used_token_ids: keep only the embedding rows of these token ids (ids outside the vocabulary
+        are an error); ignored when exclude_embedding.
+    """
+    total = sum(p.numel() for p in model.parameters())
+    embedding = model.embed.weight
+    vocab, dim = embedding.shape
+    if exclude_embedding:
+        return total - vocab * dim
+    if used_token_ids is not None:
+        used = set(int(i) for i in used_token_ids)
+        bad = [i for i in used if not 0 <= i < vocab]
+        if bad:
+            raise ValueError(f"used_token_ids outside the vocabulary of {vocab}: {sorted(bad)[:5]}")
+        return total - (vocab - len(used)) * dim
+    return total
+
+
+def _block_flops(c: ModelConfig, seq_len: int) -> int:
+    d, f = c.d_model, c.ff_dim
+    mlp = (3 if c.mlp == "swiglu" else 2) * d * f
+    projections = 3 * d * d + d * d + mlp
+    attention = 2 * seq_len * d  # QK^T and AV, each seq_len x d multiply-adds per token
+    return 2 * (projections + attention)
+
+
+def _step_extra_flops(c: ModelConfig) -> int:
+    """Per recurrent step, outside the core blocks: injection, gate, LoRA, controller."""
+    d, r, macs = c.d_model, c.lora_rank, 0
+    if c.injection == "concat":
+        macs += 2 * d * d
+    elif c.injection == "diagonal":
+        macs += d * d
+    if c.recurrence_gate:
+        macs += 2 * d * d
+    if c.controller != "none":
+        macs += c.n_core * sum(r * (n_in + n_out) for n_in, n_out in target_shapes(c).values())
+    if c.controller == "controller":
+        hidden = c.controller_hidden
+        macs += d * hidden + hidden * c.n_core * len(c.lora_targets) * r
+    return 2 * macs
+
+
+def flops_per_token(config: ModelConfig, seq_len: int | None = None, steps: int | None = None,
+                    all_steps: bool = True) -> int:
+    """Forward FLOPs per token at context seq_len (default max_seq_len) and `steps` (default loops)."""
+    c = config
+    S = seq_len if seq_len is not None else c.max_seq_len
+    T = steps if steps is not None else c.loops
+    readouts = T if all_steps else 1
+    block = _block_flops(c, S)
+    readout = c.n_coda * block + 2 * c.d_model * c.vocab_size + (2 * c.d_model if c.exit_gate else 0)
+    return c.n_prelude * block + T * (c.n_core * block + _step_extra_flops(c)) + readouts * readout

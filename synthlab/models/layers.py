@@ -1,0 +1,144 @@
+"""The decoder's building blocks: norms, rotary positions, causal attention, MLP, one block.
+
+Shapes: B batch, S sequence (query) length, P cached (past) length, H heads, Dh head size,
+D d_model, F the MLP's hidden size.
+
+A block optionally takes `mod`, a low-rank modulation of its projections (the OUROBOROS
+controller or static per-step LoRA, see controller.py): `mod(target, x, y)` returns y plus the
+low-rank update of target ("q", "k", "v", "o", "gate", "up", "down") applied to the input x. The
+plain model passes None and pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from synthlab.errors import SynthlabError
+from synthlab.models.config import ModelConfig
+
+
+def make_norm(config: ModelConfig, dim: int | None = None) -> nn.Module:
+    """RMSNorm or LayerNorm over the last dimension (LayerNorm has a bias only if config.bias)."""
+    dim = dim or config.d_model
+    if config.norm_type == "rmsnorm":
+        return nn.RMSNorm(dim, eps=1e-5)
+    return nn.LayerNorm(dim, eps=1e-5, bias=config.bias)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (RoPE), rotate-half form, tables for every position up front."""
+
+    def __init__(self, head_dim: int, max_seq_len: int, base: float):
+        super().__init__()
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)  # (S, Dh/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (S, Dh): both halves share a frequency
+        # Not persistent: derived from the config, so checkpoints stay free of them.
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def tables(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin for positions [start, start + length), each (length, Dh)."""
+        if start + length > self.cos.shape[0]:
+            raise SynthlabError(f"sequence of {start + length} positions exceeds "
+                                f"max_seq_len={self.cos.shape[0]}")
+        return self.cos[start:start + length], self.sin[start:start + length]
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, H, S, Dh) rotated by position: x cos + rotate_half(x) sin."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+def attention_mask(doc_ids: torch.Tensor | None) -> torch.Tensor | None:
+    """Boolean mask (B, 1, S, S), True = may attend: causal AND same document.
+
+    None without doc_ids: attention then uses the fused causal path (is_causal=True).
+    """
+    if doc_ids is None:
+        return None
+    S = doc_ids.shape[1]
+    causal = torch.ones(S, S, dtype=torch.bool, device=doc_ids.device).tril()
+    same_doc = doc_ids[:, :, None] == doc_ids[:, None, :]  # (B, S, S)
+    return (causal & same_doc)[:, None]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        d = config.d_model
+        self.n_heads, self.head_dim, self.dropout = config.n_heads, config.head_dim, config.dropout
+        self.qkv = nn.Linear(d, 3 * d, bias=config.bias)  # fused: one matmul for q, k and v
+        self.o = nn.Linear(d, d, bias=config.bias)
+
+    def forward(self, x, rope, mask=None, past=None, mod=None):
+        """x (B, S, D) -> (y (B, S, D), (k, v) of these S positions, each (B, H, S, Dh)).
+
+        past: cached (k, v), each (B, H, P, Dh), of the positions before these; with a past,
+        S must be 1 (one decoded token attends to every cached position and itself).
+        """
+        B, S, D = x.shape
+        q, k, v = self.qkv(x).split(D, dim=-1)
+        if mod is not None:
+            q, k, v = mod("q", x, q), mod("k", x, k), mod("v", x, v)
+        q, k, v = (t.view(B, S, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        cos, sin = rope
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        new_kv = (k, v)
+        if past is not None:
+            if S != 1:
+                raise ValueError("decoding with a KV cache takes one token at a time")
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None and past is None,
+            dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).reshape(B, S, D)
+        out = self.o(y)
+        return (mod("o", y, out) if mod is not None else out), new_kv
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        d, f = config.d_model, config.ff_dim
+        self.swiglu = config.mlp == "swiglu"
+        # SwiGLU: gate and up fused in one matmul, split after.
+        self.up = nn.Linear(d, 2 * f if self.swiglu else f, bias=config.bias)
+        self.down = nn.Linear(f, d, bias=config.bias)
+
+    def forward(self, x, mod=None):
+        """x (B, S, D) -> (B, S, D)."""
+        if self.swiglu:
+            gate, up = self.up(x).chunk(2, dim=-1)
+            if mod is not None:
+                gate, up = mod("gate", x, gate), mod("up", x, up)
+            hidden = F.silu(gate) * up
+        else:
+            up = self.up(x)
+            hidden = F.gelu(mod("up", x, up) if mod is not None else up)
+        out = self.down(hidden)
+        return mod("down", hidden, out) if mod is not None else out
+
+
+class Block(nn.Module):
+    """One decoder layer. Pre-norm: x + f(norm(x)). Sandwich norm: x + norm_post(f(norm(x)))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.attn_norm, self.mlp_norm = make_norm(config), make_norm(config)
+        self.attn, self.mlp = Attention(config), MLP(config)
+        sandwich = config.norm == "sandwich"
+        self.attn_post_norm = make_norm(config) if sandwich else nn.Identity()
+        self.mlp_post_norm = make_norm(config) if sandwich else nn.Identity()
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, x, rope, mask=None, past=None, mod=None):
+        """x (B, S, D) -> (x (B, S, D), (k, v) of this layer for these positions)."""
+        a, kv = self.attn(self.attn_norm(x), rope, mask, past, mod)
+        x = x + self.drop(self.attn_post_norm(a))
+        x = x + self.drop(self.mlp_post_norm(self.mlp(self.mlp_norm(x), mod)))
+        return x, kv
