@@ -1,0 +1,162 @@
+"""Uncertainty and goodness of fit for scaling laws: bootstrap intervals, derived quantities, hold-outs.
+
+Bootstrap over runs: a resample is a vector of row multiplicities (counts from drawing R rows
+with replacement), so all resamples share one batched objective and are refitted together by
+`minimize_batched`. Each resample is warm-started from the full-data optimum and the next best
+distinct endpoints of the full-data grid (other basins), not from the whole grid: a resample
+perturbs the data slightly, so its optimum sits beside the full-data one. Warm starts need the
+tight stopping rules (FitOptions.tight_ftol/gtol): under scipy's absolute ftol a start that
+begins near the optimum stops at once. `cold_refits` refits chosen resamples with `fit` from the
+whole grid; tests/test_scaling_eval.py and benchmarks/bench_fit.py check that both agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+from synthlab.errors import SynthlabError
+from synthlab.scaling import Data, FitOptions, FitResult, Law, fit, get_law, goodness, huber_objective, minimize_batched
+
+
+def derived(params: Mapping[str, np.ndarray | float], compute: float | None = None) -> dict[str, np.ndarray | float]:
+    """Compute-optimal quantities of a law with alpha and beta (works on arrays of samples too).
+
+    a = beta / (alpha + beta) and b = alpha / (alpha + beta) are the exponents of N_opt and D_opt in
+    C; for the offset-free form L = E + A/N^alpha + B/D^beta with C = 6ND:
+    G = (alpha A / (beta B))^(1 / (alpha + beta)), N_opt = G (C/6)^a, D_opt = (C/6)^b / G.
+    """
+    if "alpha" not in params or "beta" not in params:
+        return {}
+    alpha, beta = np.asarray(params["alpha"]), np.asarray(params["beta"])
+    out = {"a": beta / (alpha + beta), "b": alpha / (alpha + beta)}
+    if "A" in params and "B" in params and "t1" not in params and "t2" not in params:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            out["G"] = (alpha * np.asarray(params["A"]) / (beta * np.asarray(params["B"]))) ** (1.0 / (alpha + beta))
+            if compute is not None:
+                out["N_opt"] = out["G"] * (compute / 6.0) ** out["a"]
+                out["D_opt"] = (compute / 6.0) ** out["b"] / out["G"]
+    return {k: (float(v) if np.ndim(v) == 0 else v) for k, v in out.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class BootstrapResult:
+    rows: np.ndarray  # (resamples, R) the row indices drawn for each resample
+    samples: dict[str, np.ndarray]  # every reported parameter and derived quantity, (resamples,)
+    intervals: dict[str, tuple[float, float]]  # percentile intervals at `level`
+    level: float
+    n_resamples: int
+    n_converged: int  # resamples whose best start met a stopping rule
+
+
+
+
+def bootstrap(
+    law: Law | str,
+    data: Data,
+    result: FitResult,
+    rng: np.random.Generator,
+    *,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    compute: float | None = None,
+    options: FitOptions = FitOptions(),
+    warm_starts: int = 4,
+) -> BootstrapResult:
+    """Refit `law` on resamples of the runs; percentile intervals for parameters and derived quantities."""
+    law = get_law(law) if isinstance(law, str) else law
+    if n_resamples < 2:
+        raise SynthlabError(f"bootstrap needs at least 2 resamples, got {n_resamples}")
+    if not 0 < level < 1:
+        raise SynthlabError(f"level must be in (0, 1), got {level}")
+    X, loss = data.matrix(law), np.asarray(data.loss, dtype=float)
+    rows = rng.integers(0, len(loss), size=(n_resamples, len(loss)))
+    weights = np.stack([np.bincount(r, minlength=len(loss)) for r in rows]).astype(float)  # multiplicities
+    starts = result.basins[:warm_starts]
+    K = len(starts)
+    theta0 = np.tile(starts, (n_resamples, 1))  # (resamples * K, P), resample-major
+    which = np.repeat(np.arange(n_resamples), K)
+    objective = huber_objective(law, X, np.log(loss), weights, options)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        batch = minimize_batched(objective, theta0, which, ftol=options.tight_ftol, gtol=options.tight_gtol,
+                                 max_iter=options.max_iter)
+    f = np.where(np.isfinite(batch.f), batch.f, np.inf).reshape(n_resamples, K)
+    best = np.arange(n_resamples) * K + f.argmin(axis=1)
+    thetas = batch.theta[best]  # (resamples, P)
+    reported = [law.report(t) for t in thetas]
+    samples = {k: np.array([r[k] for r in reported]) for k in reported[0]}
+    samples.update(derived(samples, compute))
+    tail = 100 * (1 - level) / 2
+    intervals = {k: (float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail))) for k, v in samples.items()}
+    n_converged = int(np.isin(batch.status[best], (1, 2)).sum())
+    return BootstrapResult(rows, samples, intervals, level, n_resamples, n_converged)
+
+
+def cold_refits(
+    law: Law | str, data: Data, rows: np.ndarray, options: FitOptions = FitOptions(), starts: np.ndarray | None = None
+) -> list[FitResult]:
+    """The reference for the warm-started bootstrap: a full `fit` (grid + polish) of each resample in rows (k, R)."""
+    return [fit(law, data.subset(r), options, starts) for r in rows]
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldoutRow:
+    split: str
+    train_rows: int
+    test_rows: int
+    r2_train: float
+    r2_test: float
+    rmse_log_test: float
+
+
+HOLDOUT_KINDS = ("size", "data", "steps")
+
+
+def holdout_splits(law: Law, data: Data, kind: str) -> list[tuple[str, np.ndarray]]:
+    """(name, train mask) pairs as in the Ouro appendix; the test set is the complement.
+
+    size: fit on the smallest 60% of model sizes (3 of 5), test on the larger ones (extrapolation).
+    data: fit on rows with D <= 25/50/75% of the largest D (the first part of training).
+    steps: leave each value of the recurrence variable (Tm, or T for the step-wise law) out in turn.
+    """
+    if kind == "size":
+        n = np.asarray(data.variables.get("N", []))
+        sizes = np.unique(n)
+        if "N" not in law.variables or len(sizes) < 3:
+            raise SynthlabError(f"--holdout size needs a law over N and at least 3 distinct sizes "
+                                f"(law '{law.name}', {len(sizes)} sizes)")
+        k = max(2, int(round(0.6 * len(sizes))))
+        return [(f"smallest {k} of {len(sizes)} sizes", n <= sizes[k - 1])]
+    if kind == "data":
+        if "D" not in law.variables:
+            raise SynthlabError(f"--holdout data needs a law over D (law '{law.name}' has {list(law.variables)})")
+        d = np.asarray(data.variables["D"])
+        return [(f"first {int(100 * q)}% of data", d <= q * d.max()) for q in (0.25, 0.5, 0.75)]
+    if kind == "steps":
+        var = next((v for v in ("Tm", "T") if v in law.variables), None)
+        if var is None:
+            raise SynthlabError(
+                f"--holdout steps needs a law over Tm or T (law '{law.name}' has {list(law.variables)})")
+        t = np.asarray(data.variables[var])
+        values = np.unique(t)
+        if len(values) < 2:
+            raise SynthlabError(f"--holdout steps needs at least 2 distinct {var} values, got {len(values)}")
+        return [(f"leave {var}={v:g} out", t != v) for v in values]
+    raise SynthlabError(f"unknown hold-out '{kind}'; choose from {', '.join(HOLDOUT_KINDS)}")
+
+
+def holdout(law: Law | str, data: Data, kind: str, options: FitOptions = FitOptions()) -> list[HoldoutRow]:
+    """Fit on each split's training rows, report R^2 on train and test and the test RMSE (log)."""
+    law = get_law(law) if isinstance(law, str) else law
+    rows = []
+    for name, train in holdout_splits(law, data, kind):
+        if train.sum() <= len(law.params) or (~train).sum() == 0:
+            raise SynthlabError(
+                f"hold-out '{name}' leaves {int(train.sum())} training and {int((~train).sum())} test rows; too few")
+        train_data, test_data = data.subset(train), data.subset(~train)
+        result = fit(law, train_data, options)
+        r2_test, rmse_test = goodness(law, result.theta, test_data.matrix(law), np.asarray(test_data.loss, dtype=float))
+        rows.append(HoldoutRow(name, int(train.sum()), int((~train).sum()), result.r2, r2_test, rmse_test))
+    return rows

@@ -1,0 +1,103 @@
+"""`synthlab fit` as a user runs it: the published Chinchilla optimum, LoopLM and step-wise tables, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_scaling import CHINCHILLA_CSV, PUBLISHED, synthetic
+from typer.testing import CliRunner
+
+from synthlab.cli import app
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, ["fit", *map(str, args)])
+
+
+def test_reproduces_published_chinchilla_fit_from_the_shipped_csv():
+    if not CHINCHILLA_CSV.is_file():
+        pytest.skip(f"{CHINCHILLA_CSV} absent: the shared data folder must sit beside the repository")
+    out = run("chinchilla", CHINCHILLA_CSV, "--n-col", "Model Size", "--tokens-from-flops", "Training FLOP",
+              "--drop-top-loss", "5", "--bootstrap", "20", "--compute", "5.76e23", "--json")
+    assert out.exit_code == 0, out.output
+    fit = json.loads(out.output)
+    for name, value in PUBLISHED.items():
+        assert f"{fit[name]:.3g}" == f"{value:.3g}", name
+    assert fit["objective"] == pytest.approx(0.0010183, rel=1e-4) and fit["n_rows"] == 240
+    assert {"a", "b", "G", "N_opt", "D_opt"} <= set(fit["derived"]) and len(fit["intervals"]["alpha"]) == 2
+
+
+def looplm_table(tmp_path):
+    data, _ = synthetic("looplm", 1e-4, np.random.default_rng(20))
+    path = tmp_path / "results.csv"
+    pd.DataFrame({"params": data.variables["N"], "tokens": data.variables["D"], "loops": data.variables["Tm"],
+                  "loss": data.loss, "run": np.arange(len(data.loss))}).to_csv(path, index=False)
+    return path
+
+
+def test_looplm_json_holdout_and_plot(tmp_path):
+    path = looplm_table(tmp_path)
+    png = tmp_path / "plots" / "fit.png"
+    out = run("looplm", path, "--bootstrap", "10", "--holdout", "size", "--json", "--plot", png)
+    assert out.exit_code == 0, out.output
+    fit = json.loads(out.output)
+    assert {"E", "A", "B", "C", "alpha", "beta", "gamma", "t1", "t2", "t3", "r2", "objective"} <= set(fit)
+    assert fit["r2"] > 0.999 and set(fit["intervals"]) >= {"C", "gamma", "t3"}
+    (row,) = fit["holdout"]
+    assert row["split"] == "smallest 3 of 5 sizes" and row["train_rows"] == 60 and row["r2_train"] > 0.999
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_text_output_power_law(tmp_path):
+    x = np.geomspace(1e3, 1e6, 25)
+    path = tmp_path / "capacity.csv"
+    pd.DataFrame({"params": x, "bits": 0.1 + 2.0 * x ** 0.9}).to_csv(path, index=False)
+    out = run("power", path, "--loss-col", "bits", "--bootstrap", "0")
+    assert out.exit_code == 0, out.output
+    assert "L = E + A/(x + t)^alpha" in out.output and "alpha = -0.9" in out.output
+
+
+def test_steps_law_is_fitted_per_max_steps(tmp_path):
+    rows = []
+    for tm in (2, 4):
+        data, _ = synthetic("steps", 1e-4, np.random.default_rng(tm))
+        rows.append(pd.DataFrame({"params": data.variables["N"], "tokens": data.variables["D"],
+                                  "step": data.variables["T"], "loops": tm, "loss": data.loss}))
+    path = tmp_path / "steps.csv"
+    pd.concat(rows).to_csv(path, index=False)
+    out = run("steps", path, "--bootstrap", "0", "--json")
+    assert out.exit_code == 0, out.output
+    fits = json.loads(out.output)["fits"]
+    assert [f["Tm"] for f in fits] == [2.0, 4.0] and all(f["r2"] > 0.999 for f in fits)
+    assert all(f["gamma"] == pytest.approx(1.0, rel=0.05) for f in fits)
+
+
+@pytest.mark.parametrize("edit,args,message", [
+    (None, ["--n-col", "size"], "column 'size' (--n-col) not in results.csv"),
+    ("nan", [], "'loss' has 1 NaN"),
+    ("negative", [], "'params' has 1 non-positive"),
+    ("few", [], "10 parameters but only 5 rows"),
+    (None, ["--holdout", "tokens"], "--holdout must be one of"),
+    (None, ["--drop-top-loss", "500"], "would drop all"),
+])
+def test_bad_input_is_one_line(tmp_path, edit, args, message):
+    path = looplm_table(tmp_path)
+    table = pd.read_csv(path)
+    if edit == "nan":
+        table.loc[3, "loss"] = np.nan
+    elif edit == "negative":
+        table.loc[0, "params"] = -1.0
+    elif edit == "few":
+        table = table.head(5)
+    table.to_csv(path, index=False)
+    out = run("looplm", path, "--bootstrap", "0", *args)
+    assert out.exit_code == 2
+    assert message in out.output and out.output.count("\n") == 1 and out.output.startswith("error: ")
+
+
+def test_unknown_law_suggests():
+    out = run("chinchila", "missing.csv")
+    assert out.exit_code == 2 and "did you mean 'chinchilla'" in out.output
