@@ -1,0 +1,146 @@
+"""`synthlab ouroboros`: build, train and evaluate OUROBOROS on a local Qwen2 checkpoint (C11)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from synthlab.errors import SynthlabError
+
+app = typer.Typer(
+    help="OUROBOROS on a local Qwen2/Qwen2.5 checkpoint: a controller rewrites one recurrent layer per step.",
+    no_args_is_help=True,
+)
+
+_VARIANT_HELP = "controller, static, nogate, truncated or base"
+
+
+def _int_list(text: str, name: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SynthlabError(f"{name} must be comma-separated integers, got '{text}'") from None
+    if not values:
+        raise SynthlabError(f"{name} must name at least one value")
+    return values
+
+
+def _ouroboros_config(variant, prelude_layers, recurrent_layer, coda_layers, rank, alpha, controller_hidden,
+                      max_steps):
+    from synthlab import config as cfgio
+    from synthlab.hf.system import OuroborosConfig
+
+    return cfgio.merge(OuroborosConfig(), {
+        "variant": variant, "prelude_layers": prelude_layers, "recurrent_layer": recurrent_layer,
+        "coda_layers": coda_layers, "rank": rank, "alpha": alpha, "controller_hidden": controller_hidden,
+        "max_steps": max_steps,
+    })
+
+
+@app.command()
+def build(
+    out: Path = typer.Option(..., "--out", help="Folder to write summary.json into."),
+    base: Path | None = typer.Option(None, "--base", help="Local Qwen2 checkpoint folder (config.json + weights)."),
+    base_config: Path | None = typer.Option(
+        None, "--base-config", help="A Qwen2 config.json instead of --base: shapes only, on the meta device."),
+    variant: str = typer.Option("controller", help=f"System variant: {_VARIANT_HELP}."),
+    prelude_layers: int | None = typer.Option(None, help="Prelude layers (default: round(8 L / 36))."),
+    recurrent_layer: int | None = typer.Option(None, help="Index of the recurrent layer (default: L // 2)."),
+    coda_layers: int | None = typer.Option(None, help="Coda layers (default: round(8 L / 36))."),
+    rank: int = typer.Option(32, help="LoRA rank r of the fixed SVD bases."),
+    alpha: float = typer.Option(16.0, help="LoRA alpha; the update is scaled by alpha / r."),
+    controller_hidden: int = typer.Option(320, help="Width of the controller MLP."),
+    max_steps: int = typer.Option(16, help="Largest recurrent depth (per-step norms and step embeddings)."),
+    device: str | None = typer.Option(None, help="Device for --base (default: cuda if available, else cpu)."),
+) -> None:
+    """Build the system (SVD bases included) and write DIR/summary.json: trainable_params, split, rank, alpha."""
+    import torch
+
+    from synthlab.hf.checkpoint import load_base, meta_base, resolve_device, resolve_dtype
+    from synthlab.hf.system import OuroborosLM, summary
+
+    if (base is None) == (base_config is None):
+        raise SynthlabError("give exactly one of --base PATH or --base-config CONFIG.json")
+    config = _ouroboros_config(variant, prelude_layers, recurrent_layer, coda_layers, rank, alpha,
+                               controller_hidden, max_steps)
+    if base is not None:
+        dev = resolve_device(device)
+        model = load_base(base, device=dev, dtype=resolve_dtype(None, dev))
+    else:
+        model = meta_base(base_config)
+    system = OuroborosLM(model, config, torch.Generator().manual_seed(0))
+    info = summary(system) | {"base": str(base or base_config), "meta": base is None}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(info, indent=2) + "\n")
+    split = system.split
+    typer.echo(f"{config.variant}: {info['trainable_params']:,} trainable parameters "
+               f"({info['trainable_params'] / 1e6:.2f}M); prelude {split.prelude[0]}-{split.prelude[-1]}, "
+               f"recurrent {split.recurrent}, coda {split.coda[0]}-{split.coda[-1]} -> {out / 'summary.json'}")
+
+
+@app.command()
+def train(
+    base: Path = typer.Option(..., "--base", help="Local Qwen2 checkpoint folder (with its tokenizer)."),
+    corpus: Path = typer.Option(..., "--corpus", help="Training text: .txt, .jsonl (field --text-field) or .parquet."),
+    out: Path = typer.Option(..., "--out", help="Run folder: run.json, <variant>/trainable.safetensors, logs."),
+    variants: str = typer.Option("controller,static,nogate", help="Looped variants to train, comma-separated."),
+    config: Path | None = typer.Option(None, "--config", help="TOML/JSON TrainConfig; flags override it."),
+    steps: int | None = typer.Option(None, help="Optimiser steps per variant (default 1000)."),
+    seq_len: int | None = typer.Option(None, help="Packed sequence length (default 2048)."),
+    batch_size: int | None = typer.Option(None, help="Sequences per micro-batch (default 4)."),
+    grad_accum: int | None = typer.Option(None, help="Micro-batches per step (default 8: effective batch 32)."),
+    lr: float | None = typer.Option(None, help="Peak learning rate (default 3e-4)."),
+    warmup_steps: int | None = typer.Option(None, help="Warmup steps (default min(2000, steps // 10))."),
+    depths: str | None = typer.Option(None, help="Depths drawn per step, e.g. 4,8,16 (one value: fixed)."),
+    seed: int | None = typer.Option(None, help="Seed of the data order, depth draws and controller init."),
+    rank: int = typer.Option(32, help="LoRA rank r."),
+    alpha: float = typer.Option(16.0, help="LoRA alpha."),
+    controller_hidden: int = typer.Option(320, help="Width of the controller MLP."),
+    max_steps: int = typer.Option(16, help="Largest recurrent depth."),
+    prelude_layers: int | None = typer.Option(None, help="Prelude layers (default proportional)."),
+    recurrent_layer: int | None = typer.Option(None, help="Recurrent layer index (default L // 2)."),
+    coda_layers: int | None = typer.Option(None, help="Coda layers (default proportional)."),
+    text_field: str = typer.Option("text", help="Field / column holding the text in .jsonl / .parquet."),
+    device: str | None = typer.Option(None, help="Device (default: cuda if available, else cpu)."),
+    dtype: str | None = typer.Option(None, help="Base dtype: bfloat16 (GPU default), float32 (CPU default), float16."),
+    attn: str = typer.Option("sdpa", help="Attention implementation: sdpa or eager (always causal-masked)."),
+) -> None:
+    """Train the looped variants on a local corpus; checkpoints hold the trainable parameters only."""
+    from synthlab import config as cfgio
+    from synthlab.hf.experiment import train_run
+    from synthlab.hf.train import TrainConfig
+
+    train_config = cfgio.load(TrainConfig, config) if config else TrainConfig()
+    train_config = cfgio.merge(train_config, {
+        "steps": steps, "seq_len": seq_len, "batch_size": batch_size, "grad_accum": grad_accum, "lr": lr,
+        "warmup_steps": warmup_steps, "seed": seed,
+        "depths": _int_list(depths, "depths") if depths else None,
+    })
+    ouroboros = _ouroboros_config("controller", prelude_layers, recurrent_layer, coda_layers, rank, alpha,
+                                  controller_hidden, max_steps)
+    names = [v.strip() for v in variants.split(",") if v.strip()]
+    train_run(str(base), str(corpus), out, names, ouroboros, train_config, device=device, dtype=dtype,
+              attn=attn, text_field=text_field)
+    typer.echo(f"trained {', '.join(names)} -> {out}")
+
+
+@app.command("eval")
+def evaluate(
+    run_dir: Path = typer.Argument(..., help="A run folder written by `synthlab ouroboros train`."),
+    depths: str = typer.Option("1,4,8,16", help="Recurrent depths to evaluate, comma-separated."),
+    corpus: Path | None = typer.Option(None, "--corpus", help="A second corpus (another distribution)."),
+    batch_size: int = typer.Option(4, help="Sequences per evaluation batch."),
+    max_sequences: int | None = typer.Option(None, help="Evaluate at most this many sequences per corpus."),
+    device: str | None = typer.Option(None, help="Device (default: cuda if available, else cpu)."),
+    dtype: str | None = typer.Option(None, help="Base dtype (default bfloat16 on GPU, float32 on CPU)."),
+) -> None:
+    """Loss vs depth for every variant; writes results.csv, results.json and c11_loss_vs_depth.png."""
+    from synthlab.hf.experiment import eval_run
+
+    table = eval_run(run_dir, _int_list(depths, "depths"), str(corpus) if corpus else None, batch_size=batch_size,
+                     max_sequences=max_sequences, device=device, dtype=dtype)
+    wide = table.pivot_table(index=["corpus", "variant"], columns="depth", values="loss", observed=True)
+    typer.echo(wide.round(4).to_string())
+    typer.echo(f"-> {run_dir / 'results.csv'}, {run_dir / 'c11_loss_vs_depth.png'}")

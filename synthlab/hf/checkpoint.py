@@ -1,0 +1,83 @@
+"""Loading a local Qwen2-family checkpoint (never downloading), or a config-only meta model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from synthlab.errors import SynthlabError
+
+# Implementations that honour the explicit 4-D additive causal mask the system passes to every layer.
+ATTENTION = ("sdpa", "eager")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SynthlabError(f"device '{device}' requested but CUDA is not available")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
+    """bfloat16 on a GPU, float32 on the CPU, unless given."""
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise SynthlabError(f"dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
+    return DTYPES[dtype]
+
+
+def load_base(path: str | Path, *, device: torch.device, dtype: torch.dtype, attn: str = "sdpa") -> nn.Module:
+    """A Qwen2ForCausalLM from a local folder (config.json + weights), frozen, in eval mode."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if attn not in ATTENTION:
+        raise SynthlabError(f"attn must be one of {', '.join(ATTENTION)} (both get the explicit causal mask), got '{attn}'")
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise SynthlabError(f"base: no config.json in '{path}' (expected a local checkpoint folder)")
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    if config.model_type != "qwen2":
+        raise SynthlabError(f"base: '{path}' is model_type '{config.model_type}', not a Qwen2-family checkpoint")
+    model = AutoModelForCausalLM.from_pretrained(
+        path, local_files_only=True, dtype=dtype, attn_implementation=attn
+    )
+    return model.to(device).eval().requires_grad_(False)
+
+
+def meta_base(config_path: str | Path) -> nn.Module:
+    """A Qwen2ForCausalLM on the meta device built from a config.json alone (shapes, no weights)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config_path = Path(config_path)
+    if not config_path.is_file():
+        raise SynthlabError(f"base-config: file not found: {config_path}")
+    try:
+        config = Qwen2Config.from_json_file(str(config_path))
+    except (ValueError, OSError) as err:
+        raise SynthlabError(f"base-config: cannot read {config_path}: {err}") from None
+    with torch.device("meta"):
+        return Qwen2ForCausalLM(config).eval().requires_grad_(False)
+
+
+def load_tokenizer(path: str | Path):
+    """The checkpoint's own tokenizer.
+
+    tokenizer.json, when present, is loaded as exactly that file (PreTrainedTokenizerFast):
+    transformers 5's AutoTokenizer picks the tokenizer class from config.json's model_type and
+    may rebuild it from vocab/merges, which silently mis-tokenises a folder whose tokenizer.json
+    is not the stock Qwen one (our tiny test models).
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    path = Path(path)
+    if (path / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise SynthlabError(f"base: no usable tokenizer in '{path}': {err}") from None

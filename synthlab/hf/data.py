@@ -1,0 +1,78 @@
+"""Local text corpora for the Qwen2 system: read, tokenise, pack into fixed-length sequences."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from synthlab.errors import SynthlabError
+
+
+def read_texts(path: str | Path, text_field: str = "text") -> list[str]:
+    """Documents of a corpus file: .txt (blank-line separated), .jsonl (one object a line, field
+    `text_field`) or .parquet (column `text_field`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SynthlabError(f"corpus: file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix in (".txt", ".text", ".md"):
+        docs = [block.strip() for block in path.read_text(encoding="utf-8").split("\n\n")]
+    elif suffix in (".jsonl", ".json"):
+        docs = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise SynthlabError(f"corpus: {path} line {number} is not JSON: {err}") from None
+            if not isinstance(record, dict) or text_field not in record:
+                raise SynthlabError(f"corpus: {path} line {number} has no '{text_field}' field")
+            docs.append(str(record[text_field]))
+    elif suffix == ".parquet":
+        import pandas as pd
+
+        try:
+            frame = pd.read_parquet(path)
+        except ImportError:
+            raise SynthlabError(f"corpus: reading {path} needs a Parquet engine (pip install pyarrow)") from None
+        if text_field not in frame.columns:
+            raise SynthlabError(f"corpus: {path} has no column '{text_field}' (columns: {list(frame.columns)})")
+        docs = frame[text_field].astype(str).tolist()
+    else:
+        raise SynthlabError(f"corpus: unsupported file type '{suffix}' (use .txt, .jsonl or .parquet)")
+    docs = [d for d in docs if d]
+    if not docs:
+        raise SynthlabError(f"corpus: {path} holds no text")
+    return docs
+
+
+def pack(docs: list[str], tokenizer, seq_len: int, max_sequences: int | None = None) -> torch.Tensor:
+    """(N, seq_len) token ids: documents tokenised, each followed by EOS (when the tokenizer has
+    one), concatenated and cut into consecutive windows; the incomplete tail is dropped."""
+    if seq_len < 2:
+        raise SynthlabError(f"seq_len must be >= 2 (one shift needs two tokens), got {seq_len}")
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    stream: list[int] = []
+    budget = None if max_sequences is None else max_sequences * seq_len
+    for ids in tokenizer(docs, add_special_tokens=False)["input_ids"]:
+        stream.extend(ids + eos)
+        if budget is not None and len(stream) >= budget:
+            break
+    n = len(stream) // seq_len
+    if max_sequences is not None:
+        n = min(n, max_sequences)
+    if n == 0:
+        raise SynthlabError(f"corpus: {len(stream)} tokens is less than one sequence of seq_len {seq_len}")
+    return torch.tensor(stream[: n * seq_len], dtype=torch.long).view(n, seq_len)
+
+
+def split_heldout(sequences: torch.Tensor, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, heldout): the LAST `fraction` of the packed sequences is held out, so no held-out
+    window shares tokens with a training window (at least one sequence each side)."""
+    n_heldout = max(1, round(len(sequences) * fraction))
+    if n_heldout >= len(sequences):
+        raise SynthlabError(f"corpus: {len(sequences)} sequences is too few to hold out {fraction:.0%}")
+    return sequences[:-n_heldout], sequences[-n_heldout:]

@@ -1,0 +1,148 @@
+"""Run directories for the Qwen2 system: train the looped variants, evaluate every variant by depth.
+
+Layout of a run directory (what `synthlab ouroboros train` writes and `eval` reads):
+
+    run.json                        base path, corpus, OuroborosConfig, TrainConfig, variants
+    <variant>/trainable.safetensors the trainable parameters only (the base is never copied)
+    <variant>/train_log.csv         step, depth, loss, lr, grad_norm
+    results.csv, results.json       loss per (variant, corpus, depth)           [eval]
+    c11_loss_vs_depth.png           the C11 plot                                [eval]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from synthlab import config as cfgio
+from synthlab.errors import SynthlabError
+from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_device, resolve_dtype
+from synthlab.hf.data import pack, read_texts, split_heldout
+from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM
+from synthlab.hf.train import TrainConfig, evaluate, plot_loss_vs_depth, train
+
+CHECKPOINT = "trainable.safetensors"
+
+
+def _write_atomic(path: Path, write) -> None:
+    """Write through a temporary sibling, then rename: never a half-written file."""
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def build_variant(base, config: OuroborosConfig, variant: str, seed: int) -> OuroborosLM:
+    """`variant` of the system on a loaded base; several variants may share one base."""
+    generator = torch.Generator().manual_seed(seed)
+    return OuroborosLM(base, dataclasses.replace(config, variant=variant), generator)
+
+
+def save_trainable(model: OuroborosLM, path: Path) -> None:
+    from safetensors.torch import save_file
+
+    state = {k: v.contiguous().cpu() for k, v in model.trainable_state().items()}
+    _write_atomic(path, lambda tmp: save_file(state, str(tmp)))
+
+
+def load_trainable(model: OuroborosLM, path: Path) -> None:
+    from safetensors.torch import load_file
+
+    state = load_file(str(path))
+    expected = set(model.trainable_state())
+    if set(state) != expected:
+        raise SynthlabError(f"{path}: parameters {sorted(set(state) ^ expected)} do not match this variant")
+    model.load_state_dict(state, strict=False)
+
+
+def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str], config: OuroborosConfig,
+              train_config: TrainConfig, *, device: str | None = None, dtype: str | None = None,
+              attn: str = "sdpa", text_field: str = "text", progress: bool = True) -> dict:
+    """Train each looped variant in `variants` on `corpus` into `out`; returns run.json's content."""
+    import pandas as pd
+
+    bad = [v for v in variants if v not in LOOPED_VARIANTS]
+    if bad or not variants:
+        raise SynthlabError(f"variants must be among {', '.join(LOOPED_VARIANTS)}, got {variants}")
+    docs = read_texts(corpus, text_field)  # a bad corpus fails before the (slow) model load
+    dev = resolve_device(device)
+    base = load_base(base_path, device=dev, dtype=resolve_dtype(dtype, dev), attn=attn)
+    sequences = pack(docs, load_tokenizer(base_path), train_config.seq_len)
+    train_seqs, heldout = split_heldout(sequences, train_config.heldout_fraction)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = {
+        "base": str(Path(base_path).resolve()), "corpus": str(Path(corpus).resolve()),
+        "text_field": text_field, "attn": attn, "variants": variants,
+        "ouroboros": cfgio.to_dict(config), "train": cfgio.to_dict(train_config),
+        "sequences": {"train": len(train_seqs), "heldout": len(heldout)},
+    }
+    for variant in variants:
+        model = build_variant(base, config, variant, train_config.seed)
+        folder = out / variant
+        folder.mkdir(exist_ok=True)
+        log = train(model, train_seqs, train_config, progress=progress,
+                    on_checkpoint=lambda _step, m=model, f=folder: save_trainable(m, f / CHECKPOINT))
+        _write_atomic(folder / "train_log.csv", lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
+    _write_atomic(out / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=2) + "\n"))
+    return run
+
+
+def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, *, batch_size: int = 4,
+             max_sequences: int | None = None, device: str | None = None, dtype: str | None = None,
+             progress: bool = True):
+    """Loss of every variant (trained looped ones, truncated, base) at each depth, on the held-out
+    part of the training corpus and on `corpus` (another distribution); writes the table and plot.
+
+    Truncated and base do not loop: each is evaluated once per corpus and its loss is listed at
+    every depth (a flat reference line in the plot).
+    """
+    import pandas as pd
+    from tqdm import tqdm
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "run.json").is_file():
+        raise SynthlabError(f"run directory '{run_dir}' has no run.json (train into it first)")
+    run = json.loads((run_dir / "run.json").read_text())
+    config = cfgio.from_dict(OuroborosConfig, run["ouroboros"])
+    train_config = cfgio.from_dict(TrainConfig, run["train"])
+    if not depths or min(depths) < 1 or max(depths) > config.max_steps:
+        raise SynthlabError(f"depths must lie in 1..{config.max_steps}, got {depths}")
+    docs = {"heldout": read_texts(run["corpus"], run["text_field"])}
+    if corpus is not None:
+        name = Path(corpus).stem
+        docs["other" if name == "heldout" else name] = read_texts(corpus, run["text_field"])
+    dev = resolve_device(device)
+    base = load_base(run["base"], device=dev, dtype=resolve_dtype(dtype, dev), attn=run["attn"])
+    tokenizer = load_tokenizer(run["base"])
+    sequences = pack(docs.pop("heldout"), tokenizer, train_config.seq_len)
+    corpora = {"heldout": split_heldout(sequences, train_config.heldout_fraction)[1][:max_sequences]}
+    for name, texts in docs.items():
+        corpora[name] = pack(texts, tokenizer, train_config.seq_len, max_sequences)
+
+    jobs = [(v, [1]) for v in ("truncated", "base")] + [(v, depths) for v in run["variants"]]
+    rows = []
+    bar = tqdm(total=sum(len(d) for _, d in jobs) * len(corpora), desc="eval", disable=not progress)
+    for variant, variant_depths in jobs:
+        model = build_variant(base, config, variant, train_config.seed)
+        if variant in LOOPED_VARIANTS:
+            load_trainable(model, run_dir / variant / CHECKPOINT)
+        for name, seqs in corpora.items():
+            for depth in variant_depths:
+                loss = evaluate(model, seqs, depth, batch_size)
+                listed = depths if variant not in LOOPED_VARIANTS else [depth]
+                rows += [{"variant": variant, "corpus": name, "depth": d, "loss": loss,
+                          "sequences": len(seqs)} for d in listed]
+                bar.update()
+    bar.close()
+    table = pd.DataFrame(rows)
+    table["variant"] = pd.Categorical(table["variant"], [v for v in VARIANTS if v in set(table["variant"])])
+    table = table.sort_values(["corpus", "variant", "depth"]).reset_index(drop=True)
+    _write_atomic(run_dir / "results.csv", lambda tmp: table.to_csv(tmp, index=False))
+    _write_atomic(run_dir / "results.json",
+                  lambda tmp: tmp.write_text(table.to_json(orient="records", indent=2) + "\n"))
+    _write_atomic(run_dir / "c11_loss_vs_depth.png", lambda tmp: plot_loss_vs_depth(table, tmp))
+    return table

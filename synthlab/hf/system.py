@@ -1,0 +1,406 @@
+"""OUROBOROS on a Qwen2-family checkpoint: prelude, one recurrent layer rewritten per step, coda.
+
+The frozen base is cut into three parts (MISSION.md, "The models"):
+
+    embed -> prelude layers -> recurrent layer x depth -> coda layers -> final norm -> lm_head
+
+At every step the recurrent layer's seven projections (q, k, v, o, gate, up, down) are modulated
+by a low-rank update `dW = (alpha / r) B diag(delta) A`. A (r x in) and B (out x r) are FIXED
+buffers from the SVD of the mean weight difference between the removed layers and the recurrent
+one; only the magnitudes `delta` change. Variants (one code path, chosen by `variant`):
+
+- controller: delta is written per token by a small MLP that reads the CAUSAL running mean of the
+  state entering the recurrent layer (prefix mean, never future tokens) plus a step embedding.
+- static:     delta is a learned vector per (step, target), the same for every input.
+- nogate:     the controller, but the new state simply replaces the old one (no gated recurrence).
+- truncated:  prelude, the recurrent layer once, coda; nothing trainable.
+- base:       the full, unmodified checkpoint.
+
+Trainable parameters of the looped variants (base frozen, bases fixed), with d the hidden size,
+S = max_steps, H = controller_hidden, K = 7 targets:
+    gate       W (d x 2d) + b (d)               per-channel gate, b = -2 so g = 0.12 at init
+    step_norm  S x d                            per-step RMSNorm scales
+    controller S x d (step embedding) + (d+1) H + (H+1) K r   [controller, nogate]
+    static     S x K x r                                       [static]
+For the Qwen2.5-3B shape (d 2048, S 16, r 32) the gate is 8.39M and the controller with H = 320
+brings the total to 9.18M. The reference states only the total (9.2M); with the gate and norm
+forms above fixed by MISSION.md, H is the one free size and 320 (a multiple of 64) is the width
+that total implies: (9.2M - 8.456M) / (d + 1 + K r) = 327 -> 320. See `trainable_breakdown`.
+
+One recurrent step t, with h the state entering it (batch, T, d):
+    delta_t = controller(causal_mean(h), t)                 (batch, T, K, r), zero at init
+    c = layer_{W + dW(delta_t)}(h)                          the HF decoder layer, modulated
+    c = rmsnorm(c) * gamma_t * rms(h)                       per-step RMSNorm, keeping h's scale
+    g = sigmoid(W_g [rmsnorm(c); rmsnorm(h)] + b_g)         per-channel gate (absent in nogate)
+    h = g c + (1 - g) h
+Choices the reference leaves open, made here: the per-step norm hands the candidate back at the
+incoming state's RMS (the frozen coda expects Qwen's residual magnitudes, which a plain RMSNorm
+would shrink to 1), and the gate and controller read normalised states (Qwen's residual stream has
+a few channels in the thousands that would saturate a linear gate).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from synthlab.errors import SynthlabError
+
+# target name -> (sub-module of the decoder layer, attribute of its nn.Linear)
+TARGETS: dict[str, tuple[str, str]] = {
+    "q": ("self_attn", "q_proj"),
+    "k": ("self_attn", "k_proj"),
+    "v": ("self_attn", "v_proj"),
+    "o": ("self_attn", "o_proj"),
+    "gate": ("mlp", "gate_proj"),
+    "up": ("mlp", "up_proj"),
+    "down": ("mlp", "down_proj"),
+}
+VARIANTS = ("controller", "static", "nogate", "truncated", "base")
+LOOPED_VARIANTS = ("controller", "static", "nogate")
+
+# Reference split of the 36-layer Qwen2.5-3B: prelude 0-7, recurrent 18, coda 28-35.
+_REFERENCE_LAYERS, _REFERENCE_PRELUDE, _REFERENCE_CODA = 36, 8, 8
+
+
+@dataclass
+class OuroborosConfig:
+    """How to cut the base and what to train; None split fields take the proportional default."""
+
+    variant: str = "controller"
+    prelude_layers: int | None = None
+    recurrent_layer: int | None = None
+    coda_layers: int | None = None
+    rank: int = 32
+    alpha: float = 16.0
+    controller_hidden: int = 320
+    max_steps: int = 16
+    gate_bias: float = -2.0
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise SynthlabError(f"variant must be one of {', '.join(VARIANTS)}, got '{self.variant}'")
+        for name in ("rank", "controller_hidden", "max_steps"):
+            if getattr(self, name) < 1:
+                raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.alpha <= 0:
+            raise SynthlabError(f"alpha must be > 0, got {self.alpha}")
+
+
+@dataclass(frozen=True)
+class Split:
+    """Layer indices of each part; `removed` are the layers the recurrent one stands in for."""
+
+    prelude: tuple[int, ...]
+    recurrent: int
+    coda: tuple[int, ...]
+    removed: tuple[int, ...]
+
+
+def resolve_split(num_layers: int, config: OuroborosConfig) -> Split:
+    """The split for a `num_layers`-deep base.
+
+    Default rule, proportional to the reference 8 / 1 / 8 of 36: prelude and coda each
+    round(8 L / 36) layers (at least 1), recurrent layer L // 2. L = 36 gives 0-7 | 18 | 28-35,
+    L = 28 gives 0-5 | 14 | 22-27, L = 24 gives 0-4 | 12 | 19-23, L = 4 gives 0 | 2 | 3.
+    """
+    share = max(1, round(num_layers * _REFERENCE_PRELUDE / _REFERENCE_LAYERS))
+    n_prelude = share if config.prelude_layers is None else config.prelude_layers
+    n_coda = max(1, round(num_layers * _REFERENCE_CODA / _REFERENCE_LAYERS))
+    n_coda = n_coda if config.coda_layers is None else config.coda_layers
+    recurrent = num_layers // 2 if config.recurrent_layer is None else config.recurrent_layer
+    coda_start = num_layers - n_coda
+    if n_prelude < 0 or n_coda < 0:
+        raise SynthlabError("prelude_layers and coda_layers must be >= 0")
+    if not n_prelude <= recurrent < coda_start:
+        raise SynthlabError(
+            f"recurrent_layer {recurrent} must lie between the prelude (0-{n_prelude - 1}) and the "
+            f"coda ({coda_start}-{num_layers - 1}) of a {num_layers}-layer base"
+        )
+    removed = tuple(i for i in range(n_prelude, coda_start) if i != recurrent)
+    if not removed:
+        raise SynthlabError(
+            f"the split of a {num_layers}-layer base leaves no removed layer to build LoRA bases from; "
+            "use fewer prelude_layers / coda_layers"
+        )
+    return Split(tuple(range(n_prelude)), recurrent, tuple(range(coda_start, num_layers)), removed)
+
+
+def target_linear(layer: nn.Module, target: str) -> nn.Module:
+    parent, attr = TARGETS[target]
+    return getattr(getattr(layer, parent), attr)
+
+
+def lora_bases(residual: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fixed bases (A: rank x in, B: out x rank) of a mean residual M (out x in).
+
+    With M = U S V^T: B = U_r S_r^(1/2), A = S_r^(1/2) V_r^T, so B A is the best rank-r
+    approximation of M and delta = 1 reproduces it (the split of S keeps A and B at one scale).
+    A matrix of rank below r gets zero-padded bases (those directions stay dead).
+    """
+    out_features, in_features = residual.shape
+    if residual.is_meta:  # shapes only: counting a config-built model
+        return (torch.empty(rank, in_features, device="meta"), torch.empty(out_features, rank, device="meta"))
+    u, s, vh = torch.linalg.svd(residual.float(), full_matrices=False)
+    kept = min(rank, s.numel())
+    root = s[:kept].sqrt()
+    a = torch.zeros(rank, in_features)
+    b = torch.zeros(out_features, rank)
+    a[:kept] = root[:, None] * vh[:kept].cpu()
+    b[:, :kept] = u[:, :kept].cpu() * root
+    return a, b
+
+
+def mean_residual(layers: nn.ModuleList, split: Split, target: str) -> torch.Tensor:
+    """mean over removed layers l of (W_l - W_recurrent), float32, (out x in)."""
+    recurrent = target_linear(layers[split.recurrent], target).weight
+    if recurrent.is_meta:
+        return torch.empty(recurrent.shape, device="meta")
+    total = torch.zeros(recurrent.shape, dtype=torch.float32, device=recurrent.device)
+    for index in split.removed:  # running sum: 19 stacked 11008 x 2048 copies would be 1.7 GB
+        total += target_linear(layers[index], target).weight.float() - recurrent.float()
+    return total / len(split.removed)
+
+
+class ModulatedLinear(nn.Module):
+    """A frozen nn.Linear plus `(alpha / r) B diag(delta) A x`; delta is set per step by the owner.
+
+    delta has shape (batch, T, r) (per token, controller) or (r,) (static); None means no update.
+    Computed as B (delta * (A x)) so the full dW is never formed.
+    """
+
+    def __init__(self, base: nn.Linear, a: torch.Tensor, b: torch.Tensor, scale: float, origin: tuple) -> None:
+        super().__init__()
+        self.base = base
+        self.register_buffer("lora_a", a, persistent=False)  # (r, in)
+        self.register_buffer("lora_b", b, persistent=False)  # (out, r)
+        self.scale = scale
+        self.origin = origin  # (split, rank, scale) the bases were computed for
+        self.delta: torch.Tensor | None = None
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.base.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)
+        if self.delta is None:
+            return y
+        coeff = F.linear(x, self.lora_a) * self.delta.to(x.dtype)  # (batch, T, r)
+        return y + self.scale * F.linear(coeff, self.lora_b)
+
+
+def causal_mean(h: torch.Tensor) -> torch.Tensor:
+    """Running mean over the prefix: out[:, t] = mean(h[:, :t+1]); (batch, T, d) float32."""
+    counts = torch.arange(1, h.shape[1] + 1, device=h.device, dtype=torch.float32)
+    return h.float().cumsum(dim=1) / counts[None, :, None]
+
+
+def causal_mask(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Additive (1, 1, T, T) mask: 0 on and below the diagonal, the dtype's minimum above.
+
+    Passed explicitly to every layer so eager and SDPA attention are causal for the same reason
+    (HF's SDPA path drops `is_causal` whenever a mask is given).
+    """
+    blocked = torch.ones(length, length, dtype=torch.bool, device=device).triu(1)
+    mask = torch.zeros(length, length, dtype=dtype, device=device)
+    return mask.masked_fill(blocked, torch.finfo(dtype).min)[None, None]
+
+
+class Controller(nn.Module):
+    """Causal pooled state + step embedding -> MLP -> one delta (r) per target, per token."""
+
+    def __init__(self, hidden_size: int, width: int, n_targets: int, rank: int, max_steps: int,
+                 generator: torch.Generator) -> None:
+        super().__init__()
+        self.n_targets, self.rank = n_targets, rank
+        self.step_embedding = nn.Parameter(torch.randn(max_steps, hidden_size, generator=generator))
+        self.inp = nn.Linear(hidden_size, width)
+        self.heads = nn.Linear(width, n_targets * rank)  # the 7 output heads, stacked
+        with torch.no_grad():
+            self.inp.weight.normal_(0.0, 1.0 / math.sqrt(hidden_size), generator=generator)
+            self.inp.bias.zero_()
+            self.heads.weight.zero_()  # zero heads: delta = 0 at init, the system starts unmodulated
+            self.heads.bias.zero_()
+
+    def forward(self, h: torch.Tensor, step: int) -> torch.Tensor:
+        # Pooled state normalised (Qwen's residual stream has channels in the thousands), then the
+        # step identity at the same scale (embedding ~ N(0, 1)). (batch, T, d) -> (batch, T, K, r)
+        pooled = F.rms_norm(causal_mean(h), (h.shape[-1],))
+        x = pooled + self.step_embedding[step]
+        out = self.heads(F.silu(self.inp(x)))
+        return out.view(*h.shape[:2], self.n_targets, self.rank)
+
+
+class OuroborosLM(nn.Module):
+    """The looped system (or a baseline) around a frozen HF Qwen2ForCausalLM."""
+
+    def __init__(self, base: nn.Module, config: OuroborosConfig, generator: torch.Generator) -> None:
+        super().__init__()
+        if getattr(base.config, "model_type", None) != "qwen2":
+            raise SynthlabError(f"base must be a Qwen2-family checkpoint, got model_type '{base.config.model_type}'")
+        if any(kind != "full_attention" for kind in base.config.layer_types):
+            raise SynthlabError("base uses sliding-window layers, which OUROBOROS does not support")
+        self.base = base.requires_grad_(False)
+        self.config = config
+        layers = base.model.layers
+        self.split = resolve_split(len(layers), config)
+        self.targets = tuple(TARGETS)
+        d = base.config.hidden_size
+        device = layers[0].self_attn.q_proj.weight.device
+        if config.variant in LOOPED_VARIANTS:
+            self._attach_bases(layers)
+            # Trainable parts in float32 whatever the base dtype; modules built on CPU (seeded
+            # init), then moved; plain parameters are created on the device.
+            self.step_norm = nn.Parameter(torch.ones(config.max_steps, d, device=device))
+            if config.variant != "nogate":
+                self.gate = nn.Linear(2 * d, d)
+                with torch.no_grad():  # W = 0, b = -2: g = sigmoid(-2) = 0.12 everywhere at init
+                    self.gate.weight.zero_()
+                    self.gate.bias.fill_(config.gate_bias)
+                self.gate.to(device)
+            if config.variant == "static":
+                shape = (config.max_steps, len(self.targets), config.rank)
+                self.static_delta = nn.Parameter(torch.zeros(shape, device=device))
+            else:
+                self.controller = Controller(d, config.controller_hidden, len(self.targets), config.rank,
+                                             config.max_steps, generator).to(device)
+
+    def train(self, mode: bool = True) -> OuroborosLM:
+        """Train mode for the trainable parts only; the frozen base always runs in eval mode."""
+        super().train(mode)
+        self.base.eval()
+        return self
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach() for n, p in self.named_parameters() if p.requires_grad}
+
+    def _attach_bases(self, layers: nn.ModuleList) -> None:
+        layer = layers[self.split.recurrent]
+        scale = self.config.alpha / self.config.rank
+        origin = (self.split, self.config.rank, scale)
+        for target in self.targets:
+            linear = target_linear(layer, target)
+            if isinstance(linear, ModulatedLinear):  # several variants sharing one loaded base
+                if linear.origin != origin:
+                    raise SynthlabError("this base carries OUROBOROS bases of another split or rank; load it afresh")
+                continue
+            a, b = lora_bases(mean_residual(layers, self.split, target), self.config.rank)
+            wrapped = ModulatedLinear(linear, a.to(linear.weight), b.to(linear.weight), scale, origin)
+            parent, attr = TARGETS[target]
+            setattr(getattr(layer, parent), attr, wrapped)
+
+    @contextlib.contextmanager
+    def _modulation(self, deltas: torch.Tensor):
+        """Set each target's delta for one step; deltas (..., K, r), the K axis in TARGETS order."""
+        layer = self.base.model.layers[self.split.recurrent]
+        wrapped = [target_linear(layer, t) for t in self.targets]
+        try:
+            for k, module in enumerate(wrapped):
+                module.delta = deltas[..., k, :]
+            yield
+        finally:
+            for module in wrapped:
+                module.delta = None
+
+    def step_deltas(self, h: torch.Tensor, step: int) -> torch.Tensor:
+        """(batch, T, K, r) for the controller variants, (K, r) for static."""
+        if self.config.variant == "static":
+            return self.static_delta[step]
+        return self.controller(h, step)
+
+    def _run(self, h, indices, mask, position_embeddings):
+        for index in indices:
+            h = self._layer(self.base.model.layers[index], h, mask, position_embeddings)
+        return h
+
+    @staticmethod
+    def _layer(layer, h, mask, position_embeddings):
+        out = layer(h, attention_mask=mask, position_embeddings=position_embeddings)
+        return out[0] if isinstance(out, tuple) else out  # transformers 4.x layers return a tuple
+
+    def _recur(self, h, depth, mask, position_embeddings):
+        layer = self.base.model.layers[self.split.recurrent]
+        for step in range(depth):
+            with self._modulation(self.step_deltas(h, step)):
+                new = self._layer(layer, h, mask, position_embeddings)
+            # Per-step RMSNorm that keeps the incoming scale: the coda expects Qwen's residual
+            # magnitudes, so the candidate gets the old state's RMS and a per-step channel scale.
+            old_rms = h.float().pow(2).mean(-1, keepdim=True).sqrt()
+            new = F.rms_norm(new.float(), (new.shape[-1],)) * self.step_norm[step] * old_rms
+            if self.config.variant == "nogate":
+                h = new.to(h.dtype)
+                continue
+            d = h.shape[-1]
+            # The gate reads both states normalised, so massive channels do not saturate it.
+            g = torch.sigmoid(self.gate(torch.cat([F.rms_norm(new, (d,)), F.rms_norm(h.float(), (d,))], -1)))
+            h = (g * new + (1 - g) * h.float()).to(h.dtype)
+        return h
+
+    def hidden(self, input_ids: torch.Tensor, depth: int = 1) -> torch.Tensor:
+        """Final normed hidden state (batch, T, d) of this variant at `depth` recurrent steps."""
+        variant = self.config.variant
+        if variant in LOOPED_VARIANTS and not 1 <= depth <= self.config.max_steps:
+            raise SynthlabError(f"depth must be in 1..{self.config.max_steps} (max_steps), got {depth}")
+        inner = self.base.model
+        h = inner.embed_tokens(input_ids)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        position_embeddings = inner.rotary_emb(h, positions)
+        mask = causal_mask(input_ids.shape[1], h.dtype, h.device)
+        if variant == "base":
+            h = self._run(h, range(len(inner.layers)), mask, position_embeddings)
+        else:
+            h = self._run(h, self.split.prelude, mask, position_embeddings)
+            if variant == "truncated":
+                h = self._run(h, [self.split.recurrent], mask, position_embeddings)
+            else:
+                h = self._recur(h, depth, mask, position_embeddings)
+            h = self._run(h, self.split.coda, mask, position_embeddings)
+        return inner.norm(h)
+
+    def forward(self, input_ids: torch.Tensor, depth: int = 1) -> torch.Tensor:
+        """Logits (batch, T, vocab)."""
+        return self.base.lm_head(self.hidden(input_ids, depth))
+
+
+def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy with ONE shift: position t predicts token t + 1."""
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten())
+
+
+def trainable_breakdown(model: OuroborosLM) -> dict[str, int]:
+    """Trainable parameter count per part (and 'total')."""
+    counts = {}
+    for name in ("step_norm", "gate", "static_delta", "controller"):
+        part = getattr(model, name, None)
+        if part is None:
+            continue
+        tensors = [part] if isinstance(part, nn.Parameter) else list(part.parameters())
+        counts[name] = sum(t.numel() for t in tensors if t.requires_grad)
+    counts["total"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return counts
+
+
+def summary(model: OuroborosLM) -> dict:
+    """What `synthlab ouroboros build` writes to summary.json."""
+    cfg = model.base.config
+    return {
+        "variant": model.config.variant,
+        "trainable_params": trainable_breakdown(model)["total"],
+        "trainable_breakdown": trainable_breakdown(model),
+        "base_params": sum(p.numel() for p in model.base.parameters()),
+        "split": dataclasses.asdict(model.split),
+        "rank": model.config.rank,
+        "alpha": model.config.alpha,
+        "targets": list(model.targets),
+        "config": dataclasses.asdict(model.config),
+        "base_shape": {k: getattr(cfg, k) for k in (
+            "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "vocab_size")},
+    }

@@ -1,0 +1,156 @@
+"""Training the looped variants and measuring loss against depth (claim C11).
+
+Optimiser as in MISSION.md ("OUROBOROS training"): AdamW lr 3e-4, weight decay 0.01 on matrices
+only (embeddings, norms and biases are not decayed, as in nanoGPT), betas (0.9, 0.95), linear
+warmup, cosine to 1e-6, gradient clip 1.0; the depth of each optimiser step drawn from a set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from synthlab.errors import SynthlabError
+from synthlab.hf.system import OuroborosLM, lm_loss
+
+
+@dataclass
+class TrainConfig:
+    """One training run of one looped variant (reference values in the comments)."""
+
+    steps: int = 1000
+    seq_len: int = 2048
+    batch_size: int = 4
+    grad_accum: int = 8  # effective batch 32 sequences, as the reference
+    lr: float = 3e-4
+    min_lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int | None = None  # None: min(2000, steps // 10); the reference uses 2000
+    grad_clip: float = 1.0
+    depths: tuple[int, ...] = (4, 8, 16)  # depth per step drawn uniformly; one value = fixed
+    heldout_fraction: float = 0.05
+    checkpoint_every: int = 0  # 0: only at the end
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "seq_len", "batch_size", "grad_accum"):
+            if getattr(self, name) < 1:
+                raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.seq_len < 2:
+            raise SynthlabError(f"seq_len must be >= 2, got {self.seq_len}")
+        if not self.depths or min(self.depths) < 1:
+            raise SynthlabError(f"depths must be positive integers, got {self.depths}")
+        if not 0 < self.heldout_fraction < 1:
+            raise SynthlabError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        if not 0 <= self.min_lr <= self.lr:
+            raise SynthlabError(f"min_lr must be in [0, lr], got {self.min_lr}")
+
+    @property
+    def warmup(self) -> int:
+        return min(2000, self.steps // 10) if self.warmup_steps is None else self.warmup_steps
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Linear warmup to lr, then cosine from lr down to min_lr at the last step."""
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    span = max(1, config.steps - config.warmup)
+    progress = min(1.0, (step - config.warmup) / span)
+    return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: OuroborosLM, config: TrainConfig) -> torch.optim.AdamW:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise SynthlabError(f"variant '{model.config.variant}' has nothing to train")
+    # Only the weight matrices of trainable Linear layers (gate, controller) decay; biases, norm
+    # scales, step embeddings and static deltas do not (nanoGPT's rule, decaying them toward 0
+    # would pull the gate bias and norm scales off their identity-preserving init).
+    decay = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight.requires_grad}
+    groups = [
+        {"params": [p for p in params if id(p) in decay], "weight_decay": config.weight_decay},
+        {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas))
+
+
+def train(model: OuroborosLM, sequences: torch.Tensor, config: TrainConfig, *,
+          on_checkpoint=None, progress: bool = True) -> list[dict]:
+    """Train `model`'s trainable parameters on packed (N, seq_len) `sequences`; a log row per step.
+
+    Batches and depths come from two generators seeded with config.seed (data order) and
+    config.seed + 1 (depths), so a run is reproducible. `on_checkpoint(step)` is called every
+    `checkpoint_every` steps and at the end.
+    """
+    from tqdm import tqdm
+
+    if max(config.depths) > model.config.max_steps:
+        raise SynthlabError(f"depths {config.depths} exceed the model's max_steps {model.config.max_steps}")
+    device = next(p for p in model.parameters() if p.requires_grad).device
+    data_gen = torch.Generator().manual_seed(config.seed)
+    depth_gen = torch.Generator().manual_seed(config.seed + 1)
+    optimizer = make_optimizer(model, config)
+    model.train()
+    order, cursor, log = torch.randperm(len(sequences), generator=data_gen), 0, []
+    bar = tqdm(range(config.steps), desc=f"train {model.config.variant}", disable=not progress)
+    for step in bar:
+        depth = config.depths[int(torch.randint(len(config.depths), (1,), generator=depth_gen))]
+        lr = learning_rate(step, config)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        total = 0.0
+        for _ in range(config.grad_accum):
+            if cursor + config.batch_size > len(order):  # new epoch, new order
+                order, cursor = torch.randperm(len(sequences), generator=data_gen), 0
+            batch = sequences[order[cursor: cursor + config.batch_size]].to(device)
+            cursor += config.batch_size
+            loss = lm_loss(model(batch, depth), batch) / config.grad_accum
+            loss.backward()
+            total += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        log.append({"step": step, "depth": depth, "loss": total, "lr": lr, "grad_norm": float(norm)})
+        bar.set_postfix(loss=f"{total:.3f}", depth=depth)
+        last = step + 1 == config.steps
+        if on_checkpoint is not None and (last or (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0)):
+            on_checkpoint(step + 1)
+    model.eval()
+    return log
+
+
+@torch.no_grad()
+def evaluate(model: OuroborosLM, sequences: torch.Tensor, depth: int, batch_size: int) -> float:
+    """Mean next-token loss over every predicted token of `sequences` at `depth` (batch means
+    weighted by their token counts, so a short last batch counts for what it holds)."""
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for start in range(0, len(sequences), batch_size):
+        batch = sequences[start: start + batch_size].to(device)
+        tokens = batch.shape[0] * (batch.shape[1] - 1)
+        total += lm_loss(model(batch, depth), batch).item() * tokens
+        count += tokens
+    return total / count
+
+
+def plot_loss_vs_depth(table, path: str | Path) -> None:
+    """The C11 figure: loss against depth, a line per variant, a panel per corpus."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    grid = sns.relplot(data=table, x="depth", y="loss", hue="variant", style="variant", col="corpus",
+                       kind="line", markers=True, dashes=False, facet_kws={"sharey": False}, height=3.5)
+    depths = sorted(int(d) for d in table["depth"].unique())
+    for ax in grid.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
+        ax.set_xticks(depths, [str(d) for d in depths])
+    grid.figure.suptitle("OUROBOROS (C11): loss vs recurrent depth", y=1.02)
+    grid.savefig(path, format="png", bbox_inches="tight", dpi=120)
