@@ -1,0 +1,165 @@
+"""Knowledge capacity of a model trained on bioS: bits stored and bits per parameter.
+
+Physics of LMs 3.3, Definition 4.3 (MISSION.md, bioS):
+
+    bits = N log2(N0 / e^p1) + N log2(S0 / e^p2),    R = bits / P
+
+- p1: cross-entropy in nats SUMMED over the tokens of a person's full name (given the text before
+  it, i.e. its first occurrence in the biography), averaged over people;
+- p2: the same, summed over the tokens of all the person's attribute values;
+- N0 = 400 * 400 * 1000 names, S0 = 2 * (12 * 28 * 200) * 200 * 300 * 100 * 263 attribute tuples;
+- P: unique parameters (a looped block counted once), without embedding rows of tokens that never
+  occur in the training data.
+
+Each term is a lower bound on the information the model holds about the people; a term can be
+negative for a model that predicts worse than the uniform distribution over the pool (an untrained
+model spreads probability over the whole vocabulary), which is no evidence of knowledge, so each
+term is clipped at 0 in `bits` (the raw values are reported as well). The maximum for N people is
+N log2(N0 / N) + N log2 S0 (names are unique, so a name carries at most log2(N0 / N) bits once
+the N names are known).
+
+The work city is a function of the employer (its headquarters), so the work-city and employer
+tokens are scored together as one attribute with 263 values: whichever comes first in the text
+carries the information and the other is then determined.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from synthlab.errors import SynthlabError
+
+LOG2E = math.log2(math.e)
+N0 = 400 * 400 * 1000
+# Values per attribute; the product is S0. "employer" includes the work-city tokens (see above).
+ATTRIBUTE_VALUES = {
+    "gender": 2,
+    "birth_date": 12 * 28 * 200,
+    "birth_city": 200,
+    "university": 300,
+    "major": 100,
+    "employer": 263,
+}
+S0 = math.prod(ATTRIBUTE_VALUES.values())
+# Span names in the data that are scored as part of another attribute.
+SCORED_AS = {"work_city": "employer"}
+
+
+def term_bits(n_people: int, values: float, nats: float) -> float:
+    """N log2(values / e^nats): bits a loss of `nats` per person shows beyond the uniform guess."""
+    return n_people * (math.log2(values) - nats * LOG2E)
+
+
+def capacity_bits(n_people: int, p1: float, p2: float) -> float:
+    """bits(F) of Definition 4.3, each of the two terms clipped at 0."""
+    return max(0.0, term_bits(n_people, N0, p1)) + max(0.0, term_bits(n_people, S0, p2))
+
+
+def max_bits(n_people: int) -> float:
+    """The most a model can store about N people: N log2(N0 / N) + N log2 S0."""
+    return n_people * (math.log2(N0 / n_people) + math.log2(S0))
+
+
+@dataclass(frozen=True)
+class PersonLosses:
+    """Summed losses per person (nats), averaged over that person's biographies where several."""
+
+    name: np.ndarray  # (N,)
+    attributes: dict[str, np.ndarray]  # attribute -> (N,), keys of ATTRIBUTE_VALUES
+
+
+def capacity_report(losses: PersonLosses, params: int) -> dict:
+    """Every number of the estimate, from per-person summed losses and the parameter count P."""
+    n = len(losses.name)
+    p1 = float(losses.name.mean())
+    per_attribute = {a: float(v.mean()) for a, v in losses.attributes.items()}
+    p2 = float(sum(per_attribute.values()))
+    bits = capacity_bits(n, p1, p2)
+    return {
+        "n_people": n,
+        "p1": p1,
+        "p2": p2,
+        "bits_name": term_bits(n, N0, p1),
+        "bits_attributes": term_bits(n, S0, p2),
+        "bits": bits,
+        "max_bits": max_bits(n),
+        "fraction_of_max": bits / max_bits(n),
+        "params": params,
+        "bits_per_param": bits / params,
+        "per_attribute": {
+            a: {"loss": per_attribute[a], "values": ATTRIBUTE_VALUES[a], "bits": term_bits(n, ATTRIBUTE_VALUES[a], per_attribute[a])}
+            for a in per_attribute
+        },
+    }
+
+
+def person_losses(model, data, *, device, batch_size: int = 64, steps: int | None = None) -> PersonLosses:
+    """Summed last-step losses of each person's name and attribute tokens in the training biographies.
+
+    The model reads every biography as it was trained (`<bos> text <eos>`, one per row); text token
+    k sits at position k + 1, so its loss is entry k of `score_sequences`. With several
+    biographies per person (multiM) the sums are averaged over that person's biographies.
+    """
+    from synthlab.evaluate import score_sequences
+
+    records = data.records("train")
+    losses, _ = score_sequences(model, [data.encode_text(r["text"]) for r in records],
+                                pad_id=data.pad_id, device=device, steps=steps, batch_size=batch_size)
+    n = len(data.records("people"))
+    sums = {key: np.zeros(n) for key in ("name", *ATTRIBUTE_VALUES)}
+    seen = np.zeros(n)
+    has_gender = np.zeros(n, dtype=bool)
+    for record, loss in zip(records, losses):
+        person = record["person"]
+        seen[person] += 1
+        for span_name, (start, end) in record["spans"].items():
+            key = SCORED_AS.get(span_name, span_name)
+            sums[key][person] += loss[start:end].sum()
+            has_gender[person] |= key == "gender"
+    if (seen == 0).any():
+        raise SynthlabError(f"{data.path}: {int((seen == 0).sum())} people have no biography in train.jsonl")
+    # without a pronoun (the fullname variant) the gender cannot be read: no evidence, log 2 nats
+    sums["gender"] = np.where(has_gender, sums["gender"], math.log(2) * seen)
+    mean = {key: value / seen for key, value in sums.items()}
+    return PersonLosses(mean.pop("name"), mean)
+
+
+def used_token_ids(data) -> set[int]:
+    """Token ids that occur in the training sequences (the embedding rows that count in P)."""
+    from synthlab.data import training_examples
+
+    return set(np.unique(training_examples(data).tokens).tolist())
+
+
+def estimate_capacity(run_dir: str | Path, *, batch_size: int = 64, device: str = "auto",
+                      steps: int | None = None) -> dict:
+    """The capacity report of a bioS run; written to RUN_DIR/capacity.json (capacity_steps{T}.json
+    when read at `steps` recurrent steps) and returned."""
+    from synthlab.data import load_dataset
+    from synthlab.models import count_params
+    from synthlab.train import atomic_write_text, load_trained_model, resolve_device
+
+    run_dir = Path(run_dir)
+    dev = resolve_device(device)
+    model, run, _ = load_trained_model(run_dir, dev)
+    if run.train.task != "bios":
+        raise SynthlabError(f"capacity needs a run trained on bios; {run_dir} was trained on {run.train.task}")
+    data = load_dataset(run.train.data, "bios")
+    losses = person_losses(model, data, device=dev, batch_size=batch_size, steps=steps)
+    report = capacity_report(losses, count_params(model, used_token_ids=used_token_ids(data)))
+    report.update({
+        "params_all": count_params(model),
+        "params_non_embedding": count_params(model, exclude_embedding=True),
+        "model": {k: getattr(run.model, k) for k in ("d_model", "n_layers", "n_heads", "loops", "topology")},
+        "steps": steps or run.model.loops,
+        "exposures": run.train.exposures,
+        "data": str(data.path),
+    })
+    name = "capacity.json" if steps is None else f"capacity_steps{steps}.json"
+    atomic_write_text(run_dir / name, json.dumps(report, indent=2) + "\n")
+    return report

@@ -1,0 +1,248 @@
+"""Evaluation of a trained run on its test split: `evaluate_run(run_dir, ...)` -> RUN_DIR/eval/*.json.
+
+Every task's test records are (prompt, answer) pairs. The model reads prompt + answer once with
+teacher forcing and, at every recurrent step t, we take the argmax at each answer position: the
+answer is correct at step t when all its tokens are. This equals greedy decoding (if every greedy
+token matches, each next token is predicted from the same correct prefix) at the cost of one
+forward pass. Reported per step t = 1..T (and past the trained depth with `steps`):
+
+- exact-match accuracy, and the summed cross-entropy of the answer tokens (nats);
+- the step agreement matrix: the fraction of examples whose predicted answers at steps i and j
+  are identical (MISSION.md C9);
+- per group: the bioS attribute, the Mano length, the multihop hop count, the reach distance;
+- bioS also: recall of each attribute inside the training biographies (`biography_recall`), since
+  a model trained on biographies alone has never seen a question.
+
+Options that need the model's inference machinery:
+- `exit_rule` (`static:T`, `q:0.8`, `diff:0.01`, `kl:0.001`): accuracy when each token exits at
+  the step the rule picks, and the mean exit step (C6);
+- `kv` (`full`, `first`, `last`, `mean`): accuracy of real greedy generation with that decode-time
+  KV-cache strategy (C7), batched over prompts of equal length.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from synthlab.data import Dataset, load_dataset, qa_sequence
+from synthlab.errors import SynthlabError
+from synthlab.models import KV_STRATEGIES, parse_exit_rule
+from synthlab.train import atomic_write_text, autocast, load_trained_model, resolve_device
+
+GROUP_KEYS = {"bios": "attribute", "mano": "length", "multihop": "hops", "reach": "distance"}
+
+
+def _padded(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids (B, S) right-padded, lengths (B,))."""
+    lengths = torch.tensor([len(s) for s in sequences])
+    ids = torch.full((len(sequences), int(lengths.max())), pad_id, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.tensor(seq)
+    return ids, lengths
+
+
+def _batches(n: int, lengths: list[int], batch_size: int):
+    """Index batches of similar length (less padding), in a fixed order."""
+    order = np.argsort(lengths, kind="stable")
+    for start in range(0, n, batch_size):
+        yield order[start : start + batch_size]
+
+
+@dataclass
+class AnswerScores:
+    """Per example and recurrent step: is the whole answer right, its summed loss, its prediction."""
+
+    correct: np.ndarray  # (T, n) bool
+    loss: np.ndarray  # (T, n) nats summed over the answer tokens
+    agreement: np.ndarray  # (T, T) fraction of examples predicting the same answer at steps i and j
+
+
+@torch.no_grad()
+def score_answers(model, prompts: list[list[int]], answers: list[list[int]], *, pad_id: int,
+                  device: torch.device, steps: int | None = None, batch_size: int = 256) -> AnswerScores:
+    """Teacher-forced exact match and loss of each answer at every recurrent step."""
+    n = len(prompts)
+    correct, loss, same = None, None, None
+    for index, inputs, targets, answer_mask in _answer_batches(prompts, answers, pad_id, device, batch_size):
+        with autocast(device):
+            step_logits = model(inputs, steps=steps).step_logits  # (T, B, S, V)
+        logp = torch.log_softmax(step_logits.float(), dim=-1)
+        n_steps = logp.shape[0]
+        if correct is None:
+            correct = np.zeros((n_steps, n), dtype=bool)
+            loss = np.zeros((n_steps, n))
+            same = np.zeros((n_steps, n_steps))
+        target_logp = logp.gather(-1, targets.expand(n_steps, -1, -1).unsqueeze(-1)).squeeze(-1)  # (T, B, S)
+        loss[:, index] = -(target_logp * answer_mask).sum(-1).cpu().numpy()
+        predicted = logp.argmax(-1)  # (T, B, S-1)
+        hit = (predicted == targets) | ~answer_mask
+        correct[:, index] = hit.all(-1).cpu().numpy()
+        # two steps agree when their predictions match at every answer position
+        pairwise = (predicted.unsqueeze(0) == predicted.unsqueeze(1)) | ~answer_mask  # (T, T, B, S-1)
+        same += pairwise.all(-1).sum(-1).cpu().numpy()
+    return AnswerScores(correct, loss, same / max(n, 1))
+
+
+@torch.no_grad()
+def score_sequences(model, sequences: list[list[int]], *, pad_id: int, device: torch.device,
+                    steps: int | None = None, batch_size: int = 64) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Last-step (loss, argmax-correct) of every token given the ones before it, one pass per
+    sequence: entry j - 1 of sequence i's arrays scores its token j."""
+    losses: list[np.ndarray] = [np.empty(0)] * len(sequences)
+    hits: list[np.ndarray] = [np.empty(0)] * len(sequences)
+    for index in _batches(len(sequences), [len(s) for s in sequences], batch_size):
+        ids, lengths = _padded([sequences[i] for i in index], pad_id)
+        ids = ids.to(device)
+        with autocast(device):
+            logits = model(ids[:, :-1], steps=steps).logits.float()  # (B, S-1, V)
+        targets = ids[:, 1:]
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none").cpu().numpy()
+        hit = (logits.argmax(-1) == targets).cpu().numpy()
+        for row, i in enumerate(index):
+            losses[i], hits[i] = loss[row, : lengths[row] - 1], hit[row, : lengths[row] - 1]
+    return losses, hits
+
+
+def biography_recall(model, data: Dataset, *, device: torch.device, people: int = 500,
+                     steps: int | None = None, batch_size: int = 64) -> dict[str, dict[str, float]]:
+    """bioS: how well the training biographies themselves are recalled, per attribute: the fraction
+    of values whose every token is the argmax given the biography before it, and the summed loss.
+    (A model trained on biographies only has never seen a question; this is what it knows.)"""
+    records = data.records("train")[:people]
+    losses, hits = score_sequences(model, [data.encode_text(r["text"]) for r in records], pad_id=data.pad_id,
+                                   device=device, steps=steps, batch_size=batch_size)
+    exact: dict[str, list[bool]] = defaultdict(list)
+    nats: dict[str, list[float]] = defaultdict(list)
+    for record, loss, hit in zip(records, losses, hits):
+        for name, (start, end) in record["spans"].items():  # text token k is scored at entry k
+            exact[name].append(bool(hit[start:end].all()))
+            nats[name].append(float(loss[start:end].sum()))
+    return {name: {"accuracy": float(np.mean(exact[name])), "loss": float(np.mean(nats[name]))} for name in exact}
+
+
+def split_items(data: Dataset, split: str = "test") -> tuple[list[list[int]], list[list[int]], list]:
+    """(prompts, answers, group of each item) of a split's QA records."""
+    key = GROUP_KEYS[data.task]
+    prompts, answers, groups = [], [], []
+    for record in data.records(split):
+        prompt, answer = qa_sequence(data, record)
+        prompts.append(prompt)
+        answers.append(answer)
+        groups.append(record.get(key))
+    if not prompts:
+        raise SynthlabError(f"{data.path / 'test.jsonl'} has no records")
+    return prompts, answers, groups
+
+
+def _per_group(values: np.ndarray, groups: list) -> dict[str, float]:
+    by_group: dict[str, list[float]] = defaultdict(list)
+    for value, group in zip(values.tolist(), groups):
+        by_group[str(group)].append(value)
+    return {g: float(np.mean(v)) for g, v in sorted(by_group.items())}
+
+
+def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, steps: int | None = None,
+                 exit_rule: str | None = None, kv: str | None = None, batch_size: int = 256,
+                 device: str = "auto") -> dict:
+    """Score a run on a test split; writes RUN_DIR/eval/<name>.json and returns the same dict."""
+    run_dir = Path(run_dir)
+    if exit_rule is not None:
+        parse_exit_rule(exit_rule)  # fail before any work on a malformed rule
+    if kv is not None and kv not in KV_STRATEGIES:
+        raise SynthlabError(f"--kv {kv}: choose one of {', '.join(KV_STRATEGIES)}")
+    dev = resolve_device(device)
+    model, run, _ = load_trained_model(run_dir, dev)
+    data = load_dataset(data_dir or run.train.data, run.train.task)
+    if len(data.tokenizer) != run.model.vocab_size:
+        raise SynthlabError(f"--data {data.path}: vocabulary of {len(data.tokenizer)} tokens, the model was trained on {run.model.vocab_size}")
+    prompts, answers, groups = split_items(data)
+    trained = run.model.loops
+    scores = score_answers(model, prompts, answers, pad_id=data.pad_id, device=dev, steps=steps, batch_size=batch_size)
+    n_steps = scores.correct.shape[0]
+    result = {
+        "task": data.task,
+        "data": str(data.path),
+        "n_examples": len(prompts),
+        "trained_steps": trained,
+        "eval_steps": n_steps,
+        "accuracy": float(scores.correct[-1].mean()),
+        "accuracy_at_trained_depth": float(scores.correct[min(trained, n_steps) - 1].mean()),
+        "accuracy_per_step": scores.correct.mean(1).tolist(),
+        "answer_loss_per_step": scores.loss.mean(1).tolist(),
+        "agreement": scores.agreement.tolist(),
+        "group_key": GROUP_KEYS[data.task],
+        "accuracy_per_group": _per_group(scores.correct[-1], groups),
+        "answer_loss_per_group": _per_group(scores.loss[-1], groups),
+    }
+    if data.task == "bios":
+        result["biography_recall"] = biography_recall(model, data, device=dev, steps=steps)
+    name = f"steps{n_steps}" + (f"_data-{data.path.name}" if data_dir is not None else "")
+    if exit_rule is not None:
+        result.update(_exit_eval(model, prompts, answers, data.pad_id, dev, exit_rule, steps, batch_size))
+        name += "_exit-" + exit_rule.replace(":", "")
+    if kv is not None:
+        result.update(_kv_eval(model, prompts, answers, data.pad_id, dev, kv, steps, batch_size))
+        name += "_kv-" + kv
+    result["file"] = f"eval/{name}.json"
+    (run_dir / "eval").mkdir(exist_ok=True)
+    atomic_write_text(run_dir / result["file"], json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _answer_batches(prompts, answers, pad_id, device, batch_size):
+    """Teacher-forcing batches: (index, inputs (B, S-1), targets (B, S-1), answer mask (B, S-1))."""
+    for index in _batches(len(prompts), [len(p) + len(a) for p, a in zip(prompts, answers)], batch_size):
+        ids, lengths = _padded([prompts[i] + answers[i] for i in index], pad_id)
+        mask = torch.zeros(len(index), ids.shape[1] - 1, dtype=torch.bool)
+        for row, i in enumerate(index):
+            mask[row, len(prompts[i]) - 1 : lengths[row] - 1] = True
+        ids = ids.to(device)
+        yield index, ids[:, :-1], ids[:, 1:], mask.to(device)
+
+
+@torch.no_grad()
+def _exit_eval(model, prompts, answers, pad_id, device, exit_rule, steps, batch_size) -> dict:
+    """Accuracy when every answer token is read at the step the exit rule picks for it (C6)."""
+    correct = np.zeros(len(prompts), dtype=bool)
+    exit_sum = exit_count = computed = 0
+    for index, inputs, targets, mask in _answer_batches(prompts, answers, pad_id, device, batch_size):
+        with autocast(device):
+            out = model.forward_exit(inputs, exit_rule, mask=mask, steps=steps)
+        hit = (out.logits.argmax(-1) == targets) | ~mask
+        correct[index] = hit.all(-1).cpu().numpy()
+        exit_sum += int(out.exit_step[mask].sum())
+        exit_count += int(mask.sum())
+        computed = max(computed, out.steps_computed)
+    return {
+        "exit_rule": exit_rule,
+        "exit_accuracy": float(correct.mean()),
+        "mean_exit_step": exit_sum / max(exit_count, 1),
+        "max_steps_computed": computed,
+    }
+
+
+@torch.no_grad()
+def _kv_eval(model, prompts, answers, pad_id, device, kv, steps, batch_size) -> dict:
+    """Accuracy of real greedy generation with a decode-time KV strategy (C7); prompts of one
+    length and answers of one length form a batch, so no padding enters the caches."""
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, (p, a) in enumerate(zip(prompts, answers)):
+        groups[(len(p), len(a))].append(i)
+    correct = np.zeros(len(prompts), dtype=bool)
+    cache_bytes_per_sequence = 0.0
+    for (n_prompt, n_answer), members in sorted(groups.items()):
+        for start in range(0, len(members), batch_size):
+            index = members[start : start + batch_size]
+            idx = torch.tensor([prompts[i] for i in index], device=device)
+            with autocast(device):
+                out = model.generate(idx, max_new_tokens=n_answer, kv_strategy=kv, steps=steps)
+            generated = out.tokens[:, n_prompt:].cpu().numpy()
+            correct[index] = (generated == np.array([answers[i] for i in index])).all(1)
+            cache_bytes_per_sequence = max(cache_bytes_per_sequence, out.cache_bytes / len(index))
+    return {"kv_strategy": kv, "kv_accuracy": float(correct.mean()), "kv_cache_bytes_per_sequence": cache_bytes_per_sequence}

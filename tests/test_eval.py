@@ -1,0 +1,112 @@
+"""synthlab.evaluate: accuracies against independently derived answers and equivalences."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from synthlab.data import load_dataset
+from synthlab.evaluate import evaluate_run, score_answers, split_items
+from synthlab.models import ModelConfig, build_model
+from synthlab.train import resolve_run_config, train
+from synthlab_generators import TASKS, write_dataset
+
+MOD = 5
+
+
+def prefix_value(tokens: list[str]) -> int:
+    """Evaluate a prefix expression mod MOD, right to left with a stack (independent of the generator)."""
+    stack = []
+    for tok in reversed(tokens):
+        if tok.isdigit():
+            stack.append(int(tok))
+        else:
+            a, b = stack.pop(), stack.pop()
+            stack.append({"+": a + b, "-": a - b, "*": a * b}[tok] % MOD)
+    assert len(stack) == 1
+    return stack[0]
+
+
+class ManoOracle(torch.nn.Module):
+    """Reads the prompt, computes its value v itself; at step 1 predicts v if v is even, else v + 1;
+    at step 2 predicts v. Its logits at `<ans>` are one-hot on the prediction."""
+
+    def __init__(self, tokenizer):
+        super().__init__()
+        self.tok = tokenizer
+        self.loops = 2
+
+    def forward(self, idx, steps=None, **_):
+        T = steps or self.loops
+        B, S = idx.shape
+        logits = torch.zeros(T, B, S, len(self.tok))
+        for b in range(B):
+            words = self.tok.decode(idx[b].tolist()).split()
+            end = words.index("<ans>")
+            v = prefix_value(words[2:end])
+            for t in range(T):
+                guess = v if (t >= 1 or v % 2 == 0) else (v + 1) % MOD
+                logits[t, b, end, self.tok.id(str(guess))] = 10.0
+        return SimpleNamespace(step_logits=logits, logits=logits[-1])
+
+
+@pytest.fixture(scope="module")
+def mano_data(tmp_path_factory):
+    spec = TASKS["mano"]
+    return write_dataset(spec, spec.params_cls(L=3, n_train=300, n_test=60, mod=MOD), 0, tmp_path_factory.mktemp("d") / "mano")
+
+
+def test_accuracy_per_step_and_agreement_match_independent_answers(mano_data):
+    data = load_dataset(mano_data)
+    prompts, answers, _ = split_items(data)
+    values = np.array([prefix_value(r["prompt"].split()[2:-1]) for r in data.records("test")])
+    assert [str(v) for v in values] == [r["answer"] for r in data.records("test")]
+    scores = score_answers(ManoOracle(data.tokenizer), prompts, answers, pad_id=data.pad_id, device=torch.device("cpu"), batch_size=7)
+    even = float((values % 2 == 0).mean())
+    assert scores.correct.mean(1).tolist() == pytest.approx([even, 1.0])
+    assert np.allclose(scores.agreement, [[1.0, even], [even, 1.0]])
+    # a right guess (logit 10, every other logit 0) costs log(e^10 + V - 1) - 10 nats
+    V = len(data.tokenizer)
+    assert scores.loss[1] == pytest.approx(np.full(len(values), np.log(np.exp(10) + V - 1) - 10), rel=1e-3)
+
+
+def test_teacher_forced_exact_match_equals_greedy_generation():
+    """Answers that are the model's own greedy continuations score correct, corrupted ones do not."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=30, d_model=32, n_heads=2, n_layers=1, max_seq_len=32, loops=2)).eval()
+    prompts = [torch.randint(4, 30, (int(n),)).tolist() for n in torch.randint(3, 9, (12,))]
+    answers = []
+    for i, p in enumerate(prompts):
+        greedy = model.generate(torch.tensor([p]), max_new_tokens=3).tokens[0, len(p):].tolist()
+        if i % 2:
+            greedy[i % 3] = 4 + (greedy[i % 3] - 3) % 26  # a different token at one answer position
+        answers.append(greedy)
+    scores = score_answers(model, prompts, answers, pad_id=0, device=torch.device("cpu"), batch_size=5)
+    assert scores.correct[-1].tolist() == [i % 2 == 0 for i in range(12)]
+
+
+@pytest.fixture(scope="module")
+def mano_run(mano_data, tmp_path_factory):
+    run = resolve_run_config({}, {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": 2},
+                             {"data": str(mano_data), "steps": 8, "batch_size": 16, "lr": 3e-3, "warmup_steps": 2})
+    run_dir = tmp_path_factory.mktemp("r") / "run"
+    train(run_dir, run, progress=False)
+    return run_dir
+
+
+def test_eval_options_agree_with_each_other(mano_run):
+    deep = evaluate_run(mano_run, steps=4, kv="full", device="cpu")
+    assert deep["eval_steps"] == 4 and len(deep["accuracy_per_step"]) == 4 and deep["trained_steps"] == 2
+    assert deep["kv_accuracy"] == pytest.approx(deep["accuracy"])  # real decoding == teacher forcing
+    static = evaluate_run(mano_run, exit_rule="static:2", device="cpu")
+    assert static["mean_exit_step"] == 2
+    assert static["exit_accuracy"] == pytest.approx(static["accuracy_per_step"][1])
+    assert static["accuracy"] == pytest.approx(deep["accuracy_per_step"][1])
+    written = json.loads((mano_run / static["file"]).read_text())
+    assert written["accuracy_per_group"] == {"3": static["accuracy"]}  # every test item has l = L
+    diag = np.diag(np.array(deep["agreement"]))
+    assert (diag == 1).all()
