@@ -43,6 +43,29 @@ def version() -> None:
 
 
 # --- command registrations (one line per area; keep this list sorted by area) ---
+from synthlab.cli import fit as _fit  # noqa: E402
+
+app.command("fit")(_fit.fit)
+
+from synthlab.cli import gen as _gen  # noqa: E402
+
+app.add_typer(_gen.app, name="gen")
+
+from synthlab.cli import ouroboros as _ouroboros  # noqa: E402
+
+app.add_typer(_ouroboros.app, name="ouroboros")
+
+from synthlab.cli import sweep as _sweep  # noqa: E402
+
+app.command("sweep")(_sweep.sweep)
+app.command("plot")(_sweep.plot)
+app.command("report")(_sweep.report)
+
+from synthlab.cli import train as _train  # noqa: E402
+
+app.command("train")(_train.train)
+app.command("eval")(_train.evaluate)
+app.command("capacity")(_train.capacity)
 
 
 def main() -> None:

@@ -1,0 +1,4 @@
+"""Experiment definitions (one TOML file per experiment), installed as `synthlab_experiments`.
+
+Load them with `synthlab.experiments.load(name)`; the format is described there.
+"""

@@ -1,0 +1,93 @@
+"""`synthlab sweep`, `synthlab plot`, `synthlab report`: experiments as data, run and shown."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from synthlab.errors import SynthlabError
+
+
+def sweep(
+    name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...) or path to a TOML definition."),
+    preset: str = typer.Option("smoke", "--preset", "-p", help="Grid size: smoke (~1 min), cpu (<1 h on 2 cores), gpu."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory [default: runs/NAME-PRESET]."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Points run in parallel processes (local executor)."),
+    executor: str = typer.Option("local", "--executor", help="Where points run: local or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (default: start a local one)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (Ray: CPUs) per run [default: cores/jobs locally, 1 on Ray]."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Dataset cache directory [default: OUT/datasets]; share it between sweeps."),
+    runs: Optional[Path] = typer.Option(None, "--runs", help="Trained-model store [default: OUT/runs]; share it between sweeps to train a model once."),
+    runner: str = typer.Option("synthlab.pipeline:run_point", "--runner", help="The point runner, module:function."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid with each point's status and cost; run nothing."),
+) -> None:
+    """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
+    from synthlab import experiments, sweep as engine
+
+    exp = experiments.load(name)
+    out = out or Path("runs") / f"{exp.name}-{preset}"
+    if runner == engine.DEFAULT_RUNNER:  # a custom runner defines its own config sections
+        experiments.validate_points(exp, preset)
+    if dry_run:
+        rows = engine.plan(exp, preset, out, runner=runner, cache_dir=cache, runs_dir=runs)
+        _print_plan(rows)
+        return
+    results = engine.run_sweep(exp, preset, out, jobs=jobs, executor=executor, ray_address=ray_address,
+                               runner=runner, cache_dir=cache, runs_dir=runs, threads=threads)
+    typer.echo(f"results: {results}")
+
+
+def _print_plan(rows: list[dict]) -> None:
+    import pandas as pd
+
+    table = pd.DataFrame(rows)
+    total = table["cost_s"].sum(min_count=1)
+    table["cost"] = [f"{_duration(s)} ({src})" for s, src in zip(table["cost_s"], table["cost"])]
+    typer.echo(table.drop(columns=["cost_s"]).to_string(index=False))
+    todo = table[table["status"] != "done"]
+    typer.echo(f"{len(table)} points, {len(todo)} to run; total cost {_duration(total)}")
+
+
+def _duration(seconds: float) -> str:
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}min"
+    return f"{seconds / 3600:.1f}h"
+
+
+def plot(
+    name: str = typer.Argument(..., help="Experiment (plot kind) name, e.g. capacity."),
+    sweep_dir: Path = typer.Argument(..., help="Sweep directory holding results.csv."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Figure directory [default: SWEEP_DIR/figures]."),
+) -> None:
+    """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv."""
+    from synthlab import experiments, plots
+
+    kind = experiments.load(name).plot if name in experiments.available() or name.endswith(".toml") else name
+    table = plots.read_results(sweep_dir)
+    for path in plots.plot(kind, table, out or Path(sweep_dir) / "figures"):
+        typer.echo(str(path))
+
+
+def report(
+    sweep_dirs: list[Path] = typer.Argument(..., help="Sweep directories (each with results.csv)."),
+    out: Path = typer.Option(Path("report.md"), "--out", "-o", help="Markdown file to write; figures go beside it."),
+    copy_results: bool = typer.Option(False, "--copy/--no-copy", help="Copy each results.csv beside the report (for results/)."),
+    notes: Optional[Path] = typer.Option(None, "--notes", help="TOML file: experiment name -> verdict (Markdown); key 'preamble' -> text under the heading."),
+    title: str = typer.Option("synthlab results", "--title", help="The report's heading."),
+) -> None:
+    """Write a Markdown report with each sweep's claim, commands, table, figures and verdict."""
+    from synthlab import report as reporting
+
+    if not sweep_dirs:
+        raise SynthlabError("report needs at least one sweep directory")
+    if notes is not None and not notes.is_file():
+        raise SynthlabError(f"--notes file not found: {notes}")
+    path = reporting.write_report(sweep_dirs, out, copy_results=copy_results, notes=notes, title=title)
+    typer.echo(str(path))

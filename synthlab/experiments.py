@@ -1,0 +1,229 @@
+"""Experiments as data: load a TOML definition, pick a preset, expand its grid into points.
+
+A definition (one file per experiment in the top-level `experiments/` folder, installed as the
+`synthlab_experiments` package) looks like this:
+
+    name = "mano"                    # must match the file name
+    claim = "C2"                     # the MISSION.md claim it tests
+    title = "Looping improves knowledge manipulation"
+    task = "mano"                    # generator task of the data section
+    plot = "mano"                    # plot kind (synthlab.plots.PLOTTERS)
+    stages = ["train", "eval"]       # what each point runs: train, eval, generate, capacity
+    notes = "..."                    # optional: what is measured and how (shown in reports)
+
+    [base.data]   ...                # generator parameters (+ seed)
+    [base.model]  ...                # ModelConfig fields
+    [base.train]  ...                # TrainConfig fields
+    [base.eval]   ...                # EvalOptions fields (synthlab.pipeline)
+
+    [presets.smoke.train]            # a preset overrides base sections ...
+    steps = 50
+    [presets.smoke.grid]             # ... and defines the grid (a cartesian product of axes)
+    "data.L" = [3, 4]                # an axis over one field: "section.field" = [values]
+    arch = [                         # a named axis: each value sets several fields at once
+      { label = "2x1", "model.n_layers" = 2, "model.loops" = 1 },
+      { label = "1x2", "model.n_layers" = 1, "model.loops" = 2 },
+    ]
+
+Every definition has the presets `smoke`, `cpu` and `gpu`. `load` checks the structure (keys,
+sections, presets, axes); `validate_points` checks every point of a preset against the real
+config classes (generator params, ModelConfig, TrainConfig, EvalOptions). A point is one resolved config dict
+{"task", "data", "model", "train", "eval", "stages"} plus its factors (axis -> value or label);
+its id is a content hash of the resolved config, so editing a grid never renames old points.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import importlib.resources
+import itertools
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from synthlab.errors import SynthlabError
+
+SECTIONS = ("data", "model", "train", "eval")
+PRESETS = ("smoke", "cpu", "gpu")
+STAGES = ("train", "eval", "generate", "capacity")
+_TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets"}
+_PRESET_KEYS = set(SECTIONS) | {"grid"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One grid point: what the row's factor columns say and the fully resolved config."""
+
+    factors: dict[str, Any]
+    config: dict[str, Any]
+
+    @property
+    def point_id(self) -> str:
+        return content_hash(self.config)
+
+    @property
+    def train_id(self) -> str:
+        """Points that differ only in evaluation options share one trained model (one run dir)."""
+        return content_hash(train_part(self.config))
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    name: str
+    claim: str
+    title: str
+    task: str
+    plot: str
+    stages: tuple[str, ...]
+    base: dict[str, dict[str, Any]]
+    presets: dict[str, dict[str, Any]]
+    notes: str = ""
+    source: str = ""
+
+    def points(self, preset: str) -> list[Point]:
+        """The preset's grid, expanded in a stable order (axes in file order, values in order)."""
+        if preset not in self.presets:
+            raise SynthlabError(f"unknown preset '{preset}' for {self.name} (have {', '.join(self.presets)})")
+        spec = self.presets[preset]
+        base = {s: {**self.base.get(s, {}), **spec.get(s, {})} for s in SECTIONS}
+        axes = list(spec.get("grid", {}).items())
+        points = []
+        for combo in itertools.product(*(values for _, values in axes)):
+            config = copy.deepcopy(base)
+            factors: dict[str, Any] = {}
+            for (axis, _), value in zip(axes, combo):
+                if "." in axis:
+                    section, field = axis.split(".", 1)
+                    config[section][field] = value
+                    factors[axis] = value
+                else:
+                    for key, val in value.items():
+                        if key != "label":
+                            section, field = key.split(".", 1)
+                            config[section][field] = val
+                    factors[axis] = value["label"]
+            config.update(task=self.task, stages=list(self.stages))
+            points.append(Point(factors=factors, config=config))
+        ids = [p.point_id for p in points]
+        if len(set(ids)) != len(ids):
+            raise SynthlabError(f"{self.name}.{preset}: two grid points resolve to the same config")
+        return points
+
+
+def content_hash(data: Any) -> str:
+    """Stable 12-hex-digit digest of a JSON-able value (key order does not matter)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def train_part(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a resolved config that determines the trained model."""
+    return {k: config[k] for k in ("task", "data", "model", "train")}
+
+
+def data_part(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a resolved config that determines the dataset (the data cache key)."""
+    return {"task": config["task"], **config["data"]}
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def builtin_dir() -> Path:
+    """The shipped definitions: `experiments/` in a source tree, `synthlab_experiments` installed."""
+    return Path(str(importlib.resources.files("synthlab_experiments")))
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.toml"))
+
+
+def load(name_or_path: str | Path) -> Experiment:
+    """An experiment by shipped name (`capacity`) or by path to a TOML file; validated."""
+    path = Path(name_or_path)
+    if path.suffix != ".toml":
+        path = builtin_dir() / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise SynthlabError(f"unknown experiment '{name_or_path}' (have {', '.join(available())})")
+    if not path.is_file():
+        raise SynthlabError(f"experiment file not found: {path}")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise SynthlabError(f"cannot parse {path}: {err}") from None
+    return parse(raw, source=str(path))
+
+
+def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
+    """Check the structure of a definition (names, sections, presets, axes) and build it."""
+    where = Path(source).name
+    unknown = set(raw) - _TOP_KEYS
+    if unknown:
+        raise SynthlabError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(_TOP_KEYS)})")
+    for key in ("name", "claim", "title", "task", "plot", "stages", "presets"):
+        if key not in raw:
+            raise SynthlabError(f"{where}: missing key '{key}'")
+    if source.endswith(".toml") and Path(source).stem != raw["name"]:
+        raise SynthlabError(f"{where}: name '{raw['name']}' does not match the file name")
+    stages = tuple(raw["stages"])
+    bad = [s for s in stages if s not in STAGES]
+    if bad or "train" not in stages:
+        raise SynthlabError(f"{where}: stages must include 'train' and be among {STAGES}, got {list(stages)}")
+    base = raw.get("base", {})
+    _check_sections(base, set(SECTIONS), f"{where}: base")
+    missing = [p for p in PRESETS if p not in raw["presets"]]
+    if missing:
+        raise SynthlabError(f"{where}: missing preset(s) {missing}")
+    for name, spec in raw["presets"].items():
+        _check_sections(spec, _PRESET_KEYS, f"{where}: presets.{name}")
+        _check_grid(spec.get("grid", {}), f"{where}: presets.{name}.grid")
+    return Experiment(
+        name=raw["name"], claim=raw["claim"], title=raw["title"], task=raw["task"],
+        plot=raw["plot"], stages=stages, base=base, presets=raw["presets"],
+        notes=raw.get("notes", ""), source=source,
+    )
+
+
+def _check_sections(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    for key, value in table.items():
+        if key not in allowed:
+            raise SynthlabError(f"{where}: unknown section '{key}' (allowed: {sorted(allowed)})")
+        if key in SECTIONS and not isinstance(value, dict):
+            raise SynthlabError(f"{where}.{key} must be a table")
+
+
+def _check_grid(grid: dict[str, Any], where: str) -> None:
+    for axis, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise SynthlabError(f"{where}.{axis} must be a non-empty list")
+        if "." in axis:
+            section = axis.split(".", 1)[0]
+            if section not in SECTIONS:
+                raise SynthlabError(f"{where}.{axis}: section '{section}' is not one of {SECTIONS}")
+            continue
+        labels = []
+        for value in values:
+            if not isinstance(value, dict) or "label" not in value:
+                raise SynthlabError(f"{where}.{axis}: a named axis takes tables with a 'label'")
+            for key in value:
+                if key != "label" and key.split(".", 1)[0] not in SECTIONS:
+                    raise SynthlabError(f"{where}.{axis}: key '{key}' must be 'section.field'")
+            labels.append(value["label"])
+        if len(set(labels)) != len(labels):
+            raise SynthlabError(f"{where}.{axis}: labels must be unique")
+
+
+def validate_points(experiment: Experiment, preset: str) -> list[Point]:
+    """Expand a preset and check every point against the real config dataclasses."""
+    from synthlab.pipeline import check_config
+
+    points = experiment.points(preset)
+    for point in points:
+        try:
+            check_config(point.config)
+        except SynthlabError as err:
+            raise SynthlabError(f"{experiment.name}.{preset} {point.factors}: {err}") from None
+    return points

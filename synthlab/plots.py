@@ -1,0 +1,282 @@
+"""One figure per experiment kind, drawn with seaborn from a sweep's results table.
+
+Each plotter takes the table (a pandas DataFrame with the columns `synthlab.pipeline` writes)
+and an output folder, saves the figure as PNG and SVG, and returns the paths. Axes carry units:
+"bits", "parameters (unique)", "accuracy (%)", "tokens", "recurrent steps", "bytes".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from synthlab.errors import SynthlabError
+
+STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
+AGREE_COLUMN = re.compile(r"^agree_(\d+)_(\d+)$")
+
+
+def read_results(sweep_dir: str | Path) -> pd.DataFrame:
+    path = Path(sweep_dir) / "results.csv"
+    if not path.is_file():
+        raise SynthlabError(f"no results.csv in {sweep_dir} (run `synthlab sweep` first)")
+    return pd.read_csv(path)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper")
+    return plt, sns
+
+
+def _save(fig, out: Path, name: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.svg"]
+    fig.tight_layout()
+    for path in paths:
+        fig.savefig(path, dpi=150)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return paths
+
+
+def _need(table: pd.DataFrame, kind: str, *columns: str) -> None:
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise SynthlabError(f"plot '{kind}' needs column(s) {missing} in results.csv")
+
+
+def _percent(table: pd.DataFrame, column: str = "accuracy") -> pd.Series:
+    return 100.0 * table[column]
+
+
+def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Bits stored vs unique parameters, log-log; colour = N people, marker = loops; 1 and 2 bit/param."""
+    # P as the estimate counts it (used embedding rows only) when the sweep recorded it
+    params = "params_capacity" if "params_capacity" in table else "params"
+    _need(table, "capacity", params, "bits", "n_people", "loops")
+    plt, sns = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    data = table.assign(bits_shown=table["bits"].clip(lower=1.0))  # log axis: an empty model stores ~0
+    sns.scatterplot(data=data, x=params, y="bits_shown", hue="n_people", style="loops", s=70,
+                    palette="viridis", ax=ax)
+    p = np.geomspace(table[params].min() / 1.5, table[params].max() * 1.5, 50)
+    for rate, dash in ((1, ":"), (2, "--")):
+        ax.plot(p, rate * p, dash, color="grey", label=f"{rate} bit/param")
+    ax.set(xscale="log", yscale="log", xlabel="parameters (unique, count)", ylabel="knowledge stored (bits)",
+           title="bioS capacity: bits vs parameters")
+    ax.legend(fontsize=7)
+    return _save(fig, out, "capacity")
+
+
+def _layers_loops(label: str) -> tuple:
+    """Sort key of a "k x m" model label: by distinct layers, then loops (other labels last)."""
+    match = re.fullmatch(r"(\d+)x(\d+)", str(label))
+    return (0, int(match[1]), int(match[2])) if match else (1, 0, 0, str(label))
+
+
+def plot_mano(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Exact-match accuracy at l = L: heatmap of model (k x m) by L."""
+    _need(table, "mano", "model", "L", "accuracy")
+    plt, sns = _pyplot()
+    grid = table.assign(acc=_percent(table)).pivot_table(index="model", columns="L", values="acc", aggfunc="max")
+    grid = grid.loc[sorted(grid.index, key=_layers_loops)]
+    fig, ax = plt.subplots(figsize=(1.5 + 1.1 * grid.shape[1], 1.2 + 0.45 * grid.shape[0]))
+    sns.heatmap(grid, annot=True, fmt=".1f", vmin=0, vmax=100, cmap="viridis", ax=ax,
+                cbar_kws={"label": "exact-match accuracy at l = L (%)"})
+    ax.set(xlabel="L (operators in the test expression)", ylabel="model (layers x loops)", title="Mano")
+    return _save(fig, out, "mano")
+
+
+def plot_multihop(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Held-out 3-hop accuracy vs the fraction of questions seen in training, one curve per model."""
+    _need(table, "multihop", "train_fraction", "accuracy", "model")
+    plt, sns = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    sns.lineplot(data=table.assign(acc=_percent(table), pct=100 * table["train_fraction"]), x="pct", y="acc",
+                 hue="model", marker="o", ax=ax)
+    ax.set(xlabel="training questions (% of the k-hop questions not held out)", ylabel="held-out accuracy (%)",
+           ylim=(0, 100), title="Multi-hop QA")
+    return _save(fig, out, "multihop")
+
+
+def plot_reach(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Reachability accuracy vs loops, one curve per maximum diameter (chance is 50%)."""
+    _need(table, "reach", "loops", "accuracy", "diameter")
+    plt, sns = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    sns.lineplot(data=table.assign(acc=_percent(table)), x="loops", y="acc", hue="diameter", marker="o",
+                 palette="viridis", ax=ax)
+    ax.axhline(50, color="grey", ls=":", label="chance")
+    ax.set(xlabel="loops (recurrent steps)", ylabel="accuracy (%)", ylim=(0, 100), title="Graph reachability")
+    return _save(fig, out, "reach")
+
+
+def fit_scaling(table: pd.DataFrame):
+    """The richest law the table supports: LoopLM if loops vary and rows allow, else Chinchilla."""
+    from synthlab import scaling
+
+    variables = {"N": table["params"].to_numpy(float), "D": table["tokens"].to_numpy(float),
+                 "Tm": table["loops"].to_numpy(float)}
+    data = scaling.Data(variables, table["loss"].to_numpy(float))
+    if table["params"].nunique() < 3 or table["tokens"].nunique() < 3:
+        return None  # two sizes cannot pin an exponent plus a constant: any fit would be degenerate
+    for law in ("looplm", "chinchilla"):
+        if law == "looplm" and table["loops"].nunique() < 2:
+            continue
+        if len(table) > len(scaling.get_law(law).params):
+            return scaling.fit(law, data)
+    return None
+
+
+def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Loss vs N, D and T (three panels); dashed: the fitted law's prediction at each run."""
+    _need(table, "scaling", "params", "tokens", "loops", "loss")
+    plt, sns = _pyplot()
+    from matplotlib.ticker import NullFormatter
+
+    result = fit_scaling(table)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), sharey=True)
+    from synthlab import scaling
+
+    if result is not None:
+        law = scaling.get_law(result.law)
+        X = np.column_stack([table[{"N": "params", "D": "tokens", "Tm": "loops"}[v]].to_numpy(float)
+                             for v in law.variables])
+        table = table.assign(predicted=law.predict(result.theta, X))
+    panels = (("params", "model size N (parameters)", "tokens"), ("tokens", "data D (training tokens)", "params"),
+              ("loops", "recurrent depth T (loops)", "params"))
+    for ax, (x, label, hue) in zip(axes, panels):
+        sns.scatterplot(data=table, x=x, y="loss", hue=hue, style="loops" if x != "loops" else None,
+                        palette="viridis", ax=ax, legend=x == "params")
+        if result is not None:
+            for _, group in table.sort_values(x).groupby([c for c in ("params", "tokens", "loops") if c != x]):
+                ax.plot(group[x], group["predicted"], "--", color="grey", lw=0.8)
+        ax.set(xlabel=label, ylabel="loss (nats/token)", xscale="log" if x != "loops" else "linear")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # log-axis minor labels overlap
+        values = sorted(table[x].unique())  # label the grid's own values (often within one decade)
+        ax.set_xticks(values, [f"{v:.3g}" for v in values], rotation=30 if x != "loops" else 0)
+    title = "no law fitted (needs >= 3 model sizes, >= 3 data sizes and more runs than parameters)" if result is None else (
+        f"fitted {result.law}: R² = {result.r2:.3f}, " + ", ".join(f"{k}={v:.3g}" for k, v in result.params.items()))
+    fig.suptitle(title, fontsize=8)
+    return _save(fig, out, "scaling")
+
+
+def plot_exit(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Accuracy vs mean exit step, one curve per exit strategy (thresholds along each curve)."""
+    _need(table, "exit", "strategy", "mean_exit_step", "accuracy")
+    plt, sns = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    sns.lineplot(data=table.assign(acc=_percent(table)).sort_values("mean_exit_step"), x="mean_exit_step", y="acc",
+                 hue="strategy", style="strategy", markers=True, sort=False, ax=ax)
+    ax.set(xlabel="mean exit step (recurrent steps per token)", ylabel="accuracy (%)", title="Early exit")
+    return _save(fig, out, "exit")
+
+
+def plot_kvcache(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Accuracy and decode-time KV-cache memory per strategy (two panels)."""
+    _need(table, "kvcache", "kv", "accuracy", "kv_bytes")
+    plt, sns = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    order = [s for s in ("full", "first", "last", "mean") if s in set(table["kv"])]
+    sns.barplot(data=table.assign(acc=_percent(table)), x="kv", y="acc", order=order, ax=left)
+    left.set(xlabel="KV-cache strategy", ylabel="accuracy (%)", ylim=(0, 100))
+    sns.barplot(data=table.assign(kib=table["kv_bytes"] / 1024), x="kv", y="kib", order=order, ax=right)
+    right.set(xlabel="KV-cache strategy", ylabel="cache memory (KiB)")
+    fig.suptitle("KV-cache reuse at decode time")
+    return _save(fig, out, "kvcache")
+
+
+def plot_topology(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Accuracy per topology (sandwich, full-stack loop, injection and state-init variants)."""
+    _need(table, "topology", "model", "accuracy")
+    plt, sns = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 0.8 + 0.4 * table["model"].nunique()))
+    data = table.assign(acc=_percent(table)).sort_values("acc", ascending=False)
+    sns.barplot(data=data, y="model", x="acc", ax=ax)
+    ax.set(xlabel="accuracy (%)", ylabel="topology", xlim=(0, 100), title="Recurrence topology")
+    return _save(fig, out, "topology")
+
+
+def _step_long(table: pd.DataFrame) -> pd.DataFrame:
+    steps = [c for c in table.columns if STEP_COLUMN.match(c)]
+    if not steps:
+        raise SynthlabError("plot 'depth' needs acc_step_<T> columns in results.csv")
+    long = table.melt(id_vars=[c for c in table.columns if c not in steps], value_vars=steps,
+                      var_name="column", value_name="acc_at_step").dropna(subset=["acc_at_step"])
+    return long.assign(step=long["column"].str.extract(STEP_COLUMN, expand=False).astype(int))
+
+
+def plot_depth(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Accuracy vs the number of recurrent steps at evaluation, past the trained depth (dotted)."""
+    _need(table, "depth", "loops")
+    plt, sns = _pyplot()
+    long = _step_long(table)
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    sns.lineplot(data=long.assign(acc=100 * long["acc_at_step"]), x="step", y="acc", hue="loops", marker="o",
+                 palette="viridis", ax=ax)
+    for loops in sorted(table["loops"].unique()):
+        ax.axvline(loops, color="grey", ls=":", lw=0.8)
+    ax.set(xlabel="recurrent steps at evaluation T", ylabel="accuracy (%)", ylim=(0, 100),
+           title="Depth extrapolation (dotted: trained loops)")
+    return _save(fig, out, "depth")
+
+
+def agreement_matrix(row: pd.Series) -> np.ndarray:
+    """The step x step answer-agreement matrix stored in a row's agree_<i>_<j> columns."""
+    cells = {tuple(map(int, m.groups())): row[c] for c in row.index if (m := AGREE_COLUMN.match(c))}
+    size = max(max(k) for k in cells)
+    matrix = np.full((size, size), np.nan)
+    for (i, j), value in cells.items():
+        matrix[i - 1, j - 1] = value
+    return matrix
+
+
+def plot_faithfulness(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Step x step agreement of the answers (%), one heatmap per run."""
+    if not any(AGREE_COLUMN.match(c) for c in table.columns):
+        raise SynthlabError("plot 'faithfulness' needs agree_<i>_<j> columns in results.csv")
+    plt, sns = _pyplot()
+    rows = list(table.iterrows())
+    fig, axes = plt.subplots(1, len(rows), figsize=(4.2 * len(rows), 3.8), squeeze=False)
+    for ax, (_, row) in zip(axes[0], rows):
+        matrix = 100 * agreement_matrix(row)
+        ticks = list(range(1, len(matrix) + 1))
+        sns.heatmap(matrix, annot=len(matrix) <= 8, fmt=".0f", vmin=0, vmax=100, cmap="viridis", ax=ax,
+                    xticklabels=ticks, yticklabels=ticks, cbar_kws={"label": "answers agreeing (%)"})
+        title = f"{row.get('model', '')} trained {row['loops']} loops" + (
+            f", {row['train.loss']} loss" if "train.loss" in row else "")
+        ax.set(xlabel="recurrent step", ylabel="recurrent step", title=title)
+    return _save(fig, out, "faithfulness")
+
+
+PLOTTERS: dict[str, Callable[[pd.DataFrame, Path], list[Path]]] = {
+    "capacity": plot_capacity,
+    "mano": plot_mano,
+    "multihop": plot_multihop,
+    "reach": plot_reach,
+    "scaling": plot_scaling,
+    "exit": plot_exit,
+    "kvcache": plot_kvcache,
+    "topology": plot_topology,
+    "depth": plot_depth,
+    "faithfulness": plot_faithfulness,
+}
+
+
+def plot(kind: str, table: pd.DataFrame, out: str | Path) -> list[Path]:
+    if kind not in PLOTTERS:
+        raise SynthlabError(f"unknown plot kind '{kind}' (have {', '.join(PLOTTERS)})")
+    if table.empty:
+        raise SynthlabError("results.csv has no rows to plot")
+    return PLOTTERS[kind](table, Path(out))

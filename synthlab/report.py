@@ -1,0 +1,129 @@
+"""A Markdown report of one or more sweeps: per experiment its claim, commands, table and figures.
+
+`write_report([DIR, ...], OUT.md)` draws each sweep's figures next to OUT.md (in
+`<experiment>/`), writes a section per sweep and, with `copy_results`, copies the sweep's
+results.csv there too (run_dir made relative), so a folder like `results/` is self-contained
+and committable without any run directory or checkpoint. A verdict per experiment (a person's
+reading of the numbers) can be supplied in a TOML notes file: `mano = "text..."`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+
+from synthlab import plots
+from synthlab.errors import SynthlabError
+from synthlab.sweep import write_atomic
+
+# Columns that identify a run, or repeat another column, or matter only for bookkeeping: in
+# results.csv, left out of the report's tables.
+_HIDDEN = {"point_id", "experiment", "preset", "run_dir", "data_dir", "loss", "train_flops", "params_nonemb",
+           "eval_steps", "n_answers", "wall_s"}
+_MAX_STEP_COLUMNS = 8
+_DESCRIPTORS = {"model", "loops", "d_model", "L", "n_people", "train_fraction", "diameter", "kv", "strategy"}
+
+
+def _cell(value) -> str:
+    """Floats to 4 significant figures, NaN as blank, pipes escaped."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """A GitHub Markdown table of `table`'s rows."""
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _repeats_a_factor(table: pd.DataFrame, column: str, factors: list[str]) -> bool:
+    """A descriptor column (model, loops, L, ...) equal to a grid-factor column adds nothing."""
+    values = table[column].astype(str).tolist()
+    return any(table[f].astype(str).tolist() == values for f in factors if f != column)
+
+
+def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
+    """Factors and metrics; per-step accuracies capped (the figure shows them), agreement cells dropped."""
+    columns = [c for c in table.columns if c not in _HIDDEN and not plots.AGREE_COLUMN.match(c)]
+    columns = [c for c in columns if c in factors or c not in _DESCRIPTORS or not _repeats_a_factor(table, c, factors)]
+    steps = [c for c in columns if plots.STEP_COLUMN.match(c)]
+    return [c for c in columns if c not in steps] + steps[:_MAX_STEP_COLUMNS]
+
+
+def _grid(info: dict) -> tuple[list[str], list[str]]:
+    """(point ids of the preset's grid in order, its factor columns), from the sweep's definition."""
+    from synthlab import experiments
+
+    try:
+        experiment = experiments.load(info["definition"])
+        points = experiment.points(info["preset"])
+        return [p.point_id for p in points], list(experiment.presets[info["preset"]].get("grid", {}))
+    except (SynthlabError, KeyError):  # the definition moved or changed: just don't say
+        return [], []
+
+
+def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool) -> str:
+    info_path = sweep_dir / "sweep.json"
+    if not info_path.is_file():
+        raise SynthlabError(f"{sweep_dir} is not a sweep directory (no sweep.json)")
+    info = json.loads(info_path.read_text())
+    table = plots.read_results(sweep_dir)
+    name = info["experiment"]
+    figure_dir = out_dir / name
+    order, factors = _grid(info)
+    if order:  # rows in grid order (results.csv is in order of completion)
+        rank = {p: i for i, p in enumerate(order)}
+        table = table.sort_values("point_id", key=lambda ids: ids.map(lambda i: rank.get(i, len(rank))), kind="stable")
+    lines = [f"## {name} ({info['claim']}): {info['title']}", "",
+             f"Preset `{info['preset']}`: {len(table)} of {len(order) or '?'} grid points finished; "
+             f"definition `experiments/{name}.toml`."]
+    if info.get("notes"):
+        lines += ["", " ".join(info["notes"].split())]
+    if info.get("commands"):
+        lines += ["", "Commands:", "", "```", *dict.fromkeys(info["commands"]), "```"]
+    lines += ["", f"Verdict: {notes[name].strip()}" if name in notes else "Verdict: (no notes given)"]
+    try:
+        figures = [p for p in plots.plot(info["plot"], table, figure_dir) if p.suffix == ".png"]
+    except SynthlabError as err:  # say why instead of failing the whole report
+        figures, lines = [], lines + ["", f"No figure: {err}."]
+    lines += [""] + [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in figures]
+    if "wall_s" in table:
+        lines += ["", f"Compute: {table['wall_s'].sum() / 60:.1f} min in all (sum of run wall times)."]
+    shown = _shown_columns(table, factors)
+    constant = [c for c in shown if c not in factors and len(table) > 1 and table[c].nunique(dropna=False) == 1]
+    if constant:  # said once, above the table, instead of on every row
+        lines += ["", "Same in every run: " + ", ".join(f"{c} = {_cell(table[c].iloc[0])}" for c in constant) + "."]
+    lines += ["", markdown_table(table[[c for c in shown if c not in constant]]), ""]
+    if copy_results:
+        figure_dir.mkdir(parents=True, exist_ok=True)
+        portable = table.assign(run_dir=[Path(p).name for p in table["run_dir"]]) if "run_dir" in table else table
+        write_atomic(figure_dir / "results.csv", portable.to_csv(index=False))
+        portable_info = {**info, "definition": f"experiments/{Path(info.get('definition', name)).stem}.toml"}
+        write_atomic(figure_dir / "sweep.json", json.dumps(portable_info, indent=1))
+        lines.insert(3, f"Table: [`{name}/results.csv`]({name}/results.csv).")
+    return "\n".join(lines)
+
+
+def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = False, notes: Path | None = None,
+                 title: str = "synthlab results") -> Path:
+    """Write the Markdown report to `out` (figures beside it); returns its path.
+
+    notes: a TOML file of verdicts, `experiment = "..."`, and an optional `preamble = "..."`.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        verdicts = tomllib.loads(Path(notes).read_text()) if notes else {}
+    except tomllib.TOMLDecodeError as err:
+        raise SynthlabError(f"cannot parse --notes {notes}: {err}") from None
+    sections = [_section(Path(d), out.parent, verdicts, copy_results) for d in sweep_dirs]
+    parts = [f"# {title}", verdicts.get("preamble", "").strip(), *sections]
+    text = "\n\n".join(p for p in parts if p)
+    write_atomic(out, text.strip() + "\n")
+    return out

@@ -1,0 +1,332 @@
+"""The sweep engine: run every point of an experiment's grid once, resumably, in parallel.
+
+Layout of a sweep directory DIR:
+
+    DIR/results.csv              one row per finished point (factors, metrics, run_dir)
+    DIR/sweep.json               the experiment, preset and every command run in DIR (for reports)
+    DIR/runs/<train_id>/         one trained model; points that differ only in evaluation share it
+                                 (--runs DIR: a store shared by several sweeps)
+        points/<point_id>.json   a finished point's metrics (written atomically, then the row)
+    DIR/datasets/<task>-<hash>/  generated data, keyed by a content hash of generator params+seed
+                                 (--cache DIR: shared by several sweeps)
+
+Crash safety, kill -9 included: a point's metrics are written to a temporary file and renamed;
+the row is added by rewriting results.csv to a temporary file and renaming it, under an exclusive
+file lock, skipping point ids already present. So results.csv is always a whole, duplicate-free
+table; a point killed before its metrics file exists reruns (its training resumes from the last
+checkpoint in its run dir); a point killed after it gets its row on the next run without rerunning.
+
+The engine does not know what a point does: a runner `module:function` with the signature
+`run_point(config: dict, run_dir: Path, *, cache_dir: Path) -> dict[str, float | str]` does the
+work (`synthlab.pipeline:run_point` generates, trains, evaluates); tests inject a cheap one. The
+runner's module may define `estimate_seconds(config, *, cache_dir, finished)` for `--dry-run`.
+Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), or Ray tasks (`executor="ray"`);
+the rows are always added by the driver, as each model's points finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import importlib
+import io
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from synthlab.errors import SynthlabError
+from synthlab.experiments import Experiment, Point, content_hash
+
+DEFAULT_RUNNER = "synthlab.pipeline:run_point"
+RESULTS = "results.csv"
+
+
+# --- atomic files and locks ------------------------------------------------------------------
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary sibling, fsync, rename: readers see the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock (released by the kernel if the holder dies, kill -9 included)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def cached_dir(cache_dir: Path, key: dict[str, Any], build: Callable[[Path], None], prefix: str = "") -> Path:
+    """`cache_dir/<prefix><hash of key>`, built once by `build(tmp_dir)` and renamed into place.
+
+    Concurrent callers wait on a lock and then reuse the finished folder; a build killed midway
+    leaves only a temporary folder, which the next builder deletes.
+    """
+    path = Path(cache_dir) / f"{prefix}{content_hash(key)}"
+    if path.is_dir():
+        return path
+    with file_lock(path.with_name(f".{path.name}.lock")):
+        if path.is_dir():
+            return path
+        tmp = path.with_name(f".{path.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        build(tmp)
+        os.replace(tmp, path)
+    return path
+
+
+# --- the results table -----------------------------------------------------------------------
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a results table as strings, exactly as written (none if there is no file yet)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def append_rows(path: Path, rows: list[dict[str, Any]]) -> int:
+    """Add rows whose point_id is not in the table yet; returns how many were added.
+
+    The whole table is rewritten (old rows byte-for-byte as strings, new columns appended at the
+    right) and renamed into place under a lock, so concurrent writers and kill -9 are safe.
+    """
+    with file_lock(path.with_name(path.name + ".lock")):
+        old = read_rows(path)
+        seen = {r["point_id"] for r in old}
+        new = [r for r in rows if r["point_id"] not in seen]
+        if not new:
+            return 0
+        columns = list(old[0].keys()) if old else []
+        for row in new:
+            columns += [c for c in row if c not in columns]
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, restval="", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(old)
+        writer.writerows({k: _cell(v) for k, v in r.items()} for r in new)
+        write_atomic(path, out.getvalue())
+        return len(new)
+
+
+def _cell(value: Any) -> Any:
+    # Floats keep full precision (repr round-trips); lists/dicts become JSON.
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return value
+
+
+# --- work units: one trained model and the points evaluated on it --------------------------
+
+
+@dataclass
+class Unit:
+    """A job for one worker: train once in run_dir, then finish each point on that model."""
+
+    runner: str
+    run_dir: str
+    cache_dir: str
+    points: list[dict[str, Any]]  # each {"point_id", "factors", "config", "experiment", "preset"}
+    threads: int = 0  # torch intra-op threads for this worker (0: leave as is)
+
+
+def resolve_runner(spec: str):
+    module_name, _, func_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        return module, getattr(module, func_name or "run_point")
+    except (ImportError, AttributeError) as err:
+        raise SynthlabError(f"--runner '{spec}' cannot be imported: {err}") from None
+
+
+def run_unit(unit: Unit) -> list[dict[str, Any]]:
+    """Run (or recover) every point of a unit; returns their result rows. Used by every executor."""
+    if unit.threads:
+        import torch
+
+        torch.set_num_threads(unit.threads)
+    _, run_point = resolve_runner(unit.runner)
+    run_dir = Path(unit.run_dir)
+    (run_dir / "points").mkdir(parents=True, exist_ok=True)
+    rows = []
+    # The lock keeps two sweeps (or two workers) from training the same model at once.
+    with file_lock(run_dir / ".lock"):
+        for p in unit.points:
+            done = run_dir / "points" / f"{p['point_id']}.json"
+            if done.is_file():
+                record = json.loads(done.read_text())
+            else:
+                start = time.perf_counter()
+                metrics = run_point(p["config"], run_dir, cache_dir=Path(unit.cache_dir))
+                record = {"metrics": metrics, "wall_s": time.perf_counter() - start}
+                write_atomic(done, json.dumps(record, indent=1, sort_keys=True))
+            row = {"point_id": p["point_id"], "experiment": p["experiment"], "preset": p["preset"], **p["factors"]}
+            row.update({k: v for k, v in record["metrics"].items() if k not in row})  # factors win a name clash
+            rows.append({**row, "wall_s": record["wall_s"], "run_dir": str(run_dir)})
+    return rows
+
+
+def make_units(experiment: Experiment, preset: str, points: list[Point], runs_dir: Path, runner: str,
+               cache_dir: Path, threads: int) -> list[Unit]:
+    """Group points by trained model, keeping grid order."""
+    units: dict[str, Unit] = {}
+    for point in points:
+        unit = units.setdefault(
+            point.train_id,
+            Unit(runner=runner, run_dir=str(runs_dir / point.train_id), cache_dir=str(cache_dir),
+                 points=[], threads=threads),
+        )
+        unit.points.append({"point_id": point.point_id, "factors": point.factors, "config": point.config,
+                            "experiment": experiment.name, "preset": preset})
+    return list(units.values())
+
+
+# --- executors -------------------------------------------------------------------------------
+
+
+def _execute_local(units: list[Unit], jobs: int, on_done) -> None:
+    if jobs == 1:
+        for unit in units:
+            on_done(run_unit(unit))
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    # spawn: a fresh interpreter per worker (fork would copy torch's thread pools and locks).
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = [pool.submit(run_unit, unit) for unit in units]
+        for future in concurrent.futures.as_completed(futures):
+            on_done(future.result())
+
+
+def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False)
+    remote = ray.remote(run_unit)
+    pending = [remote.options(num_cpus=max(1, unit.threads)).remote(unit) for unit in units]
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        on_done(ray.get(ready[0]))
+
+
+def run_sweep(experiment: Experiment, preset: str, out: Path, *, jobs: int = 1, executor: str = "local",
+              ray_address: str | None = None, runner: str = DEFAULT_RUNNER, cache_dir: Path | None = None,
+              runs_dir: Path | None = None, threads: int | None = None, progress: bool = True) -> Path:
+    """Run every unfinished point of `experiment`'s `preset` grid; returns the results.csv path.
+
+    cache_dir: datasets (default OUT/datasets); runs_dir: trained models (default OUT/runs). Sweeps
+    that share them generate each dataset and train each model once (a model is keyed by its
+    config: e.g. depth's 1 x 4 model is faithfulness's).
+    threads: torch threads (and Ray CPUs) per run; default: cores / jobs locally, 1 on Ray.
+    """
+    if jobs < 1:
+        raise SynthlabError(f"--jobs must be >= 1, got {jobs}")
+    if threads is not None and threads < 1:
+        raise SynthlabError(f"--threads must be >= 1, got {threads}")
+    if executor not in ("local", "ray"):
+        raise SynthlabError(f"--executor must be 'local' or 'ray', got '{executor}'")
+    resolve_runner(runner)  # fail early, in the driver, on a bad runner
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _record_invocation(out, experiment, preset)
+    results = out / RESULTS
+    points = experiment.points(preset)
+    finished = {r["point_id"] for r in read_rows(results)}
+    todo = [p for p in points if p.point_id not in finished]
+    if threads is None:  # share this machine's cores among local workers; one core per Ray task
+        threads = 1 if executor == "ray" else (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
+    units = make_units(experiment, preset, todo, Path(runs_dir or out / "runs"), runner,
+                       Path(cache_dir or out / "datasets"), threads)
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=f"sweep {experiment.name}",
+               unit="point", disable=not progress)
+
+    def on_done(rows: list[dict[str, Any]]) -> None:
+        append_rows(results, rows)
+        bar.update(len(rows))
+
+    try:
+        if executor == "ray":
+            _execute_ray(units, ray_address, on_done)
+        else:
+            _execute_local(units, jobs, on_done)
+    finally:
+        bar.close()
+    return results
+
+
+def _record_invocation(out: Path, experiment: Experiment, preset: str) -> None:
+    """DIR/sweep.json: what this directory holds and every command that ran in it (for reports)."""
+    path = out / "sweep.json"
+    with file_lock(out / "sweep.json.lock"):  # two sweeps may share a directory
+        info = json.loads(path.read_text()) if path.is_file() else {"commands": []}
+        if info.get("experiment", experiment.name) != experiment.name or info.get("preset", preset) != preset:
+            raise SynthlabError(f"--out {out} holds sweep {info['experiment']}/{info['preset']}, not "
+                                f"{experiment.name}/{preset}; choose another --out")
+        command = " ".join(["synthlab", *sys.argv[1:]]) if Path(sys.argv[0]).name == "synthlab" else None
+        info.update(experiment=experiment.name, preset=preset, claim=experiment.claim, title=experiment.title,
+                    plot=experiment.plot, definition=experiment.source, notes=experiment.notes.strip())
+        if command:
+            info["commands"].append(command)
+        write_atomic(path, json.dumps(info, indent=1))
+
+
+# --- dry run ---------------------------------------------------------------------------------
+
+
+def plan(experiment: Experiment, preset: str, out: Path, runner: str = DEFAULT_RUNNER,
+         cache_dir: Path | None = None, runs_dir: Path | None = None) -> list[dict[str, Any]]:
+    """The grid as rows: factors, status (done / partial / todo) and measured or estimated cost.
+
+    A finished point's cost is its measured wall time; the rest come from the runner's
+    `estimate_seconds(config, cache_dir=..., finished=rows)` (which may calibrate on the finished
+    rows), or NaN if it has none.
+    """
+    out = Path(out)
+    module, _ = resolve_runner(runner)
+    done = {r["point_id"]: r for r in read_rows(out / RESULTS)}
+    estimate = getattr(module, "estimate_seconds", None)
+    cache_dir = Path(cache_dir or out / "datasets")
+    rows, trained = [], set()
+    for point in experiment.points(preset):
+        run_dir = Path(runs_dir or out / "runs") / point.train_id
+        row = {"point_id": point.point_id, **point.factors}
+        shared = point.train_id in trained  # evaluates a model an earlier point trains
+        trained.add(point.train_id)
+        if point.point_id in done:
+            row.update(status="done", cost_s=float(done[point.point_id]["wall_s"]), cost="measured")
+        elif shared:
+            row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=0.0, cost="shared model")
+        else:
+            row["status"] = "partial" if run_dir.is_dir() else "todo"
+            seconds = estimate(point.config, cache_dir=cache_dir, finished=list(done.values())) if estimate else math.nan
+            row.update(cost_s=seconds, cost="estimated")
+        rows.append(row)
+    return rows

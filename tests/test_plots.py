@@ -1,0 +1,121 @@
+"""Every plot kind draws from a fixture table, writes PNG and SVG, and labels its axes with units."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from synthlab import plots
+from synthlab.cli import app
+from synthlab.errors import SynthlabError
+
+
+def _grid(**axes) -> pd.DataFrame:
+    return pd.DataFrame(list(itertools.product(*axes.values())), columns=list(axes))
+
+
+def _fixtures() -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(0)
+    cap = _grid(n_people=[1000, 5000], params=[2e5, 8e5], loops=[1, 4])
+    cap["bits"] = np.minimum(2 * cap["params"], 60 * cap["n_people"]) * rng.uniform(0.8, 1.0, len(cap))
+    mano = _grid(model=["2x1", "2x6", "12x1"], L=[3, 5])
+    mano["accuracy"] = rng.uniform(0, 1, len(mano))
+    multi = _grid(model=["6x1", "6x2", "6x4"], train_fraction=[0.025, 0.1, 0.25])
+    multi["accuracy"] = rng.uniform(0, 1, len(multi))
+    reach = _grid(loops=[1, 2, 4], diameter=[2, 8])
+    reach["accuracy"] = 0.5 + 0.5 * rng.uniform(0, 1, len(reach))
+    scal = _grid(params=[1e5, 3e5, 1e6], tokens=[1e6, 4e6, 1.6e7], loops=[1, 2])
+    scal["loss"] = 1.5 + 300 / scal["params"] ** 0.5 + 900 / scal["tokens"] ** 0.4
+    exit_ = _grid(strategy=["static", "q", "diff"], threshold=[1, 2, 3])
+    exit_["mean_exit_step"] = exit_["threshold"] + rng.uniform(0, 0.5, len(exit_))
+    exit_["accuracy"] = 0.2 * exit_["mean_exit_step"]
+    kv = pd.DataFrame({"kv": ["full", "first", "last", "mean"], "accuracy": [0.8, 0.2, 0.8, 0.79],
+                       "kv_bytes": [4096, 1024, 1024, 1024]})
+    topo = pd.DataFrame({"model": ["sandwich concat", "full-stack loop", "sandwich add"], "accuracy": [0.6, 0.4, 0.5]})
+    depth = pd.DataFrame({"loops": [2, 4], **{f"acc_step_{t}": [0.1 * t, 0.05 * t] for t in range(1, 9)}})
+    faith = pd.DataFrame({"loops": [4], "model": ["1x4"],
+                          **{f"agree_{i}_{j}": [1.0 if i == j else 0.5] for i in range(1, 5) for j in range(1, 5)}})
+    return {"capacity": cap, "mano": mano, "multihop": multi, "reach": reach, "scaling": scal, "exit": exit_,
+            "kvcache": kv, "topology": topo, "depth": depth, "faithfulness": faith}
+
+
+UNITS = {"capacity": "(bits)", "mano": "(%)", "multihop": "(%)", "reach": "(%)", "scaling": "(nats/token)",
+         "exit": "(recurrent steps per token)", "kvcache": "(KiB)", "topology": "(%)", "depth": "(%)",
+         "faithfulness": "(%)"}
+
+
+@pytest.mark.parametrize("kind", sorted(plots.PLOTTERS))
+def test_every_plot_writes_png_and_svg_with_labelled_axes(kind, tmp_path):
+    paths = plots.plot(kind, _fixtures()[kind], tmp_path)
+    assert {p.suffix for p in paths} == {".png", ".svg"}
+    assert all(p.stat().st_size > 1000 for p in paths)
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = next(p for p in paths if p.suffix == ".svg").read_text()
+    assert UNITS[kind] in svg  # seaborn writes labels as text in the SVG
+
+
+def test_scaling_plot_fits_the_law_that_generated_the_fixture():
+    table = _fixtures()["scaling"]
+    result = plots.fit_scaling(table[table["loops"] == 1])
+    assert result.law == "chinchilla" and result.r2 > 0.999
+    assert result.params["E"] == pytest.approx(1.5, rel=0.02)
+    assert result.params["alpha"] == pytest.approx(0.5, rel=0.05)
+
+
+def test_agreement_matrix_is_rebuilt_from_its_columns():
+    row = pd.Series({"loops": 3, **{f"agree_{i}_{j}": 10 * i + j for i in range(1, 4) for j in range(1, 4)}})
+    matrix = plots.agreement_matrix(row)
+    assert matrix.shape == (3, 3) and matrix[1, 2] == 23 and matrix[2, 0] == 31
+
+
+def test_missing_columns_and_unknown_kind_are_named(tmp_path):
+    with pytest.raises(SynthlabError, match="'capacity' needs column"):
+        plots.plot("capacity", pd.DataFrame({"params": [1.0]}), tmp_path)
+    with pytest.raises(SynthlabError, match="unknown plot kind"):
+        plots.plot("nope", pd.DataFrame({"a": [1]}), tmp_path)
+
+
+def test_plot_cli_reads_a_sweep_dir(tmp_path):
+    _fixtures()["mano"].to_csv(tmp_path / "results.csv", index=False)
+    result = CliRunner().invoke(app, ["plot", "mano", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "figures" / "mano.svg").is_file()
+    result = CliRunner().invoke(app, ["plot", "mano", str(tmp_path / "empty")])
+    assert result.exit_code == 2 and "no results.csv" in result.output
+
+
+def _fake_sweep_dir(path, kind: str):
+    import json
+
+    path.mkdir(parents=True)
+    table = _fixtures()[kind].assign(point_id=lambda t: [f"p{i}" for i in range(len(t))],
+                                     run_dir=lambda t: [f"/abs/runs/r{i}" for i in range(len(t))])
+    table.to_csv(path / "results.csv", index=False)
+    (path / "sweep.json").write_text(json.dumps({"experiment": kind, "preset": "smoke", "claim": "C2",
+                                                 "title": "a title", "plot": kind,
+                                                 "commands": [f"synthlab sweep {kind} --preset smoke"]}))
+    return table
+
+
+def test_report_has_tables_figures_commands_and_verdicts(tmp_path):
+    table = _fake_sweep_dir(tmp_path / "runs" / "mano", "mano")
+    _fake_sweep_dir(tmp_path / "runs" / "kv", "kvcache")
+    notes = tmp_path / "notes.toml"
+    notes.write_text('preamble = "Made on 2 cores."\nmano = "Loops help at this scale."\n')
+    out = tmp_path / "results" / "README.md"
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "runs" / "mano"), str(tmp_path / "runs" / "kv"),
+                                      "--out", str(out), "--copy", "--notes", str(notes)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert text.startswith("# synthlab results\n\nMade on 2 cores.")
+    assert "## mano (C2)" in text and "## kvcache (C2)" in text
+    assert "synthlab sweep mano --preset smoke" in text and "Verdict: Loops help at this scale." in text
+    assert "![mano](mano/mano.png)" in text and (out.parent / "mano" / "mano.png").is_file()
+    # every run is a table row, with its accuracy to 4 significant figures
+    assert all(f"| {a:.4g} |" in text for a in table["accuracy"])
+    copied = pd.read_csv(out.parent / "mano" / "results.csv")
+    assert list(copied["run_dir"]) == [f"r{i}" for i in range(len(table))]  # no absolute paths committed

@@ -1,0 +1,230 @@
+"""The sweep engine: grid expansion, the results table, the data cache, resume and kill -9 safety.
+
+These tests drive the engine with the cheap runner in tests/sweep_fake_runner.py, whose metrics
+depend only on the config (and which checkpoints after every step), so an interrupted sweep
+must end with exactly the table of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from synthlab import experiments, sweep
+from synthlab.cli import app
+from synthlab.errors import SynthlabError
+
+TESTS = Path(__file__).parent
+FAKE = TESTS / "fixtures" / "sweep_fake.toml"
+RUNNER = "sweep_fake_runner:run_point"
+sys.path.insert(0, str(TESTS))
+
+
+def _table(results: Path) -> list[tuple]:
+    """The results as comparable tuples, without the columns that legitimately differ."""
+    rows = sweep.read_rows(results)
+    return sorted(tuple(sorted((k, v) for k, v in r.items() if k not in ("wall_s", "run_dir"))) for r in rows)
+
+
+def test_grid_expands_to_the_cartesian_product_with_named_axes():
+    exp = experiments.load(FAKE)
+    points = exp.points("smoke")
+    assert len(points) == 2 * 2 * 2
+    widths = {(p.factors["arch"], p.config["model"]["width"]) for p in points}
+    assert widths == {("a", 1), ("b", 2)}
+    assert all(p.config["train"]["steps"] == 5 and p.config["task"] == "fake" for p in points)
+    # points that differ only in eval options share a trained model; all point ids are distinct
+    assert len({p.point_id for p in points}) == 8 and len({p.train_id for p in points}) == 4
+    # the cpu preset overrides base sections
+    assert all(p.config["train"]["sleep"] == 0.04 for p in exp.points("cpu"))
+
+
+def test_point_ids_are_content_hashes():
+    a = experiments.content_hash({"x": 1, "y": {"b": 2, "a": 1}})
+    assert a == experiments.content_hash({"y": {"a": 1, "b": 2}, "x": 1})
+    assert a != experiments.content_hash({"x": 2, "y": {"a": 1, "b": 2}})
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda r: r.update(color="red"), "unknown key"),
+        (lambda r: r["presets"].pop("gpu"), "missing preset"),
+        (lambda r: r["presets"]["smoke"]["grid"].update({"optim.lr": [1]}), "section 'optim'"),
+        (lambda r: r["presets"]["smoke"]["grid"].update({"data.size": []}), "non-empty list"),
+        (lambda r: r["presets"]["smoke"]["grid"].update({"arch": [{"model.width": 1}]}), "label"),
+        (lambda r: r.update(stages=["eval"]), "stages"),
+    ],
+)
+def test_bad_definitions_are_rejected_with_one_line(edit, message):
+    import tomllib
+
+    raw = tomllib.loads(FAKE.read_text())
+    edit(raw)
+    with pytest.raises(SynthlabError, match=message):
+        experiments.parse(raw)
+
+
+def test_every_builtin_experiment_and_preset_loads_and_validates():
+    names = experiments.available()
+    assert set(names) >= {"capacity", "mano", "multihop", "reach", "scaling", "exit", "kvcache",
+                          "topology", "depth", "faithfulness"}
+    for name in names:
+        exp = experiments.load(name)
+        for preset in experiments.PRESETS:
+            assert experiments.validate_points(exp, preset), (name, preset)
+
+
+def _append_worker(path: str, start: int) -> None:
+    for i in range(start, start + 10):
+        sweep.append_rows(Path(path), [{"point_id": f"p{i % 25}", "value": i, f"extra{start}": 1.5}])
+
+
+def test_concurrent_appends_never_duplicate_or_corrupt(tmp_path):
+    path = tmp_path / "results.csv"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append_worker, args=(str(path), s)) for s in (0, 10, 20)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    rows = sweep.read_rows(path)
+    ids = [r["point_id"] for r in rows]
+    assert sorted(ids) == sorted({f"p{i % 25}" for i in range(30)})  # 25 ids, each once
+    assert {"extra0", "extra10", "extra20"} <= set(rows[0])  # new metric columns were added
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_cached_dir_builds_once(tmp_path):
+    calls = []
+
+    def build(tmp: Path) -> None:
+        calls.append(tmp)
+        tmp.mkdir()
+        (tmp / "x").write_text("1")
+
+    a = sweep.cached_dir(tmp_path, {"n": 1}, build, "t-")
+    b = sweep.cached_dir(tmp_path, {"n": 1}, build, "t-")
+    c = sweep.cached_dir(tmp_path, {"n": 2}, build, "t-")
+    assert a == b != c and len(calls) == 2 and (a / "x").read_text() == "1"
+
+
+def test_sweep_runs_every_point_once_and_rerun_skips(tmp_path):
+    exp = experiments.load(FAKE)
+    results = sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
+    rows = sweep.read_rows(results)
+    assert len(rows) == 8
+    assert {"data.size", "arch", "eval.probe", "accuracy", "steps", "run_dir", "point_id"} <= set(rows[0])
+    # one dataset per data config, shared through the cache
+    assert len({r["data_dir"] for r in rows}) == 2 and len(list((tmp_path / "datasets").iterdir())) >= 2
+    # each model trained once although two eval points use it
+    starts = [(Path(r["run_dir"]) / "starts.log").read_text().split() for r in rows]
+    assert all(s == ["0", "5"] for s in starts)  # second point found training finished
+    before = _table(results)
+    sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
+    assert _table(results) == before
+    assert all((Path(r["run_dir"]) / "starts.log").read_text().split() == ["0", "5"] for r in rows)
+
+
+def test_parallel_jobs_give_the_same_table(tmp_path):
+    exp = experiments.load(FAKE)
+    serial = sweep.run_sweep(exp, "smoke", tmp_path / "serial", runner=RUNNER, progress=False)
+    parallel = sweep.run_sweep(exp, "smoke", tmp_path / "parallel", jobs=2, runner=RUNNER, progress=False)
+    assert _table(serial) == _table(parallel)
+
+
+def test_lost_row_is_recovered_without_rerunning(tmp_path):
+    # kill -9 between a point's metrics file and its row: the rerun adds the row, trains nothing
+    exp = experiments.load(FAKE)
+    results = sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
+    full = _table(results)
+    rows = sweep.read_rows(results)
+    results.unlink()
+    sweep.append_rows(results, rows[:3])
+    sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
+    assert _table(results) == full
+    assert all((Path(r["run_dir"]) / "starts.log").read_text().split() == ["0", "5"] for r in rows)
+
+
+def _cli(out: Path) -> list[str]:
+    return [str(Path(sys.executable).parent / "synthlab"), "sweep", str(FAKE), "--preset", "cpu",
+            "--runner", RUNNER, "--out", str(out)]
+
+
+def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_table(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    proc = subprocess.Popen(_cli(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    results = tmp_path / "killed" / sweep.RESULTS
+    deadline = time.time() + 60
+    # wait until one point is finished and another is part-way through its training
+    while time.time() < deadline:
+        rows = sweep.read_rows(results)
+        partial = [c for c in (tmp_path / "killed" / "runs").glob("*/ckpt.json")
+                   if c.parent.name not in {Path(r["run_dir"]).name for r in rows}]
+        if rows and partial:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 1 <= len(sweep.read_rows(results)) < 4
+    subprocess.run(_cli(tmp_path / "killed"), env=env, check=True, capture_output=True)
+    subprocess.run(_cli(tmp_path / "clean"), env=env, check=True, capture_output=True)
+    assert _table(results) == _table(tmp_path / "clean" / sweep.RESULTS)
+    starts = [(p / "starts.log").read_text().split() for p in (tmp_path / "killed" / "runs").iterdir()]
+    assert any(s[0] == "0" and len(s) == 2 and 0 < int(s[1]) < 30 for s in starts)  # resumed mid-way
+
+
+def test_dry_run_lists_status_and_cost(tmp_path):
+    exp = experiments.load(FAKE)
+    plan = sweep.plan(exp, "cpu", tmp_path, runner=RUNNER)
+    assert [r["status"] for r in plan] == ["todo"] * 4
+    assert all(r["cost"] == "estimated" and r["cost_s"] == pytest.approx(30 * 0.04) for r in plan)
+    # points that evaluate a model another point trains cost no training
+    smoke = sweep.plan(exp, "smoke", tmp_path, runner=RUNNER)
+    assert sorted(r["cost"] for r in smoke) == ["estimated"] * 4 + ["shared model"] * 4
+    sweep.run_sweep(exp, "smoke", tmp_path / "done", runner=RUNNER, progress=False)
+    assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path / "done", runner=RUNNER)} == {"done"}
+    result = CliRunner().invoke(app, ["sweep", str(FAKE), "--preset", "cpu", "--runner", RUNNER,
+                                      "--out", str(tmp_path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "4 points, 4 to run" in result.output and not (tmp_path / sweep.RESULTS).exists()
+
+
+@pytest.mark.parametrize(
+    "args, culprit",
+    [
+        (["sweep", "no_such_experiment"], "unknown experiment"),
+        (["sweep", str(FAKE), "--preset", "huge", "--runner", RUNNER], "unknown preset"),
+        (["sweep", str(FAKE), "--jobs", "0", "--runner", RUNNER], "--jobs"),
+        (["sweep", str(FAKE), "--runner", "nowhere:run"], "--runner"),
+    ],
+)
+def test_bad_cli_input_is_one_line_exit_2(tmp_path, args, culprit):
+    result = CliRunner().invoke(app, args + ["--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and culprit in result.output and "Traceback" not in result.output
+
+
+def test_a_sweep_dir_holds_one_experiment_and_preset(tmp_path):
+    exp = experiments.load(FAKE)
+    sweep.run_sweep(exp, "gpu", tmp_path, runner=RUNNER, progress=False)
+    with pytest.raises(SynthlabError, match="holds sweep sweep_fake/gpu"):
+        sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
+
+
+def test_sweeps_sharing_a_model_store_train_once(tmp_path):
+    exp = experiments.load(FAKE)
+    store, cache = tmp_path / "store", tmp_path / "cache"
+    first = sweep.run_sweep(exp, "smoke", tmp_path / "a", runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False)
+    second = sweep.run_sweep(exp, "smoke", tmp_path / "b", runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False)
+    assert _table(first) == _table(second)
+    logs = [(d / "starts.log").read_text().split() for d in store.iterdir()]
+    assert len(logs) == 4 and all(log == ["0", "5"] for log in logs)  # each model trained once, in sweep a
