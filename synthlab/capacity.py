@@ -142,7 +142,8 @@ def estimate_capacity(run_dir: str | Path, *, batch_size: int = 64, device: str 
     when read at `steps` recurrent steps) and returned."""
     from synthlab.data import load_dataset
     from synthlab.models import count_params
-    from synthlab.train import atomic_write_text, load_trained_model, resolve_device
+    from synthlab.files import atomic_write_text
+    from synthlab.train import load_trained_model, resolve_device
 
     run_dir = Path(run_dir)
     dev = resolve_device(device)

@@ -33,7 +33,8 @@ import torch
 from synthlab.data import Dataset, load_dataset, qa_sequence
 from synthlab.errors import SynthlabError
 from synthlab.models import KV_STRATEGIES, parse_exit_rule
-from synthlab.train import atomic_write_text, autocast, load_trained_model, resolve_device
+from synthlab.files import atomic_write_text
+from synthlab.train import autocast, load_trained_model, resolve_device
 
 GROUP_KEYS = {"bios": "attribute", "mano": "length", "multihop": "hops", "reach": "distance"}
 

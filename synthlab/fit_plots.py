@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from synthlab.files import atomic_write
 from synthlab.scaling import Data, FitResult, Law
 
 
@@ -39,7 +39,5 @@ def plot_fit(law: Law, parts: Sequence[tuple[str, Data, FitResult]], path: Path)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=120)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120))
     plt.close(fig)
-    os.replace(tmp, path)

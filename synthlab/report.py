@@ -18,7 +18,7 @@ import pandas as pd
 
 from synthlab import plots
 from synthlab.errors import SynthlabError
-from synthlab.sweep import write_atomic
+from synthlab.files import atomic_write_text
 
 # Columns that identify a run, or repeat another column, or matter only for bookkeeping: in
 # results.csv, left out of the report's tables.
@@ -103,9 +103,9 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
     if copy_results:
         figure_dir.mkdir(parents=True, exist_ok=True)
         portable = table.assign(run_dir=[Path(p).name for p in table["run_dir"]]) if "run_dir" in table else table
-        write_atomic(figure_dir / "results.csv", portable.to_csv(index=False))
+        atomic_write_text(figure_dir / "results.csv", portable.to_csv(index=False))
         portable_info = {**info, "definition": f"experiments/{Path(info.get('definition', name)).stem}.toml"}
-        write_atomic(figure_dir / "sweep.json", json.dumps(portable_info, indent=1))
+        atomic_write_text(figure_dir / "sweep.json", json.dumps(portable_info, indent=1))
         lines.insert(3, f"Table: [`{name}/results.csv`]({name}/results.csv).")
     return "\n".join(lines)
 
@@ -125,5 +125,5 @@ def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = Fals
     sections = [_section(Path(d), out.parent, verdicts, copy_results) for d in sweep_dirs]
     parts = [f"# {title}", verdicts.get("preamble", "").strip(), *sections]
     text = "\n\n".join(p for p in parts if p)
-    write_atomic(out, text.strip() + "\n")
+    atomic_write_text(out, text.strip() + "\n")
     return out

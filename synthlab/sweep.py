@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.errors import SynthlabError
+from synthlab.files import atomic_write_text
 from synthlab.experiments import Experiment, Point, content_hash
 
 DEFAULT_RUNNER = "synthlab.pipeline:run_point"
@@ -50,16 +51,6 @@ RESULTS = "results.csv"
 
 
 # --- atomic files and locks ------------------------------------------------------------------
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary sibling, fsync, rename: readers see the old file or the new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 @contextlib.contextmanager
@@ -125,7 +116,7 @@ def append_rows(path: Path, rows: list[dict[str, Any]]) -> int:
         writer.writeheader()
         writer.writerows(old)
         writer.writerows({k: _cell(v) for k, v in r.items()} for r in new)
-        write_atomic(path, out.getvalue())
+        atomic_write_text(path, out.getvalue())
         return len(new)
 
 
@@ -181,7 +172,7 @@ def run_unit(unit: Unit) -> list[dict[str, Any]]:
                 start = time.perf_counter()
                 metrics = run_point(p["config"], run_dir, cache_dir=Path(unit.cache_dir))
                 record = {"metrics": metrics, "wall_s": time.perf_counter() - start}
-                write_atomic(done, json.dumps(record, indent=1, sort_keys=True))
+                atomic_write_text(done, json.dumps(record, indent=1, sort_keys=True))
             row = {"point_id": p["point_id"], "experiment": p["experiment"], "preset": p["preset"], **p["factors"]}
             row.update({k: v for k, v in record["metrics"].items() if k not in row})  # factors win a name clash
             rows.append({**row, "wall_s": record["wall_s"], "run_dir": str(run_dir)})
@@ -295,7 +286,7 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str) -> None:
                     plot=experiment.plot, definition=experiment.source, notes=experiment.notes.strip())
         if command:
             info["commands"].append(command)
-        write_atomic(path, json.dumps(info, indent=1))
+        atomic_write_text(path, json.dumps(info, indent=1))
 
 
 # --- dry run ---------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ import contextlib
 import difflib
 import json
 import math
-import os
 import signal
 import threading
 import time
@@ -38,6 +37,7 @@ from tqdm import tqdm
 from synthlab import config as configlib
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, training_examples
 from synthlab.errors import SynthlabError
+from synthlab.files import atomic_write, atomic_write_text
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
 
@@ -234,18 +234,6 @@ class _StopOnSignal:
             signal.signal(sig, handler)
 
 
-def atomic_torch_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def load_checkpoint(run_dir: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
     """The run's checkpoint; a missing or unreadable one is a SynthlabError (nothing is touched)."""
     path = Path(run_dir) / "checkpoint.pt"
@@ -381,20 +369,18 @@ def _loop(run_dir, run, derived, model, optimizer, scheduler, batcher, generator
     forward = model_forward(model, cfg.compile)
 
     def save() -> None:
-        atomic_torch_save(
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "batcher": batcher.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "model_rng": generator.get_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-                "step": step,
-                "tokens_seen": tokens_seen,
-            },
-            run_dir / "checkpoint.pt",
-        )
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "batcher": batcher.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "model_rng": generator.get_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
+            "step": step,
+            "tokens_seen": tokens_seen,
+        }
+        atomic_write(run_dir / "checkpoint.pt", lambda tmp: torch.save(state, tmp))
 
     model.train()
     record: dict[str, Any] = {}

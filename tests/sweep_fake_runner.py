@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from synthlab.experiments import data_part
-from synthlab.sweep import cached_dir, write_atomic
+from synthlab.files import atomic_write_text
+from synthlab.sweep import cached_dir
 
 
 def _build_data(tmp: Path, size: int) -> None:
@@ -30,7 +31,7 @@ def run_point(config: dict, run_dir: Path, *, cache_dir: Path) -> dict:
         time.sleep(config["train"]["sleep"])
         state["step"] += 1
         state["acc"] = (state["acc"] * 31 + sum(data) + config["model"]["width"]) % 100003
-        write_atomic(ckpt, json.dumps(state))
+        atomic_write_text(ckpt, json.dumps(state))
     return {"accuracy": state["acc"] / 100003 * config["eval"].get("probe", 1), "steps": state["step"],
             "data_dir": data_dir.name}
 

@@ -13,26 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import torch
 
 from synthlab import config as cfgio
 from synthlab.errors import SynthlabError
+from synthlab.files import atomic_write
 from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_device, resolve_dtype
 from synthlab.hf.data import pack, read_texts, split_heldout
 from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM
 from synthlab.hf.train import TrainConfig, evaluate, plot_loss_vs_depth, train
 
 CHECKPOINT = "trainable.safetensors"
-
-
-def _write_atomic(path: Path, write) -> None:
-    """Write through a temporary sibling, then rename: never a half-written file."""
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def build_variant(base, config: OuroborosConfig, variant: str, seed: int) -> OuroborosLM:
@@ -45,7 +38,7 @@ def save_trainable(model: OuroborosLM, path: Path) -> None:
     from safetensors.torch import save_file
 
     state = {k: v.contiguous().cpu() for k, v in model.trainable_state().items()}
-    _write_atomic(path, lambda tmp: save_file(state, str(tmp)))
+    atomic_write(path, lambda tmp: save_file(state, str(tmp)))
 
 
 def load_trainable(model: OuroborosLM, path: Path) -> None:
@@ -86,8 +79,8 @@ def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str],
         folder.mkdir(exist_ok=True)
         log = train(model, train_seqs, train_config, progress=progress,
                     on_checkpoint=lambda _step, m=model, f=folder: save_trainable(m, f / CHECKPOINT))
-        _write_atomic(folder / "train_log.csv", lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
-    _write_atomic(out / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=2) + "\n"))
+        atomic_write(folder / "train_log.csv", lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
+    atomic_write(out / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=2) + "\n"))
     return run
 
 
@@ -141,8 +134,8 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
     table = pd.DataFrame(rows)
     table["variant"] = pd.Categorical(table["variant"], [v for v in VARIANTS if v in set(table["variant"])])
     table = table.sort_values(["corpus", "variant", "depth"]).reset_index(drop=True)
-    _write_atomic(run_dir / "results.csv", lambda tmp: table.to_csv(tmp, index=False))
-    _write_atomic(run_dir / "results.json",
+    atomic_write(run_dir / "results.csv", lambda tmp: table.to_csv(tmp, index=False))
+    atomic_write(run_dir / "results.json",
                   lambda tmp: tmp.write_text(table.to_json(orient="records", indent=2) + "\n"))
-    _write_atomic(run_dir / "c11_loss_vs_depth.png", lambda tmp: plot_loss_vs_depth(table, tmp))
+    atomic_write(run_dir / "c11_loss_vs_depth.png", lambda tmp: plot_loss_vs_depth(table, tmp))
     return table
