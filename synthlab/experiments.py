@@ -15,6 +15,7 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
     [base.model]  ...                # ModelConfig fields
     [base.train]  ...                # TrainConfig fields
     [base.eval]   ...                # EvalOptions fields (synthlab.pipeline)
+    [base.gate]   ...                # GateOptions (stage "gate": Ouro stage II, synthlab.pipeline)
 
     [presets.smoke.train]            # a preset overrides base sections ...
     steps = 50
@@ -28,7 +29,8 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
 Every definition has the presets `smoke`, `cpu` and `gpu`. `load` checks the structure (keys,
 sections, presets, axes); `validate_points` checks every point of a preset against the real
 config classes (generator params, ModelConfig, TrainConfig, EvalOptions). A point is one resolved config dict
-{"task", "data", "model", "train", "eval", "stages"} plus its factors (axis -> value or label);
+{"task", "data", "model", "train", "eval", "stages"} (+ "gate" where a definition sets it) plus its
+factors (axis -> value or label);
 its id is a content hash of the resolved config, so editing a grid never renames old points.
 """
 
@@ -46,9 +48,12 @@ from typing import Any
 
 from synthlab.errors import SynthlabError
 
-SECTIONS = ("data", "model", "train", "eval")
+SECTIONS = ("data", "model", "train", "eval", "gate")
+# Sections every resolved config carries; the others only where a definition sets them, so adding a
+# section kind never changes the content hash (the id) of existing points.
+ALWAYS_SECTIONS = ("data", "model", "train", "eval")
 PRESETS = ("smoke", "cpu", "gpu")
-STAGES = ("train", "eval", "generate", "capacity")
+STAGES = ("train", "gate", "eval", "generate", "capacity")
 _TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets"}
 _PRESET_KEYS = set(SECTIONS) | {"grid"}
 
@@ -88,7 +93,8 @@ class Experiment:
         if preset not in self.presets:
             raise SynthlabError(f"unknown preset '{preset}' for {self.name} (have {', '.join(self.presets)})")
         spec = self.presets[preset]
-        base = {s: {**self.base.get(s, {}), **spec.get(s, {})} for s in SECTIONS}
+        base = {s: {**self.base.get(s, {}), **spec.get(s, {})} for s in SECTIONS
+                if s in ALWAYS_SECTIONS or s in self.base or s in spec}
         axes = list(spec.get("grid", {}).items())
         points = []
         for combo in itertools.product(*(values for _, values in axes)):
@@ -97,13 +103,13 @@ class Experiment:
             for (axis, _), value in zip(axes, combo):
                 if "." in axis:
                     section, field = axis.split(".", 1)
-                    config[section][field] = value
+                    config.setdefault(section, {})[field] = value
                     factors[axis] = value
                 else:
                     for key, val in value.items():
                         if key != "label":
                             section, field = key.split(".", 1)
-                            config[section][field] = val
+                            config.setdefault(section, {})[field] = val
                     factors[axis] = value["label"]
             config.update(task=self.task, stages=list(self.stages))
             points.append(Point(factors=factors, config=config))
@@ -174,6 +180,8 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
         raise SynthlabError(f"{where}: stages must include 'train' and be among {STAGES}, got {list(stages)}")
     base = raw.get("base", {})
     _check_sections(base, set(SECTIONS), f"{where}: base")
+    if "gate" not in stages and ("gate" in base or any("gate" in p for p in raw["presets"].values())):
+        raise SynthlabError(f"{where}: a [gate] section needs the 'gate' stage in stages")
     missing = [p for p in PRESETS if p not in raw["presets"]]
     if missing:
         raise SynthlabError(f"{where}: missing preset(s) {missing}")

@@ -1,4 +1,4 @@
-"""The real point runner of a sweep: data (cached) -> train (resumable) -> evaluate -> capacity.
+"""The real point runner of a sweep: data (cached) -> train (resumable) -> [gate] -> evaluate -> capacity.
 
 `run_point(config, run_dir, cache_dir=...)` takes one resolved grid point (synthlab.experiments)
 and returns its metrics as a flat dict, one value per results.csv column:
@@ -15,6 +15,7 @@ and returns its metrics as a flat dict, one value per results.csv column:
   (with eval.kv: `accuracy` is then real greedy generation's);
 - generate stage (bioS): `kv`, `kv_bytes`, `accuracy` of real greedy generation of each attribute
   value from the biography before it, with eval.kv's decode-time cache strategy;
+- gate stage (Ouro stage II): `gate_steps`, `gate_loss`, `gate_s`; later stages use its model;
 - capacity stage: `p1`, `p2`, `bits`, `max_bits`, `bits_per_param`, `fraction_of_max`,
   `params_capacity` (P as the estimate counts it: used embedding rows only).
 
@@ -61,6 +62,24 @@ class EvalOptions:
             parse_exit_rule(self.exit)
 
 
+@dataclasses.dataclass
+class GateOptions:
+    """The `[gate]` section (stage "gate"): Ouro stage II after the stage I model is trained.
+
+    The exit gate alone is trained on the frozen stage I model (train.loss = ouro_stage2, starting
+    from its weights), and the point is evaluated with that model: static, diff and kl exits are
+    unchanged by it (the LM is frozen), the learned q: exit gets the stage II gate.
+    """
+
+    steps: int = 500
+    lr: float = 1e-3
+    warmup_steps: int = 50
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or not self.lr > 0 or self.warmup_steps < 0:
+            raise SynthlabError("gate.steps must be >= 1, gate.lr > 0 and gate.warmup_steps >= 0")
+
+
 def _data_params(config: dict[str, Any]):
     from synthlab_generators import TASKS
 
@@ -91,6 +110,9 @@ def check_config(config: dict[str, Any]) -> None:
         raise SynthlabError("model.vocab_size comes from the data; do not set it in an experiment")
     _run_config(config, None, vocab_size=64)
     configlib.from_dict(EvalOptions, config["eval"], where="eval.")
+    configlib.from_dict(GateOptions, config.get("gate", {}), where="gate.")
+    if "gate" in config["stages"] and config["train"].get("loss") != "ouro":
+        raise SynthlabError("the gate stage (Ouro stage II) needs a stage I model: train.loss = \"ouro\"")
 
 
 def dataset(config: dict[str, Any], cache_dir: Path) -> Path:
@@ -119,6 +141,32 @@ def train_model(config: dict[str, Any], data_dir: Path, model_dir: Path) -> dict
     return _train_metrics(model_dir)
 
 
+def train_gate(config: dict[str, Any], model_dir: Path, run_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """Ouro stage II on the trained stage I model in model_dir; returns (its run dir, gate_* metrics).
+
+    One stage II run per gate config, beside the stage I model (points that share both share it).
+    """
+    from synthlab.train import load_run, train
+
+    options = configlib.from_dict(GateOptions, config.get("gate", {}), where="gate.")
+    gate_dir = run_dir / f"gate-{content_hash(dataclasses.asdict(options))}"
+    if not (gate_dir / "summary.json").is_file():
+        if (gate_dir / "checkpoint.pt").is_file():
+            result = train(gate_dir, progress=False)
+        else:
+            shutil.rmtree(gate_dir, ignore_errors=True)
+            stage1, _ = load_run(model_dir)
+            stage1.train = dataclasses.replace(
+                stage1.train, loss="ouro_stage2", init_from=str(model_dir.resolve()), steps=options.steps,
+                exposures=None, lr=options.lr, warmup_steps=options.warmup_steps)
+            result = train(gate_dir, stage1, progress=False)
+        if result.interrupted:
+            raise KeyboardInterrupt("gate training interrupted by a signal (checkpoint written)")
+    stage2 = _train_metrics(gate_dir)
+    return gate_dir, {"gate_steps": stage2["train_steps"], "gate_loss": stage2["train_loss"],
+                      "gate_s": stage2["train_s"]}
+
+
 def _train_metrics(model_dir: Path) -> dict[str, Any]:
     lines = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines() if line]
     tail = lines[-max(1, len(lines) // 10):]
@@ -130,6 +178,39 @@ def _train_metrics(model_dir: Path) -> dict[str, Any]:
         before = r["tokens"]
     return {"train_steps": lines[-1]["step"], "tokens": lines[-1]["tokens"], "train_loss": loss, "loss": loss,
             "train_s": seconds}
+
+
+def step_rows(sweep_dir: Path) -> list[dict[str, Any]]:
+    """One row per (run, recurrent step) of a finished sweep, for the step-wise law (`synthlab fit steps`).
+
+    Each run's row is repeated for t = 1..loops with `step` = t and `loss` = the training loss read
+    out after step t (the mean over the last logged 10% of optimizer steps, like `loss`); the
+    per-step accuracy columns are dropped (they belong to the run, not to the step).
+    """
+    from synthlab.sweep import read_rows
+
+    rows = read_rows(Path(sweep_dir) / "results.csv")
+    if not rows:
+        raise SynthlabError(f"no results.csv rows in {sweep_dir} (run `synthlab sweep` first)")
+    out = []
+    for row in rows:
+        metrics = _metrics_file(Path(sweep_dir), row["run_dir"])
+        lines = [json.loads(line) for line in metrics.read_text().splitlines() if line]
+        tail = lines[-max(1, len(lines) // 10):]
+        per_step = [sum(r["loss_per_step"][t] for r in tail) / len(tail) for t in range(len(tail[0]["loss_per_step"]))]
+        if len(per_step) == 1 and int(row["loops"]) > 1:
+            raise SynthlabError(f"{metrics} logs the last step's loss only (train.loss = 'last' with all_steps off)")
+        base = {k: v for k, v in row.items() if not k.startswith(("acc_step_", "agree_"))}
+        out.extend({**base, "step": t, "loss": loss} for t, loss in enumerate(per_step, 1))
+    return out
+
+
+def _metrics_file(sweep_dir: Path, run_dir: str) -> Path:
+    """A run's metrics.jsonl: at run_dir as recorded, else under this sweep's runs/ (moved sweeps)."""
+    for candidate in (Path(run_dir), sweep_dir / "runs" / Path(run_dir).name):
+        if (candidate / "model" / "metrics.jsonl").is_file():
+            return candidate / "model" / "metrics.jsonl"
+    raise SynthlabError(f"no model/metrics.jsonl for run {run_dir} (looked beside {sweep_dir} too)")
 
 
 def describe(config: dict[str, Any]) -> dict[str, Any]:
@@ -176,6 +257,9 @@ def run_point(config: dict[str, Any], run_dir: Path, *, cache_dir: Path) -> dict
     metrics = {**describe(config), **train_model(config, data_dir, model_dir)}
     metrics.update(_size_metrics(json.loads((model_dir / "config.json").read_text())))
     stages = config["stages"]
+    if "gate" in stages:  # evaluate the stage II model from here on
+        model_dir, gate_metrics = train_gate(config, model_dir, Path(run_dir))
+        metrics.update(gate_metrics)
     if "eval" in stages:
         options = configlib.from_dict(EvalOptions, config["eval"], where="eval.")
         result = evaluate_run(model_dir, steps=options.steps, exit_rule=options.exit, kv=options.kv,

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from synthlab.errors import SynthlabError
+from synthlab.files import atomic_write
 
 STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
 AGREE_COLUMN = re.compile(r"^agree_(\d+)_(\d+)$")
@@ -42,8 +43,8 @@ def _save(fig, out: Path, name: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.svg"]
     fig.tight_layout()
-    for path in paths:
-        fig.savefig(path, dpi=150)
+    for path in paths:  # a report copying the figure never sees half of one
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=150))
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -70,9 +71,17 @@ def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
     data = table.assign(bits_shown=table["bits"].clip(lower=1.0))  # log axis: an empty model stores ~0
     sns.scatterplot(data=data, x=params, y="bits_shown", hue="n_people", style="loops", s=70,
                     palette="viridis", ax=ax)
+    empty = data[data["bits"] < 1.0]
+    if len(empty):  # say so, rather than let a clipped point pass for a measured one
+        ax.scatter(empty[params], empty["bits_shown"], marker="o", s=160, facecolors="none", edgecolors="red",
+                   label="0 bits (drawn at 1)")
     p = np.geomspace(table[params].min() / 1.5, table[params].max() * 1.5, 50)
     for rate, dash in ((1, ":"), (2, "--")):
         ax.plot(p, rate * p, dash, color="grey", label=f"{rate} bit/param")
+    if "max_bits" in table:  # the data's own limit: above it a run measures the data, not the model
+        for n, group in table.groupby("n_people"):
+            ax.axhline(group["max_bits"].iloc[0], ls="-.", lw=0.8, color="black", alpha=0.6,
+                       label=f"all the data (N = {n:,})")
     ax.set(xscale="log", yscale="log", xlabel="parameters (unique, count)", ylabel="knowledge stored (bits)",
            title="bioS capacity: bits vs parameters")
     ax.legend(fontsize=7)

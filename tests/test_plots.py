@@ -21,7 +21,9 @@ def _grid(**axes) -> pd.DataFrame:
 def _fixtures() -> dict[str, pd.DataFrame]:
     rng = np.random.default_rng(0)
     cap = _grid(n_people=[1000, 5000], params=[2e5, 8e5], loops=[1, 4])
-    cap["bits"] = np.minimum(2 * cap["params"], 60 * cap["n_people"]) * rng.uniform(0.8, 1.0, len(cap))
+    cap["max_bits"] = 60.0 * cap["n_people"]
+    cap["bits"] = np.minimum(2 * cap["params"], cap["max_bits"]) * rng.uniform(0.8, 1.0, len(cap))
+    cap.loc[0, "bits"] = 0.0  # a model that stored nothing
     mano = _grid(model=["2x1", "2x6", "12x1"], L=[3, 5])
     mano["accuracy"] = rng.uniform(0, 1, len(mano))
     multi = _grid(model=["6x1", "6x2", "6x4"], train_fraction=[0.025, 0.1, 0.25])
@@ -119,3 +121,10 @@ def test_report_has_tables_figures_commands_and_verdicts(tmp_path):
     assert all(f"| {a:.4g} |" in text for a in table["accuracy"])
     copied = pd.read_csv(out.parent / "mano" / "results.csv")
     assert list(copied["run_dir"]) == [f"r{i}" for i in range(len(table))]  # no absolute paths committed
+
+
+def test_capacity_plot_marks_empty_models_and_the_data_limit(tmp_path):
+    paths = plots.plot("capacity", _fixtures()["capacity"], tmp_path)
+    svg = next(p for p in paths if p.suffix == ".svg").read_text()
+    assert "0 bits (drawn at 1)" in svg and "all the data (N = 5,000)" in svg
+    assert not list(tmp_path.glob(".*"))  # atomic saves leave no temporaries behind

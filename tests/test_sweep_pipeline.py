@@ -42,6 +42,13 @@ def test_smoke_sweep_end_to_end(tmp_path):
     before = _table(results)
     sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, progress=False)
     assert _table(results) == before
+    # the step-wise export: one row per recurrent step, the last step's loss is the run's loss
+    from synthlab.pipeline import step_rows
+
+    steps = step_rows(tmp_path)
+    assert sorted((r["model"], r["step"]) for r in steps) == [("1x1", 1), ("1x2", 1), ("1x2", 2)]
+    last = next(r for r in steps if r["model"] == "1x2" and r["step"] == 2)
+    assert last["loss"] == pytest.approx(float(rows["1x2"]["loss"]))
 
 
 @pytest.mark.slow  # three sweeps in fresh interpreters (torch start-up each); the fast suite
@@ -117,3 +124,50 @@ def test_dry_run_of_a_shipped_experiment_estimates_every_point(tmp_path):
     assert result.exit_code == 0, result.output
     assert "30 points, 30 to run" in result.output and "(estimated)" in result.output and "?" not in result.output
     assert not (tmp_path / "results.csv").exists()
+
+
+def _gate_experiment(raw: dict) -> dict:
+    """The tiny Mano fixture as an exit experiment: stage I (`ouro`), then stage II (`gate`)."""
+    raw["stages"] = ["train", "gate", "eval"]
+    raw["base"]["model"].update(exit_gate=True, n_layers=1, loops=2)
+    raw["base"]["train"]["loss"] = "ouro"
+    raw["base"]["gate"] = {"steps": 4, "warmup_steps": 1}
+    raw["presets"]["smoke"]["grid"] = {"eval.exit": ["q:0.5", "static:1"]}
+    return raw
+
+
+def test_gate_stage_trains_the_exit_gate_alone_and_evaluates_that_model(tmp_path):
+    import tomllib
+
+    import torch
+
+    results = sweep.run_sweep(experiments.parse(_gate_experiment(tomllib.loads(FIXTURE.read_text()))), "smoke",
+                              tmp_path, progress=False)
+    rows = sweep.read_rows(results)
+    assert len(rows) == 2 and all(int(r["gate_steps"]) == 4 for r in rows)
+    run_dirs = {Path(r["run_dir"]) for r in rows}
+    assert len(run_dirs) == 1  # both exit rules evaluate one stage I model and one stage II gate
+    (run_dir,) = run_dirs
+    (gate_dir,) = run_dir.glob("gate-*")
+    stage1 = torch.load(run_dir / "model" / "checkpoint.pt", weights_only=False)["model"]
+    stage2 = torch.load(gate_dir / "checkpoint.pt", weights_only=False)["model"]
+    changed = {k for k in stage1 if not torch.equal(stage1[k], stage2[k])}
+    assert changed and all(k.startswith("exit_gate.") for k in changed)  # the LM is frozen
+
+
+def test_gate_section_needs_the_gate_stage_and_a_stage_one_model():
+    import tomllib
+
+    from synthlab.errors import SynthlabError
+
+    raw = _gate_experiment(tomllib.loads(FIXTURE.read_text()))
+    raw["stages"] = ["train", "eval"]
+    with pytest.raises(SynthlabError, match="needs the 'gate' stage"):
+        experiments.parse(raw)
+    raw = _gate_experiment(tomllib.loads(FIXTURE.read_text()))
+    raw["base"]["train"]["loss"] = "last"
+    with pytest.raises(SynthlabError, match="stage I model"):
+        experiments.validate_points(experiments.parse(raw), "smoke")
+    # definitions without a gate section resolve without one: the ids of their points never moved
+    plain = experiments.parse(tomllib.loads(FIXTURE.read_text()))
+    assert all("gate" not in p.config for p in plain.points("smoke"))

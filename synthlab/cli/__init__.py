@@ -59,6 +59,7 @@ from synthlab.cli import sweep as _sweep  # noqa: E402
 
 app.command("sweep")(_sweep.sweep)
 app.command("plot")(_sweep.plot)
+app.command("steps")(_sweep.steps)
 app.command("report")(_sweep.report)
 
 from synthlab.cli import train as _train  # noqa: E402

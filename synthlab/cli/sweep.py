@@ -1,4 +1,4 @@
-"""`synthlab sweep`, `synthlab plot`, `synthlab report`: experiments as data, run and shown."""
+"""`synthlab sweep`, `plot`, `steps`, `report`: experiments as data, run and shown."""
 
 from __future__ import annotations
 
@@ -73,6 +73,30 @@ def plot(
     table = plots.read_results(sweep_dir)
     for path in plots.plot(kind, table, out or Path(sweep_dir) / "figures"):
         typer.echo(str(path))
+
+
+def steps(
+    sweep_dir: Path = typer.Argument(..., help="Sweep directory holding results.csv and its runs/."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="CSV to write [default: SWEEP_DIR/steps.csv]."),
+) -> None:
+    """Export one row per (run, recurrent step) with that step's loss: the table `synthlab fit steps` fits."""
+    import csv
+
+    from synthlab.files import atomic_write
+    from synthlab.pipeline import step_rows
+
+    rows = step_rows(sweep_dir)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    path = out or Path(sweep_dir) / "steps.csv"
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    atomic_write(path, write)
+    typer.echo(f"{len(rows)} rows: {path}")
 
 
 def report(
