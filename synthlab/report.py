@@ -77,11 +77,14 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
     name = info["experiment"]
     figure_dir = out_dir / name
     order, factors = _grid(info)
+    factors = [f for f in factors if f in table]  # a grid axis added after these runs has no column
     if order:  # rows in grid order (results.csv is in order of completion)
         rank = {p: i for i, p in enumerate(order)}
         table = table.sort_values("point_id", key=lambda ids: ids.map(lambda i: rank.get(i, len(rank))), kind="stable")
+    in_grid = int(table["point_id"].isin(order).sum()) if order else len(table)
+    earlier = f", plus {len(table) - in_grid} run(s) of an earlier version of its grid" if len(table) > in_grid else ""
     lines = [f"## {name} ({info['claim']}): {info['title']}", "",
-             f"Preset `{info['preset']}`: {len(table)} of {len(order) or '?'} grid points finished; "
+             f"Preset `{info['preset']}`: {in_grid} of {len(order) or '?'} grid points finished{earlier}; "
              f"definition `experiments/{name}.toml`."]
     if info.get("notes"):
         lines += ["", " ".join(info["notes"].split())]

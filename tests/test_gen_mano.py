@@ -139,6 +139,8 @@ def test_overwrite(tmp_path):
     (["--mod", "21"], "--mod"),
     (["--L", "1", "--n-test", "1000"], "--n-test"),
     (["--seed", "-1"], "--seed"),
+    (["--L", "abc"], "--L"),  # a wrongly typed option: typer's parse error, also on one line
+    (["--nope", "1"], "--nope"),
 ])
 def test_bad_input(tmp_path, args, flag):
     out = tmp_path / "d"

@@ -128,3 +128,22 @@ def test_capacity_plot_marks_empty_models_and_the_data_limit(tmp_path):
     svg = next(p for p in paths if p.suffix == ".svg").read_text()
     assert "0 bits (drawn at 1)" in svg and "all the data (N = 5,000)" in svg
     assert not list(tmp_path.glob(".*"))  # atomic saves leave no temporaries behind
+
+
+def test_report_counts_grid_points_apart_from_runs_of_an_earlier_grid(tmp_path):
+    import json
+    from pathlib import Path
+
+    from synthlab import experiments
+
+    fixture = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
+    grid = [p.point_id for p in experiments.load(fixture).points("smoke")]
+    table = _fake_sweep_dir(tmp_path / "runs" / "mano", "mano")
+    table.assign(point_id=[grid[0]] + [f"old{i}" for i in range(1, len(table))]).to_csv(
+        tmp_path / "runs" / "mano" / "results.csv", index=False)
+    info = json.loads((tmp_path / "runs" / "mano" / "sweep.json").read_text())
+    (tmp_path / "runs" / "mano" / "sweep.json").write_text(json.dumps({**info, "definition": str(fixture)}))
+    out = tmp_path / "report.md"
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "runs" / "mano"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"1 of 2 grid points finished, plus {len(table) - 1} run(s) of an earlier version" in out.read_text()

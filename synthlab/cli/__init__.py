@@ -14,14 +14,25 @@ from typer.core import TyperGroup
 from synthlab.errors import SynthlabError
 
 
+# Parse errors: click's own, or those of the click copy that typer >= 0.2x vendors.
+_CLICK_ERRORS = (click.ClickException, getattr(typer, "TyperException", click.ClickException))
+
+
 class _ReadableErrors(TyperGroup):
-    """Turns SynthlabError into a one-line message and exit code 2 (also under CliRunner)."""
+    """Turns SynthlabError, and a subcommand's bad option (`--L abc`), into one line and exit code 2."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except SynthlabError as err:
             typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=2) from None
+        except _CLICK_ERRORS as err:  # a bad option or argument: one line instead of typer's box
+            if type(err).__name__ == "NoArgsIsHelpError":  # `synthlab gen` alone prints its help
+                raise
+            context = getattr(err, "ctx", None)
+            where = f" (see `{context.command_path} --help`)" if context is not None else ""
+            typer.echo(f"error: {err.format_message()}{where}", err=True)
             raise typer.Exit(code=2) from None
 
 
