@@ -56,11 +56,12 @@ class Law:
     start_grid: Callable[[np.ndarray], Mapping[str, Sequence[float]]]
 
     def report(self, theta: np.ndarray) -> dict[str, float]:
-        """Fit-space vector (P,) -> reported parameters (log_X -> X = exp(log_X))."""
-        return {
-            p.removeprefix("log_"): float(np.exp(v) if p.startswith("log_") else v)
-            for p, v in zip(self.params, theta)
-        }
+        """Fit-space vector (P,) -> reported parameters (log_X -> X = exp(log_X); inf if it overflows)."""
+        with np.errstate(over="ignore"):
+            return {
+                p.removeprefix("log_"): float(np.exp(v) if p.startswith("log_") else v)
+                for p, v in zip(self.params, theta)
+            }
 
     def starts(self, X: np.ndarray) -> np.ndarray:
         """The default grid of starts, (starts, P), in the order of `params`."""
@@ -514,6 +515,19 @@ def fit(law: Law | str, data: Data, options: FitOptions = FitOptions(), starts: 
         converged=converged, message=message, n_starts=len(starts), n_reached=n_reached,
         r2=r2, rmse_log=rmse, n_rows=len(loss), basins=np.vstack([best_theta, batch.theta[basins[1:]]]),
     )
+
+
+# Values no loss law of this kind takes in practice: an exponent beyond +-5 or a coefficient above 1e30.
+# A fit that lands there has traded one term off against another along a flat valley: the data do
+# not identify the law (too few rows, or a regime the law does not describe).
+EXPONENTS, COEFFICIENTS = ("alpha", "beta", "gamma"), ("A", "B", "C")
+
+
+def implausible(params: Mapping[str, float]) -> dict[str, float]:
+    """The reported parameters of a fit that are not finite or outside plausible ranges."""
+    return {name: value for name, value in params.items()
+            if not np.isfinite(value) or (name in EXPONENTS and abs(value) > 5)
+            or (name in COEFFICIENTS and abs(value) > 1e30)}
 
 
 def _scalar(objective: Callable) -> Callable[[np.ndarray], tuple[float, np.ndarray]]:

@@ -181,3 +181,12 @@ def test_bad_input_is_one_readable_line():
         sc.get_law("chinchila")
     with pytest.raises(SynthlabError, match="reduction"):
         sc.FitOptions(reduction="median")
+
+
+def test_implausible_parameters_are_named():
+    from synthlab.scaling import implausible
+
+    chinchilla = {"E": 1.82, "A": 478.0, "alpha": 0.35, "B": 2143.0, "beta": 0.37}
+    assert implausible(chinchilla) == {}
+    degenerate = {"E": 0.0, "A": 9.4e259, "alpha": 51.4, "B": float("inf"), "beta": 0.4, "C": 0.0, "gamma": -42.5}
+    assert set(implausible(degenerate)) == {"A", "alpha", "B", "gamma"}

@@ -41,6 +41,8 @@ def _column(table, name: str, option: str, path: Path) -> np.ndarray:
 
 
 def _fit_json(result, boot, holdout_rows, derived: dict) -> dict:
+    from synthlab import scaling
+
     nan_to_none = lambda v: None if isinstance(v, float) and math.isnan(v) else v  # noqa: E731 (JSON has no NaN)
     out = dict(result.params)
     out.update(
@@ -51,11 +53,14 @@ def _fit_json(result, boot, holdout_rows, derived: dict) -> dict:
         level=boot.level if boot else None,
         bootstrap=boot.n_resamples if boot else 0,
         holdout=[{k: nan_to_none(v) for k, v in vars(r).items()} for r in holdout_rows],
+        implausible=sorted(scaling.implausible(result.params)),
     )
     return out
 
 
 def _fit_text(title: str, law, result, boot, holdout_rows, derived: dict) -> str:
+    from synthlab import scaling
+
     lines = [title, f"  {law.formula}",
              f"  objective {result.objective:.7g} (summed Huber on log loss), converged: "
              f"{'yes' if result.converged else 'no'} ({result.message}); "
@@ -72,6 +77,10 @@ def _fit_text(title: str, law, result, boot, holdout_rows, derived: dict) -> str
         lines.append(f"  {int(100 * boot.level)}% bootstrap intervals from {boot.n_resamples} resamples "
                      f"({boot.n_converged} converged)")
     lines += [f"  {k:>6} = {v:<12.5g}{interval(k)}" for k, v in {**result.params, **derived}.items()]
+    bad = scaling.implausible(result.params)
+    if bad:
+        lines.append(f"  WARNING: degenerate fit ({', '.join(f'{k} = {v:.3g}' for k, v in bad.items())}): "
+                     "these data do not identify the law; do not read its constants")
     if holdout_rows:
         lines.append(f"  {'hold-out':<26} {'train':>6} {'test':>5} {'R2 train':>9} {'R2 test':>8} {'RMSE test':>10}")
         lines += [f"  {r.split:<26} {r.train_rows:>6} {r.test_rows:>5} {r.r2_train:>9.4f} {r.r2_test:>8.4f} "
