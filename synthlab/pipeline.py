@@ -335,12 +335,11 @@ def biography_generation(model_dir: Path, options: EvalOptions, people: int = 10
 
 # --- cost estimates for `synthlab sweep --dry-run` -------------------------------------------------
 
-# Training FLOP/s assumed until a finished point of the sweep has measured one. Measured here:
-# 1.0-1.75e10 for the Mano cpu-preset models (d = 128) with one torch thread while about seven
-# processes shared the 2 cores (runs/{mano,exit}-cpu, train_flops / train_s); issue 4's calibration
-# on a quieter machine: 1.4e11 for a 2 x 128 bioS model (4.5 MFLOP/token, 57M tokens in 30 min).
-# 5e10 sits between: both cores of an idle machine on the presets' small matrices.
-DEFAULT_FLOPS_PER_S = 5e10
+# Training FLOP/s assumed until a finished point of the sweep has measured one. Measured on an idle
+# 2-core machine with one torch thread per run (two runs side by side, train_flops / train_s):
+# 1.0e10 for the d = 32 bioS capacity model (its 2,772-token softmax is memory-bound), 0.6-1.3e10
+# for the d = 32 scaling models, 1.5-3e10 for d = 64 and 2.2e10 for the d = 128 multihop model.
+DEFAULT_FLOPS_PER_S = 2e10
 # Tokens per bioS biography with <bos> and <eos>: 57.2 on average (500 generated people, seed 0).
 BIOS_TOKENS = 57.2
 

@@ -66,11 +66,13 @@ def test_steps_law_is_fitted_per_max_steps(tmp_path):
         data, _ = synthetic("steps", 1e-4, np.random.default_rng(tm))
         rows.append(pd.DataFrame({"params": data.variables["N"], "tokens": data.variables["D"],
                                   "step": data.variables["T"], "loops": tm, "loss": data.loss}))
+    one_step = rows[0][rows[0]["step"] == 1].assign(loops=1)  # a plain model's runs: one step, no T to fit
     path = tmp_path / "steps.csv"
-    pd.concat(rows).to_csv(path, index=False)
+    pd.concat([one_step, *rows]).to_csv(path, index=False)
     out = run("steps", path, "--bootstrap", "0", "--json")
     assert out.exit_code == 0, out.output
-    fits = json.loads(out.output)["fits"]
+    assert "skipped" in out.stderr and "loops = 1" in out.stderr
+    fits = json.loads(out.stdout)["fits"]
     assert [f["Tm"] for f in fits] == [2.0, 4.0] and all(f["r2"] > 0.999 for f in fits)
     assert all(f["gamma"] == pytest.approx(1.0, rel=0.05) for f in fits)
 

@@ -147,8 +147,18 @@ def fit(
     groups = [(f"{the_law.name} fit to {table.name}", data)]
     if law == "steps":
         tm = _column(frame, tm_col, "--tm-col", table)
-        tm_values = np.unique(tm)
-        groups = [(f"steps fit for {tm_col} = {v:g}", data.subset(tm == v)) for v in tm_values]
+        parts_by_tm = {v: data.subset(tm == v) for v in np.unique(tm)}
+        # a Tm with one recurrent step, or too few rows, cannot identify the law: skip it, saying so
+        fittable = {v: p for v, p in parts_by_tm.items()
+                    if len(p.loss) > len(the_law.params) and len(np.unique(p.variables["T"])) > 1}
+        if not fittable:
+            raise SynthlabError(f"no {tm_col} value has more than {len(the_law.params)} rows over several steps")
+        skipped = [f"{tm_col} = {v:g} ({len(p.loss)} rows)" for v, p in parts_by_tm.items() if v not in fittable]
+        if skipped:
+            typer.echo(f"skipped (one step, or too few rows for {len(the_law.params)} parameters): "
+                       f"{', '.join(skipped)}", err=True)
+        tm_values = list(fittable)
+        groups = [(f"steps fit for {tm_col} = {v:g}", p) for v, p in fittable.items()]
     if holdout is not None and holdout not in scaling_eval.HOLDOUT_KINDS:
         raise SynthlabError(f"--holdout must be one of {', '.join(scaling_eval.HOLDOUT_KINDS)}, got '{holdout}'")
     reports, parts = [], []
