@@ -56,16 +56,18 @@ def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
     return [c for c in columns if c not in steps] + steps[:_MAX_STEP_COLUMNS]
 
 
-def _grid(info: dict) -> tuple[list[str], list[str]]:
-    """(point ids of the preset's grid in order, its factor columns), from the sweep's definition."""
+def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict]]:
+    """(point ids of the preset's grid in order, its factor columns, each point's factors), from the
+    sweep's definition."""
     from synthlab import experiments
 
     try:
         experiment = experiments.load(info["definition"])
         points = experiment.points(info["preset"])
-        return [p.point_id for p in points], list(experiment.presets[info["preset"]].get("grid", {}))
+        return ([p.point_id for p in points], list(experiment.presets[info["preset"]].get("grid", {})),
+                {p.point_id: p.factors for p in points})
     except (SynthlabError, KeyError):  # the definition moved or changed: just don't say
-        return [], []
+        return [], [], {}
 
 
 def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool) -> str:
@@ -76,8 +78,10 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
     table = plots.read_results(sweep_dir)
     name = info["experiment"]
     figure_dir = out_dir / name
-    order, factors = _grid(info)
-    factors = [f for f in factors if f in table]  # a grid axis added after these runs has no column
+    order, factors, point_factors = _grid(info)
+    for factor in factors:  # the grid's value wherever a row is in it (an axis added after a run included)
+        known = table["point_id"].map(lambda i: point_factors.get(i, {}).get(factor))
+        table[factor] = known.where(known.notna(), table[factor]) if factor in table else known
     if order:  # rows in grid order (results.csv is in order of completion)
         rank = {p: i for i, p in enumerate(order)}
         table = table.sort_values("point_id", key=lambda ids: ids.map(lambda i: rank.get(i, len(rank))), kind="stable")

@@ -146,4 +146,6 @@ def test_report_counts_grid_points_apart_from_runs_of_an_earlier_grid(tmp_path):
     out = tmp_path / "report.md"
     result = CliRunner().invoke(app, ["report", str(tmp_path / "runs" / "mano"), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert f"1 of 2 grid points finished, plus {len(table) - 1} run(s) of an earlier version" in out.read_text()
+    text = out.read_text()
+    assert f"1 of 2 grid points finished, plus {len(table) - 1} run(s) of an earlier version" in text
+    assert "| arch |" in text and "| 1x1 |" in text  # the grid's factor filled in for the row it knows
