@@ -127,17 +127,12 @@ def dataset(config: dict[str, Any], cache_dir: Path) -> Path:
 def train_model(config: dict[str, Any], data_dir: Path, model_dir: Path) -> dict[str, Any]:
     """Train (or resume, or reuse) the point's model in model_dir; returns the training metrics."""
     from synthlab.data import load_dataset
-    from synthlab.train import train
 
-    if not (model_dir / "summary.json").is_file():
-        if (model_dir / "checkpoint.pt").is_file():
-            result = train(model_dir, progress=False)  # resume from the last checkpoint
-        else:
-            shutil.rmtree(model_dir, ignore_errors=True)  # killed before its first checkpoint
-            vocab = len(load_dataset(data_dir, config["task"]).tokenizer)
-            result = train(model_dir, _run_config(config, data_dir, vocab), progress=False)
-        if result.interrupted:
-            raise KeyboardInterrupt("training interrupted by a signal (checkpoint written)")
+    def new_run():
+        vocab = len(load_dataset(data_dir, config["task"]).tokenizer)
+        return _run_config(config, data_dir, vocab)
+
+    _train_or_resume(model_dir, new_run)
     return _train_metrics(model_dir)
 
 
@@ -146,30 +141,47 @@ def train_gate(config: dict[str, Any], model_dir: Path, run_dir: Path) -> tuple[
 
     One stage II run per gate config, beside the stage I model (points that share both share it).
     """
-    from synthlab.train import load_run, train
+    from synthlab.train import load_run
 
     options = configlib.from_dict(GateOptions, config.get("gate", {}), where="gate.")
     gate_dir = run_dir / f"gate-{content_hash(dataclasses.asdict(options))}"
-    if not (gate_dir / "summary.json").is_file():
-        if (gate_dir / "checkpoint.pt").is_file():
-            result = train(gate_dir, progress=False)
-        else:
-            shutil.rmtree(gate_dir, ignore_errors=True)
-            stage1, _ = load_run(model_dir)
-            stage1.train = dataclasses.replace(
-                stage1.train, loss="ouro_stage2", init_from=str(model_dir.resolve()), steps=options.steps,
-                exposures=None, lr=options.lr, warmup_steps=options.warmup_steps)
-            result = train(gate_dir, stage1, progress=False)
-        if result.interrupted:
-            raise KeyboardInterrupt("gate training interrupted by a signal (checkpoint written)")
+
+    def new_run():
+        stage1, _ = load_run(model_dir)
+        stage1.train = dataclasses.replace(
+            stage1.train, loss="ouro_stage2", init_from=str(model_dir.resolve()), steps=options.steps,
+            exposures=None, lr=options.lr, warmup_steps=options.warmup_steps)
+        return stage1
+
+    _train_or_resume(gate_dir, new_run)
     stage2 = _train_metrics(gate_dir)
     return gate_dir, {"gate_steps": stage2["train_steps"], "gate_loss": stage2["train_loss"],
                       "gate_s": stage2["train_s"]}
 
 
-def _train_metrics(model_dir: Path) -> dict[str, Any]:
+def _train_or_resume(run_dir: Path, new_run) -> None:
+    """Reuse a finished run, resume one from its checkpoint, or start `new_run()` (a RunConfig) afresh."""
+    from synthlab.train import train
+
+    if (run_dir / "summary.json").is_file():
+        return
+    if (run_dir / "checkpoint.pt").is_file():
+        result = train(run_dir, progress=False)  # resume from the last checkpoint
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)  # killed before its first checkpoint
+        result = train(run_dir, new_run(), progress=False)
+    if result.interrupted:
+        raise KeyboardInterrupt(f"training in {run_dir} interrupted by a signal (checkpoint written)")
+
+
+def _logged(model_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A run's metrics.jsonl records, and their last 10% (what `loss` and the per-step losses average)."""
     lines = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines() if line]
-    tail = lines[-max(1, len(lines) // 10):]
+    return lines, lines[-max(1, len(lines) // 10):]
+
+
+def _train_metrics(model_dir: Path) -> dict[str, Any]:
+    lines, tail = _logged(model_dir)
     loss = sum(r["loss"] for r in tail) / len(tail)
     # training time, measured: each log line's tokens since the previous line over its tokens/s
     seconds, before = 0.0, 0
@@ -193,23 +205,19 @@ def step_rows(sweep_dir: Path) -> list[dict[str, Any]]:
     if not rows:
         raise SynthlabError(f"no results.csv rows in {sweep_dir} (run `synthlab sweep` first)")
     out = []
-    for row in rows:
-        metrics = _metrics_file(Path(sweep_dir), row["run_dir"])
-        lines = [json.loads(line) for line in metrics.read_text().splitlines() if line]
-        tail = lines[-max(1, len(lines) // 10):]
+    for row in rows:  # every logged record has every step's loss (train.py reads all steps out on log steps)
+        _, tail = _logged(_model_dir(Path(sweep_dir), row["run_dir"]))
         per_step = [sum(r["loss_per_step"][t] for r in tail) / len(tail) for t in range(len(tail[0]["loss_per_step"]))]
-        if len(per_step) == 1 and int(row["loops"]) > 1:
-            raise SynthlabError(f"{metrics} logs the last step's loss only (train.loss = 'last' with all_steps off)")
         base = {k: v for k, v in row.items() if not k.startswith(("acc_step_", "agree_"))}
         out.extend({**base, "step": t, "loss": loss} for t, loss in enumerate(per_step, 1))
     return out
 
 
-def _metrics_file(sweep_dir: Path, run_dir: str) -> Path:
-    """A run's metrics.jsonl: at run_dir as recorded, else under this sweep's runs/ (moved sweeps)."""
+def _model_dir(sweep_dir: Path, run_dir: str) -> Path:
+    """A point's trained model: under run_dir as recorded, else under this sweep's runs/ (moved sweeps)."""
     for candidate in (Path(run_dir), sweep_dir / "runs" / Path(run_dir).name):
         if (candidate / "model" / "metrics.jsonl").is_file():
-            return candidate / "model" / "metrics.jsonl"
+            return candidate / "model"
     raise SynthlabError(f"no model/metrics.jsonl for run {run_dir} (looked beside {sweep_dir} too)")
 
 

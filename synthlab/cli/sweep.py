@@ -80,22 +80,14 @@ def steps(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="CSV to write [default: SWEEP_DIR/steps.csv]."),
 ) -> None:
     """Export one row per (run, recurrent step) with that step's loss: the table `synthlab fit steps` fits."""
-    import csv
+    import pandas as pd
 
-    from synthlab.files import atomic_write
+    from synthlab.files import atomic_write_text
     from synthlab.pipeline import step_rows
 
     rows = step_rows(sweep_dir)
-    columns = list(dict.fromkeys(k for row in rows for k in row))
     path = out or Path(sweep_dir) / "steps.csv"
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
-
-    atomic_write(path, write)
+    atomic_write_text(path, pd.DataFrame(rows).to_csv(index=False))
     typer.echo(f"{len(rows)} rows: {path}")
 
 
