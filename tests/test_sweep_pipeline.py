@@ -49,6 +49,15 @@ def test_smoke_sweep_end_to_end(tmp_path):
     assert sorted((r["model"], r["step"]) for r in steps) == [("1x1", 1), ("1x2", 1), ("1x2", 2)]
     last = next(r for r in steps if r["model"] == "1x2" and r["step"] == 2)
     assert last["loss"] == pytest.approx(float(rows["1x2"]["loss"]))
+    from typer.testing import CliRunner
+
+    from synthlab.cli import app
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = CliRunner().invoke(app, ["steps", str(tmp_path), "--out", str(blocker / "steps.csv")])
+    assert result.exit_code == 2 and result.output.startswith("error: cannot write --out")
+    assert CliRunner().invoke(app, ["steps", str(tmp_path)]).exit_code == 0 and (tmp_path / "steps.csv").is_file()
 
 
 @pytest.mark.slow  # three sweeps in fresh interpreters (torch start-up each); the fast suite

@@ -87,7 +87,11 @@ def steps(
 
     rows = step_rows(sweep_dir)
     path = out or Path(sweep_dir) / "steps.csv"
-    atomic_write_text(path, pd.DataFrame(rows).to_csv(index=False))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, pd.DataFrame(rows).to_csv(index=False))
+    except OSError as err:
+        raise SynthlabError(f"cannot write --out {path}: {err.strerror}") from None
     typer.echo(f"{len(rows)} rows: {path}")
 
 
