@@ -6,7 +6,7 @@ Targets (issue 6): the 4,500-start grid fit in <= 10 s on 2 cores; 1,000 bootstr
 Measured in one run, interleaved (batched, loop, batched; the faster batched time is kept), so the
 ratio survives a noisy shared machine. Checks printed alongside:
 - the batched fit's optimum equals the loop's best (objective and parameters);
-- warm-started bootstrap refits equal cold full-grid refits (`scaling_eval.cold_refits`) of the
+- warm-started bootstrap refits equal cold full-grid refits (`scaling.cold_refits`) of the
   same resamples, per resample and as percentile intervals over that subsample.
 BLAS is pinned to one thread on both sides: on a loaded 2-core machine OpenBLAS's threads make
 scipy's L-BFGS-B about 25x slower, which would flatter the ratio.
@@ -26,8 +26,9 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from scipy_baseline import scipy_loop  # noqa: E402 (benchmarks/, on sys.path when this script runs)
+
 from synthlab import scaling as sc  # noqa: E402
-from synthlab import scaling_eval as se  # noqa: E402
 
 DEFAULT_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "external" / "chinchilla_svg_extracted.csv"
 
@@ -58,7 +59,7 @@ def main() -> None:
 
     first, t_first = timed(lambda: sc.fit("chinchilla", data))
     pick = np.random.default_rng(args.seed).choice(len(starts), min(args.loop_starts, len(starts)), replace=False)
-    loop, t_loop = timed(lambda: sc.scipy_loop("chinchilla", data, starts[np.sort(pick)]))
+    loop, t_loop = timed(lambda: scipy_loop("chinchilla", data, starts[np.sort(pick)]))
     result, t_second = timed(lambda: sc.fit("chinchilla", data))
     t_fit = min(t_first, t_second)
     t_loop_full = t_loop * len(starts) / len(pick)
@@ -74,13 +75,13 @@ def main() -> None:
           + ", ".join(f"{k} {v:.5g}" for k, v in sc.CHINCHILLA.report(best[1:]).items()))
     print(f"  max |theta batched - theta loop| = {np.abs(result.theta - best[1:]).max():.2e} (log A, log B, log E, alpha, beta)")
 
-    boot, t_boot = timed(lambda: se.bootstrap("chinchilla", data, result, np.random.default_rng(args.seed),
+    boot, t_boot = timed(lambda: sc.bootstrap("chinchilla", data, result, np.random.default_rng(args.seed),
                                              n_resamples=args.resamples, compute=5.76e23))
     print(f"bootstrap: {args.resamples} warm-started refits in {t_boot:.2f} s (target <= 60 s), "
           f"{boot.n_converged} converged; 95% intervals:")
     for name, (lo, hi) in boot.intervals.items():
         print(f"  {name:>6} [{lo:.5g}, {hi:.5g}]")
-    cold, t_cold = timed(lambda: se.cold_refits("chinchilla", data, boot.rows[: args.cold]))
+    cold, t_cold = timed(lambda: sc.cold_refits("chinchilla", data, boot.rows[: args.cold]))
     params = list(result.params)
     cold_theta = np.array([[c.params[p] for p in params] for c in cold])
     warm_theta = np.array([[boot.samples[p][i] for p in params] for i in range(args.cold)])

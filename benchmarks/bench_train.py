@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from synthlab.data import load_dataset
-from synthlab.train import (build_optimizer, build_scheduler, model_forward, prepare_run, resolve_run_config,
-                            step_losses, to_device, train)
+from synthlab.cli.train import resolve_run_config
+from synthlab.train import build_optimizer, build_scheduler, model_forward, prepare_run, step_losses, to_device, train
 from synthlab.models import build_model
 from synthlab_generators import TASKS, write_dataset
 

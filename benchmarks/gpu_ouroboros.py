@@ -63,7 +63,7 @@ def main() -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from synthlab.hf import OuroborosConfig, OuroborosLM, lm_loss, summary
-    from synthlab.hf.train import TrainConfig, make_optimizer
+    from synthlab.hf.train import OuroborosTrainConfig, make_optimizer
 
     args = parse_args()
     if not args.tiny and not torch.cuda.is_available():
@@ -113,7 +113,7 @@ def main() -> None:
         model.controller.heads.bias.zero_()
     print(f"causality: max |change| before the edited token {leak:.2e} (must be 0), after it {reach:.2e}")
 
-    optimizer = make_optimizer(model, TrainConfig())
+    optimizer = make_optimizer(model, OuroborosTrainConfig())
 
     def train_step(depth):
         loss = lm_loss(model(batch, depth), batch)

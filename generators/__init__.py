@@ -1,8 +1,9 @@
 """synthlab task generators (installed as `synthlab_generators`; the folder is `generators/`).
 
-One module per task behind one interface (`common.TaskSpec`: a validated params dataclass and
-`generate(params, rng) -> Dataset`), collected in the registry `TASKS`; `writer.write_dataset`
-puts a dataset on disk. `synthlab gen TASK ...` is built from this registry.
+One module per task behind one interface (`common.TaskSpec`: a validated params dataclass,
+`generate(params, rng) -> Dataset`, `shape(params) -> TaskShape` and every other per-task fact),
+collected in the registry `TASKS`; `writer.write_dataset` puts a dataset on disk. `synthlab gen
+TASK ...` is built from this registry. This package imports nothing from `synthlab`.
 
     from synthlab_generators import TASKS, write_dataset
     spec = TASKS["mano"]

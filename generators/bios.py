@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from synthlab_generators.common import Dataset, TaskParams, TaskSpec, chunked, json_line, param
+from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, TaskParams, TaskShape,
+                                         TaskSpec, chunked, json_line, param)
 
 POOLS = Path(__file__).parent / "pools"
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
@@ -149,7 +150,7 @@ class BiosParams(TaskParams):
                                    "shuffled), fullname (full name in every sentence).")
 
     def __post_init__(self) -> None:
-        self.require_int("n_people", 1, name_count())
+        self.require_int("n_people", 1, name_values())
         multi = re.fullmatch(r"multi(\d+)", self.variant)
         self.require(self.variant in ("single", "permute", "fullname")
                      or (multi is not None and 1 <= int(multi.group(1)) <= 100), "variant",
@@ -185,9 +186,20 @@ def pools() -> dict[str, tuple[str, ...]]:
     return out
 
 
-def name_count() -> int:
+def name_values() -> int:
+    """N0: the number of distinct full names (first x middle x last pool sizes)."""
     p = pools()
     return len(p["first"]) * len(p["middle"]) * len(p["last"])
+
+
+def attribute_values() -> dict[str, int]:
+    """Values each attribute is drawn from uniformly, in the order capacity scores them; the
+    product is S0. The work city is the employer's headquarters, so it adds no values of its
+    own and is scored with the employer."""
+    p = pools()
+    return {"gender": len(GENDERS), "birth_date": len(MONTHS) * N_DAYS * N_YEARS,
+            "birth_city": len(p["birth_city"]), "university": len(p["university"]),
+            "major": len(p["major"]), "employer": len(p["employer"])}
 
 
 def date_tokens(month: int, day: int, year: int) -> tuple[str, ...]:
@@ -213,7 +225,7 @@ def tokens() -> list[str]:
 
 def _draw_people(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     p = pools()
-    names = rng.choice(name_count(), size=n, replace=False)  # unique full names
+    names = rng.choice(name_values(), size=n, replace=False)  # unique full names
     first, rest = np.divmod(names, len(p["middle"]) * len(p["last"]))
     middle, last = np.divmod(rest, len(p["last"]))
     return {
@@ -375,10 +387,46 @@ def generate(params: BiosParams, rng: np.random.Generator) -> Dataset:
         files={"people.jsonl": chunked(people_lines()), "train.jsonl": chunked(train_lines()),
                "test.jsonl": chunked(test_lines())},
         counts={"people": n, "train": n_bios, "test": n * len(ATTRIBUTES)},
-        extra={"bits_name_pool": float(np.log2(name_count())),
+        extra={"bits_name_pool": float(np.log2(name_values())),
                "templates_per_attribute": {a: len(ts) for a, ts in TEMPLATES.items()}},
     )
 
 
-SPEC = TaskSpec("bios", BiosParams, generate,
-                "bioS(N): synthetic biographies of N people with spans, and QA test records.")
+def _mean_tokens(values) -> float:
+    return sum(len(value_tokens(v)) for v in values) / len(values)
+
+
+def shape(params: BiosParams) -> TaskShape:
+    """Vocabulary from the pools and templates; biographies are packed (no row length). Tokens
+    per biography (<bos> and <eos> included) are its exact expectation: templates and values
+    are drawn uniformly, the name fills the first sentence's first reference (every sentence's
+    in the fullname variant) and the gender does not change a sentence's length."""
+    p, compiled = pools(), _compiled()
+    value = {"birth_date": 4.0, "birth_city": _mean_tokens(p["birth_city"]),
+             "university": _mean_tokens(p["university"]), "major": _mean_tokens(p["major"]),
+             "work_city": _mean_tokens(p["work_city"]), "employer": _mean_tokens(p["employer"])}
+
+    def sentence(a: int, mode: int) -> float:  # mean over templates (and genders)
+        lengths = [s.n_tokens for t in compiled[a] for s in t[mode]]
+        return sum(lengths) / len(lengths)
+
+    n = len(ATTRIBUTES)
+    if params.variant == "fullname":
+        modes = [{NAME_ALWAYS: 1.0}] * n
+    elif params.variant == "permute":  # each attribute leads with probability 1 / n
+        modes = [{NAME_FIRST: 1 / n, PRONOUNS_ONLY: 1 - 1 / n}] * n
+    else:  # the fixed order: the first attribute's sentence names the person
+        modes = [{NAME_FIRST: 1.0}] + [{PRONOUNS_ONLY: 1.0}] * (n - 1)
+    mean = 2 + sum(value[a] + sum(w * sentence(i, mode) for mode, w in modes[i].items())
+                   for i, a in enumerate(ATTRIBUTES))
+    per_person = int(params.variant[5:]) if params.variant.startswith("multi") else 1
+    return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(tokens()), row_len=None,
+                     tokens_per_record=mean, train_records=params.n_people * per_person)
+
+
+SPEC = TaskSpec(
+    name="bios", params_cls=BiosParams, generate=generate,
+    help="bioS(N): synthetic biographies of N people with spans, and QA test records.",
+    shape=shape, extra_files=("people.jsonl",), group_key="attribute",
+    headline="bits_per_param", pack=True, data_columns={"n_people": "n_people"},
+)

@@ -1,23 +1,41 @@
 """The one interface every task generator implements, and small helpers they share.
 
-A task is a `TaskSpec`: a typed params dataclass (validated in `__post_init__`, every field with
-a help text and a CLI flag in its metadata) and a function `generate(params, rng) -> Dataset`.
-`generate` draws every random number from the `numpy.random.Generator` it is given, so the same
-params and seed give byte-identical files. It returns the vocabulary and the files' contents as
-iterables of text chunks; `synthlab_generators.writer.write_dataset` puts them on disk.
+Adding a task = one generator module + its SPEC (and a line in the registry `TASKS`). The module
+must provide:
+
+- a params dataclass (a subclass of `TaskParams`, frozen), validated in `__post_init__`, every
+  field declared with `param(default, help, flag)` so that `synthlab gen TASK` gets a CLI flag
+  and help text for it;
+- `generate(params, rng) -> Dataset`, drawing every random number from the
+  `numpy.random.Generator` it is given, so the same params and seed give byte-identical files.
+  It returns the vocabulary and the files' contents as iterables of text chunks;
+  `synthlab_generators.writer.write_dataset` puts them on disk;
+- `shape(params) -> TaskShape`: vocabulary size, row length and tokens per training record,
+  computed from the params alone (cost estimates before the data exists);
+- `SPEC = TaskSpec(...)`: the task's name, the three above, and every other per-task fact the
+  rest of the lab needs (extra files, how evaluation groups results, the plots' headline column,
+  packing, which params describe a point in the results table). Nothing outside the generator
+  module may hold a per-task fact.
+
+This package is the bottom floor: it imports nothing from `synthlab` (the lab imports it). The
+one user-error type, `SynthlabError`, is defined here and re-exported by `synthlab.errors`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from synthlab.errors import SynthlabError
+
+class SynthlabError(Exception):
+    """A problem the user can fix; its message is one line that names the culprit."""
+
 
 # Special tokens of every task, in id order (<pad> is id 0). Text fields never contain <pad>;
 # prompts and questions start with <bos> and end with <ans>; plain texts (biographies, facts,
@@ -76,13 +94,62 @@ class Dataset:
 
 
 @dataclass(frozen=True)
+class TaskShape:
+    """What a training run needs to know about a dataset before it exists (from the params).
+
+    vocab_size:        exact length of vocab.json's token list, the special tokens included.
+    row_len:           input positions of the longest unpacked training or test example (its
+                       tokens, <bos> and the answer included, minus 1); None for a task that
+                       packs several examples per row.
+    tokens_per_record: mean tokens of one training record: a QA record's prompt and answer, a
+                       text with the <bos> and <eos> the data loader adds (an expectation over
+                       the generator's draws where the records vary).
+    train_records:     records in train.jsonl.
+    """
+
+    vocab_size: int
+    row_len: int | None
+    tokens_per_record: float
+    train_records: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class TaskSpec:
-    """A registry entry: the task's name, params class, generate function and one-line help."""
+    """A registry entry: every fact about a task that the rest of the lab needs.
+
+    name:         the task's name (`synthlab gen NAME`, meta.json "task").
+    params_cls:   the params dataclass.
+    generate:     generate(params, rng) -> Dataset.
+    help:         one-line help of `synthlab gen NAME`.
+    shape:        shape(params) -> TaskShape, without generating the data.
+    extra_files:  files the dataset holds beside meta.json, vocab.json, train.jsonl, test.jsonl.
+    group_key:    the field of a test record by which evaluation groups its results.
+    headline:     the results column a plot of this task leads with.
+    pack:         whether training packs several examples per row by default.
+    data_columns: generator param field -> the results-table column that describes the point
+                  (a read-only mapping).
+    """
 
     name: str
     params_cls: type
     generate: Callable[[Any, np.random.Generator], Dataset]
     help: str
+    shape: Callable[[Any], TaskShape]
+    extra_files: tuple[str, ...]
+    group_key: str
+    headline: str
+    pack: bool
+    data_columns: Mapping[str, str] = field(hash=False)
+
+    def __post_init__(self) -> None:  # a read-only copy, whatever mapping was passed
+        object.__setattr__(self, "data_columns", MappingProxyType(dict(self.data_columns)))
+
+    # A mappingproxy cannot be pickled: pickle (and copy) a plain dict and wrap it again.
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "data_columns": dict(self.data_columns)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, data_columns=MappingProxyType(state["data_columns"]))
 
 
 def json_line(record: dict) -> str:

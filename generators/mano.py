@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from synthlab_generators.common import Dataset, TaskParams, TaskSpec, chunked, param
+from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, TaskParams, TaskShape,
+                                         TaskSpec, chunked, param)
 
 OPERATORS = {"asm": ("+", "-", "*"), "asmd": ("+", "-", "*", "/")}
 
@@ -184,5 +185,17 @@ def generate(params: ManoParams, rng: np.random.Generator) -> Dataset:
     )
 
 
-SPEC = TaskSpec("mano", ManoParams, generate,
-                "Mano: modular arithmetic expression trees in prefix notation.")
+def shape(params: ManoParams) -> TaskShape:
+    """A record of length l is <bos> <len_l> EXPR (2l + 1 tokens) <ans> answer: 2l + 5 tokens.
+    Test records have l = L (the longest); train lengths are uniform on 1..L (mean L + 6)."""
+    return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(tokens(params)),
+                     row_len=2 * params.L + 4, tokens_per_record=params.L + 6.0,
+                     train_records=params.n_train)
+
+
+SPEC = TaskSpec(
+    name="mano", params_cls=ManoParams, generate=generate,
+    help="Mano: modular arithmetic expression trees in prefix notation.",
+    shape=shape, extra_files=(), group_key="length", headline="accuracy", pack=False,
+    data_columns={"L": "L"},
+)

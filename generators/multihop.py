@@ -24,7 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synthlab_generators.common import Dataset, TaskParams, TaskSpec, chunked, param
+from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, TaskParams, TaskShape,
+                                         TaskSpec, chunked, param)
+
+WORDS = ("who", "is", "the", "of", "?")  # the vocabulary besides relations and entities
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def generate(params: MultihopParams, rng: np.random.Generator) -> Dataset:
     order = rng.permutation(len(train))
 
     return Dataset(
-        tokens=["who", "is", "the", "of", "?"] + [f"r{r}" for r in range(R)]
+        tokens=list(WORDS) + [f"r{r}" for r in range(R)]
         + [f"e{e}" for e in range(K * n)],
         files={"facts.jsonl": chunked(facts), "train.jsonl": chunked(train[i] for i in order),
                "test.jsonl": chunked(test)},
@@ -118,5 +121,19 @@ def generate(params: MultihopParams, rng: np.random.Generator) -> Dataset:
     )
 
 
-SPEC = TaskSpec("multihop", MultihopParams, generate,
-                "Multi-hop knowledge-graph QA: k-hop questions over a layered entity graph.")
+def shape(params: MultihopParams) -> TaskShape:
+    """A k-hop question "<bos> who is the r_k of the ... of the r_1 of e ? <ans>" and its answer
+    are 3k + 7 tokens; train holds every atomic fact as a 1-hop question plus the k-hop ones."""
+    K, n, R, k = params.layers, params.per_layer, params.relations, params.hops
+    atomic = (K - 1) * n * R
+    mean = (atomic * (3 + 7) + params.n_train * (3 * k + 7)) / (atomic + params.n_train)
+    return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(WORDS) + R + K * n,
+                     row_len=3 * k + 6, tokens_per_record=mean, train_records=atomic + params.n_train)
+
+
+SPEC = TaskSpec(
+    name="multihop", params_cls=MultihopParams, generate=generate,
+    help="Multi-hop knowledge-graph QA: k-hop questions over a layered entity graph.",
+    shape=shape, extra_files=("facts.jsonl",), group_key="hops", headline="accuracy",
+    pack=False, data_columns={"train_fraction": "train_fraction"},
+)

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from synthlab.errors import SynthlabError
-from synthlab_generators.common import Dataset, TaskParams, TaskSpec, chunked, json_line, param
+from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, SynthlabError, TaskParams,
+                                         TaskShape, TaskSpec, chunked, json_line, param)
 
 MAX_TRIES = 1_000  # rejection-sampling tries per query before giving up
+WORDS = ("->", ",", ".", "can", "reach", "?", "yes", "no")  # besides the node tokens
 
 
 @dataclass(frozen=True)
@@ -221,8 +222,7 @@ def generate(params: ReachParams, rng: np.random.Generator) -> Dataset:
     graph_json = {"nodes": list(range(params.nodes)), "edges": edges,
                   "layers": graph.members, "max_diameter": params.max_diameter}
     return Dataset(
-        tokens=["->", ",", ".", "can", "reach", "?", "yes", "no"]
-        + [f"n{i}" for i in range(params.nodes)],
+        tokens=list(WORDS) + [f"n{i}" for i in range(params.nodes)],
         files={"graph.json": graph_json,
                "train.jsonl": chunked(json_line(train[i]) for i in order),
                "test.jsonl": chunked(json_line(q) for q in test)},
@@ -232,6 +232,22 @@ def generate(params: ReachParams, rng: np.random.Generator) -> Dataset:
     )
 
 
-SPEC = TaskSpec("reach", ReachParams, generate,
-                "Graph reachability over knowledge-graph edges (learned) plus context edges.")
+def shape(params: ReachParams) -> TaskShape:
+    """A query lists exactly n_context edges "u -> v" joined by "," (4C - 1 tokens); with
+    <bos>, ". can s reach t ? <ans>" and the answer it is 4C + 8 tokens. An edge statement is
+    "u -> v" plus <bos> and <eos>: 5 tokens. Every node outside the last layer has one edge."""
+    C = params.n_context
+    last_layer = params.nodes // (params.max_diameter + 1)  # np.array_split: the last is smallest
+    statements = (params.nodes - last_layer) * params.edge_repeats
+    mean = (statements * 5 + params.n_train * (4 * C + 8)) / (statements + params.n_train)
+    return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(WORDS) + params.nodes,
+                     row_len=4 * C + 7, tokens_per_record=mean,
+                     train_records=statements + params.n_train)
 
+
+SPEC = TaskSpec(
+    name="reach", params_cls=ReachParams, generate=generate,
+    help="Graph reachability over knowledge-graph edges (learned) plus context edges.",
+    shape=shape, extra_files=("graph.json",), group_key="distance", headline="accuracy",
+    pack=False, data_columns={"max_diameter": "diameter"},
+)

@@ -12,20 +12,27 @@ same task, params and seed give byte-identical files.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from synthlab import __version__
-from synthlab.config import to_dict
-from synthlab.errors import SynthlabError
-from synthlab_generators.common import SPECIAL_TOKENS, TaskSpec
+from synthlab_generators.common import SPECIAL_TOKENS, SynthlabError, TaskSpec
+
+
+def _lab_version() -> str:
+    """The installed synthlab distribution's version (this package ships inside it)."""
+    try:
+        return version("synthlab")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
 
 
 def check_out(out: Path, overwrite: bool) -> None:
@@ -96,11 +103,11 @@ def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
                  for p in sorted(tmp.iterdir())}
         meta = {
             "task": spec.name,
-            "params": to_dict(params),
+            "params": dataclasses.asdict(params),  # JSON below: tuples become lists
             "seed": int(seed),
             "counts": dataset.counts,
             "vocab_size": len(vocab["tokens"]),
-            "synthlab_version": __version__,
+            "synthlab_version": _lab_version(),
             "files": files,
             "info": dataset.extra,
         }

@@ -33,18 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from synthlab.errors import SynthlabError
+from synthlab_generators import bios
 
 LOG2E = math.log2(math.e)
-N0 = 400 * 400 * 1000
+# From the pools the bioS generator draws from (400 x 400 x 1000 names with the shipped pools).
+N0 = bios.name_values()
 # Values per attribute; the product is S0. "employer" includes the work-city tokens (see above).
-ATTRIBUTE_VALUES = {
-    "gender": 2,
-    "birth_date": 12 * 28 * 200,
-    "birth_city": 200,
-    "university": 300,
-    "major": 100,
-    "employer": 263,
-}
+ATTRIBUTE_VALUES = bios.attribute_values()
 S0 = math.prod(ATTRIBUTE_VALUES.values())
 # Span names in the data that are scored as part of another attribute.
 SCORED_AS = {"work_city": "employer"}
@@ -141,13 +136,13 @@ def estimate_capacity(run_dir: str | Path, *, batch_size: int = 64, device: str 
     """The capacity report of a bioS run; written to RUN_DIR/capacity.json (capacity_steps{T}.json
     when read at `steps` recurrent steps) and returned."""
     from synthlab.data import load_dataset
-    from synthlab.models import count_params
     from synthlab.files import atomic_write_text
-    from synthlab.train import load_trained_model, resolve_device
+    from synthlab.models import count_params
+    from synthlab.runs import load_model, resolve_device
 
     run_dir = Path(run_dir)
     dev = resolve_device(device)
-    model, run, _ = load_trained_model(run_dir, dev)
+    model, run, _ = load_model(run_dir, dev)
     if run.train.task != "bios":
         raise SynthlabError(f"capacity needs a run trained on bios; {run_dir} was trained on {run.train.task}")
     data = load_dataset(run.train.data, "bios")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import json
 import tomllib
 import types
@@ -125,3 +126,14 @@ def _drop_none(data: Any) -> Any:
     if isinstance(data, list):
         return [_drop_none(v) for v in data]
     return data
+
+
+def content_hash(data: Any) -> str:
+    """Stable 12-hex-digit digest of a JSON-able value (key order does not matter)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def option(default: Any, help: str) -> Any:
+    """A config field with its help text (shown by the CLI flags generated from the dataclass)."""
+    return dataclasses.field(default=default, metadata={"help": help})

@@ -2,8 +2,11 @@
 
 The CLI turns a SynthlabError into one readable line and a non-zero exit, never a traceback.
 Library code raises it for anything a user can fix; programming errors stay ordinary exceptions.
+
+The class is defined in the generators (`synthlab_generators.common`), the bottom floor that
+imports nothing from synthlab, and re-exported here: there is exactly one SynthlabError.
 """
 
+from synthlab_generators.common import SynthlabError
 
-class SynthlabError(Exception):
-    """A problem the user can fix; its message is one line that names the culprit."""
+__all__ = ["SynthlabError"]

@@ -32,11 +32,10 @@ import torch
 
 from synthlab.data import Dataset, load_dataset, qa_sequence
 from synthlab.errors import SynthlabError
-from synthlab.models import KV_STRATEGIES, parse_exit_rule
 from synthlab.files import atomic_write_text
-from synthlab.train import autocast, load_trained_model, resolve_device
-
-GROUP_KEYS = {"bios": "attribute", "mano": "length", "multihop": "hops", "reach": "distance"}
+from synthlab.models import KV_STRATEGIES, parse_exit_rule
+from synthlab.runs import autocast, load_model, resolve_device
+from synthlab_generators import TASKS
 
 
 def _padded(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,7 +128,7 @@ def biography_recall(model, data: Dataset, *, device: torch.device, people: int 
 
 def split_items(data: Dataset, split: str = "test") -> tuple[list[list[int]], list[list[int]], list]:
     """(prompts, answers, group of each item) of a split's QA records."""
-    key = GROUP_KEYS[data.task]
+    key = TASKS[data.task].group_key
     prompts, answers, groups = [], [], []
     for record in data.records(split):
         prompt, answer = qa_sequence(data, record)
@@ -158,7 +157,7 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
     if kv is not None and kv not in KV_STRATEGIES:
         raise SynthlabError(f"--kv {kv}: choose one of {', '.join(KV_STRATEGIES)}")
     dev = resolve_device(device)
-    model, run, _ = load_trained_model(run_dir, dev)
+    model, run, _ = load_model(run_dir, dev)
     data = load_dataset(data_dir or run.train.data, run.train.task)
     if len(data.tokenizer) != run.model.vocab_size:
         raise SynthlabError(f"--data {data.path}: vocabulary of {len(data.tokenizer)} tokens, the model was trained on {run.model.vocab_size}")
@@ -177,7 +176,7 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
         "accuracy_per_step": scores.correct.mean(1).tolist(),
         "answer_loss_per_step": scores.loss.mean(1).tolist(),
         "agreement": scores.agreement.tolist(),
-        "group_key": GROUP_KEYS[data.task],
+        "group_key": TASKS[data.task].group_key,
         "accuracy_per_group": _per_group(scores.correct[-1], groups),
         "answer_loss_per_group": _per_group(scores.loss[-1], groups),
     }
@@ -188,7 +187,7 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
         result.update(_exit_eval(model, prompts, answers, data.pad_id, dev, exit_rule, steps, batch_size))
         name += "_exit-" + exit_rule.replace(":", "")
     if kv is not None:
-        result.update(_kv_eval(model, prompts, answers, data.pad_id, dev, kv, steps, batch_size))
+        result.update(_kv_eval(model, prompts, answers, dev, kv, steps, batch_size))
         name += "_kv-" + kv
     result["file"] = f"eval/{name}.json"
     (run_dir / "eval").mkdir(exist_ok=True)
@@ -229,7 +228,7 @@ def _exit_eval(model, prompts, answers, pad_id, device, exit_rule, steps, batch_
 
 
 @torch.no_grad()
-def _kv_eval(model, prompts, answers, pad_id, device, kv, steps, batch_size) -> dict:
+def _kv_eval(model, prompts, answers, device, kv, steps, batch_size) -> dict:
     """Accuracy of real greedy generation with a decode-time KV strategy (C7); prompts of one
     length and answers of one length form a batch, so no padding enters the caches."""
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)
@@ -247,3 +246,26 @@ def _kv_eval(model, prompts, answers, pad_id, device, kv, steps, batch_size) -> 
             correct[index] = (generated == np.array([answers[i] for i in index])).all(1)
             cache_bytes_per_sequence = max(cache_bytes_per_sequence, out.cache_bytes / len(index))
     return {"kv_strategy": kv, "kv_accuracy": float(correct.mean()), "kv_cache_bytes_per_sequence": cache_bytes_per_sequence}
+
+
+def biography_generation(run_dir: str | Path, *, kv: str = "full", steps: int | None = None, people: int = 100,
+                         batch_size: int = 256, device: str = "cpu") -> dict:
+    """bioS recall by real greedy generation with a KV-cache strategy (C7).
+
+    A trained bioS model has memorised biographies, not QA, so the generation test is the text it
+    was trained on: the biography up to an attribute value is the prompt, the value's tokens
+    (2-5 of them: "March 26 , 2094") the answer.
+    """
+    dev = resolve_device(device)
+    model, run, _ = load_model(run_dir, dev)
+    data = load_dataset(run.train.data, "bios")
+    prompts, answers = [], []
+    for record in data.records("train")[:people]:
+        ids = data.encode_text(record["text"])  # <bos> first: token j of the text is ids[j + 1]
+        for attribute, (start, end) in record["spans"].items():
+            if attribute != "name":
+                prompts.append(ids[: start + 1])
+                answers.append(ids[start + 1 : end + 1])
+    result = _kv_eval(model, prompts, answers, dev, kv, steps, batch_size)
+    return {"kv": kv, "accuracy": result["kv_accuracy"], "kv_bytes": result["kv_cache_bytes_per_sequence"],
+            "n_answers": len(prompts)}

@@ -14,8 +14,8 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
     [base.data]   ...                # generator parameters (+ seed)
     [base.model]  ...                # ModelConfig fields
     [base.train]  ...                # TrainConfig fields
-    [base.eval]   ...                # EvalOptions fields (synthlab.pipeline)
-    [base.gate]   ...                # GateOptions (stage "gate": Ouro stage II, synthlab.pipeline)
+    [base.eval]   ...                # EvalOptions fields (synthlab.options)
+    [base.gate]   ...                # GateOptions (stage "gate": Ouro stage II, synthlab.options)
 
     [presets.smoke.train]            # a preset overrides base sections ...
     steps = 50
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import importlib.resources
 import itertools
 import json
@@ -46,6 +45,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from synthlab.config import content_hash
 from synthlab.errors import SynthlabError
 
 SECTIONS = ("data", "model", "train", "eval", "gate")
@@ -117,12 +117,6 @@ class Experiment:
         if len(set(ids)) != len(ids):
             raise SynthlabError(f"{self.name}.{preset}: two grid points resolve to the same config")
         return points
-
-
-def content_hash(data: Any) -> str:
-    """Stable 12-hex-digit digest of a JSON-able value (key order does not matter)."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def train_part(config: dict[str, Any]) -> dict[str, Any]:
@@ -222,16 +216,3 @@ def _check_grid(grid: dict[str, Any], where: str) -> None:
             labels.append(value["label"])
         if len(set(labels)) != len(labels):
             raise SynthlabError(f"{where}.{axis}: labels must be unique")
-
-
-def validate_points(experiment: Experiment, preset: str) -> list[Point]:
-    """Expand a preset and check every point against the real config dataclasses."""
-    from synthlab.pipeline import check_config
-
-    points = experiment.points(preset)
-    for point in points:
-        try:
-            check_config(point.config)
-        except SynthlabError as err:
-            raise SynthlabError(f"{experiment.name}.{preset} {point.factors}: {err}") from None
-    return points

@@ -1,12 +1,19 @@
 """Atomic file writes: a reader (or a process killed mid-write) sees the old file or the new one,
 never half of one. Every module that writes results, configs, checkpoints or figures uses these.
+Also: an exclusive file lock, and folders built once under a content-hash name (`cached_dir`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+from synthlab.config import content_hash
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
@@ -31,3 +38,34 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write `text` (UTF-8) to `path` atomically."""
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock (released by the kernel if the holder dies, kill -9 included)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def cached_dir(cache_dir: Path, key: dict[str, Any], build: Callable[[Path], None], prefix: str = "") -> Path:
+    """`cache_dir/<prefix><hash of key>`, built once by `build(tmp_dir)` and renamed into place.
+
+    Concurrent callers wait on a lock and then reuse the finished folder; a build killed midway
+    leaves only a temporary folder, which the next builder deletes.
+    """
+    path = Path(cache_dir) / f"{prefix}{content_hash(key)}"
+    if path.is_dir():
+        return path
+    with file_lock(path.with_name(f".{path.name}.lock")):
+        if path.is_dir():
+            return path
+        tmp = path.with_name(f".{path.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        build(tmp)
+        os.replace(tmp, path)
+    return path

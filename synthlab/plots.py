@@ -1,6 +1,6 @@
 """One figure per experiment kind, drawn with seaborn from a sweep's results table.
 
-Each plotter takes the table (a pandas DataFrame with the columns `synthlab.pipeline` writes)
+Each plotter takes the table (a pandas DataFrame with the columns of `synthlab.results`)
 and an output folder, saves the figure as PNG and SVG, and returns the paths. Axes carry units:
 "bits", "parameters (unique)", "accuracy (%)", "tokens", "recurrent steps", "bytes".
 """
@@ -16,16 +16,20 @@ import pandas as pd
 
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write
+from synthlab.results import RESULTS, factor_column
 
 STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
 AGREE_COLUMN = re.compile(r"^agree_(\d+)_(\d+)$")
 
 
 def read_results(sweep_dir: str | Path) -> pd.DataFrame:
-    path = Path(sweep_dir) / "results.csv"
+    """A sweep's results.csv; a grid-axis column that duplicates a descriptor (`model.loops` beside
+    `loops`, written by older versions) is dropped."""
+    path = Path(sweep_dir) / RESULTS
     if not path.is_file():
         raise SynthlabError(f"no results.csv in {sweep_dir} (run `synthlab sweep` first)")
-    return pd.read_csv(path)
+    table = pd.read_csv(path)
+    return table.drop(columns=[c for c in table if factor_column(c) != c and factor_column(c) in table])
 
 
 def _pyplot():
@@ -36,6 +40,7 @@ def _pyplot():
     import seaborn as sns
 
     sns.set_theme(style="whitegrid", context="paper")
+    matplotlib.rcParams["svg.hashsalt"] = "synthlab"  # fixed element ids: an unchanged figure is byte-identical
     return plt, sns
 
 
@@ -44,7 +49,9 @@ def _save(fig, out: Path, name: str) -> list[Path]:
     paths = [out / f"{name}.png", out / f"{name}.svg"]
     fig.tight_layout()
     for path in paths:  # a report copying the figure never sees half of one
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=150))
+        # no creation date or software version in the file: regenerating leaves git clean
+        metadata = {"Date": None} if path.suffix == ".svg" else {"Software": None}
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=150, metadata=metadata))
     import matplotlib.pyplot as plt
 
     plt.close(fig)

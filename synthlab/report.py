@@ -19,13 +19,13 @@ import pandas as pd
 from synthlab import plots
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
+from synthlab.results import DESCRIPTORS, factor_column
 
 # Columns that identify a run, or repeat another column, or matter only for bookkeeping: in
 # results.csv, left out of the report's tables.
 _HIDDEN = {"point_id", "experiment", "preset", "run_dir", "data_dir", "loss", "train_flops", "params_nonemb",
            "eval_steps", "n_answers", "wall_s"}
 _MAX_STEP_COLUMNS = 8
-_DESCRIPTORS = {"model", "loops", "d_model", "L", "n_people", "train_fraction", "diameter", "kv", "strategy"}
 
 
 def _cell(value) -> str:
@@ -51,7 +51,7 @@ def _repeats_a_factor(table: pd.DataFrame, column: str, factors: list[str]) -> b
 def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
     """Factors and metrics; per-step accuracies capped (the figure shows them), agreement cells dropped."""
     columns = [c for c in table.columns if c not in _HIDDEN and not plots.AGREE_COLUMN.match(c)]
-    columns = [c for c in columns if c in factors or c not in _DESCRIPTORS or not _repeats_a_factor(table, c, factors)]
+    columns = [c for c in columns if c in factors or c not in DESCRIPTORS or not _repeats_a_factor(table, c, factors)]
     steps = [c for c in columns if plots.STEP_COLUMN.match(c)]
     return [c for c in columns if c not in steps] + steps[:_MAX_STEP_COLUMNS]
 
@@ -64,8 +64,9 @@ def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict]]:
     try:
         experiment = experiments.load(info["definition"])
         points = experiment.points(info["preset"])
-        return ([p.point_id for p in points], list(experiment.presets[info["preset"]].get("grid", {})),
-                {p.point_id: p.factors for p in points})
+        factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
+        axes = [factor_column(a) for a in experiment.presets[info["preset"]].get("grid", {})]
+        return [p.point_id for p in points], axes, factors
     except (SynthlabError, KeyError):  # the definition moved or changed: just don't say
         return [], [], {}
 
@@ -134,3 +135,20 @@ def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = Fals
     text = "\n\n".join(p for p in parts if p)
     atomic_write_text(out, text.strip() + "\n")
     return out
+
+
+def summary_lines(sweep_dir: Path) -> list[str]:
+    """One line per finished point of a sweep with its headline numbers (what `synthlab sweep`
+    prints when it finishes): bits, bits/param and share of the data's bits for capacity sweeps,
+    accuracy otherwise."""
+    table = plots.read_results(sweep_dir)
+    label = table["model"].astype(str) if "model" in table else table["point_id"]
+    lines = []
+    for name, (_, row) in zip(label, table.iterrows()):
+        if "bits_per_param" in table:
+            lines.append(f"{name} (loops {row.get('loops', '?')}): {row['bits']:,.0f} bits, "
+                         f"{row['bits_per_param']:.3f} bits/param, {100 * row['fraction_of_max']:.1f}% of the data's "
+                         f"{row['max_bits']:,.0f} bits")
+        elif "accuracy" in table:
+            lines.append(f"{name} (loops {row.get('loops', '?')}): accuracy {100 * row['accuracy']:.1f}%")
+    return lines

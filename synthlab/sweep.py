@@ -16,117 +16,33 @@ file lock, skipping point ids already present. So results.csv is always a whole,
 table; a point killed before its metrics file exists reruns (its training resumes from the last
 checkpoint in its run dir); a point killed after it gets its row on the next run without rerunning.
 
-The engine does not know what a point does: a runner `module:function` with the signature
-`run_point(config: dict, run_dir: Path, *, cache_dir: Path) -> dict[str, float | str]` does the
-work (`synthlab.pipeline:run_point` generates, trains, evaluates); tests inject a cheap one. The
-runner's module may define `estimate_seconds(config, *, cache_dir, finished)` for `--dry-run`.
+The engine does not know what a point does: a runner module does the work. It defines
+`parse(config: dict) -> point` (check and type a point's resolved config; called once per point,
+in the driver, so a bad grid fails before anything runs), `run_point(point, run_dir: Path, *,
+cache_dir: Path) -> dict[str, float | str]` and optionally `estimate_seconds(point, *, finished)`
+for `--dry-run`. The lab's runner is `synthlab.stages` (generate, train, evaluate); tests pass a
+cheap one. Workers (spawn processes, Ray tasks) import the runner module by name.
 Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), or Ray tasks (`executor="ray"`);
 the rows are always added by the driver, as each model's points finish.
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import fcntl
 import importlib
-import io
 import json
 import math
 import os
-import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from synthlab.errors import SynthlabError
-from synthlab.files import atomic_write_text
-from synthlab.experiments import Experiment, Point, content_hash
-
-DEFAULT_RUNNER = "synthlab.pipeline:run_point"
-RESULTS = "results.csv"
-
-
-# --- atomic files and locks ------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock (released by the kernel if the holder dies, kill -9 included)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def cached_dir(cache_dir: Path, key: dict[str, Any], build: Callable[[Path], None], prefix: str = "") -> Path:
-    """`cache_dir/<prefix><hash of key>`, built once by `build(tmp_dir)` and renamed into place.
-
-    Concurrent callers wait on a lock and then reuse the finished folder; a build killed midway
-    leaves only a temporary folder, which the next builder deletes.
-    """
-    path = Path(cache_dir) / f"{prefix}{content_hash(key)}"
-    if path.is_dir():
-        return path
-    with file_lock(path.with_name(f".{path.name}.lock")):
-        if path.is_dir():
-            return path
-        tmp = path.with_name(f".{path.name}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        build(tmp)
-        os.replace(tmp, path)
-    return path
-
-
-# --- the results table -----------------------------------------------------------------------
-
-
-def read_rows(path: str | Path) -> list[dict[str, str]]:
-    """The rows of a results table as strings, exactly as written (none if there is no file yet)."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def append_rows(path: Path, rows: list[dict[str, Any]]) -> int:
-    """Add rows whose point_id is not in the table yet; returns how many were added.
-
-    The whole table is rewritten (old rows byte-for-byte as strings, new columns appended at the
-    right) and renamed into place under a lock, so concurrent writers and kill -9 are safe.
-    """
-    with file_lock(path.with_name(path.name + ".lock")):
-        old = read_rows(path)
-        seen = {r["point_id"] for r in old}
-        new = [r for r in rows if r["point_id"] not in seen]
-        if not new:
-            return 0
-        columns = list(old[0].keys()) if old else []
-        for row in new:
-            columns += [c for c in row if c not in columns]
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=columns, restval="", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(old)
-        writer.writerows({k: _cell(v) for k, v in r.items()} for r in new)
-        atomic_write_text(path, out.getvalue())
-        return len(new)
-
-
-def _cell(value: Any) -> Any:
-    # Floats keep full precision (repr round-trips); lists/dicts become JSON.
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return value
+from synthlab.experiments import Experiment, Point
+from synthlab.files import atomic_write_text, file_lock
+from synthlab.results import RESULTS, append_rows, factor_column, read_rows
 
 
 # --- work units: one trained model and the points evaluated on it --------------------------
@@ -136,20 +52,34 @@ def _cell(value: Any) -> Any:
 class Unit:
     """A job for one worker: train once in run_dir, then finish each point on that model."""
 
-    runner: str
+    runner: str  # the runner module's name (workers import it)
     run_dir: str
     cache_dir: str
-    points: list[dict[str, Any]]  # each {"point_id", "factors", "config", "experiment", "preset"}
+    points: list[dict[str, Any]]  # each {"point_id", "factors", "point", "experiment", "preset"}
     threads: int = 0  # torch intra-op threads for this worker (0: leave as is)
 
 
-def resolve_runner(spec: str):
-    module_name, _, func_name = spec.partition(":")
+def load_runner(name: str) -> ModuleType:
+    """The runner module `name`; it must define parse and run_point."""
     try:
-        module = importlib.import_module(module_name)
-        return module, getattr(module, func_name or "run_point")
-    except (ImportError, AttributeError) as err:
-        raise SynthlabError(f"--runner '{spec}' cannot be imported: {err}") from None
+        module = importlib.import_module(name)
+    except ImportError as err:
+        raise SynthlabError(f"--runner '{name}' cannot be imported: {err}") from None
+    missing = [f for f in ("parse", "run_point") if not callable(getattr(module, f, None))]
+    if missing:
+        raise SynthlabError(f"--runner '{name}' is not a point runner: it defines no {missing[0]}()")
+    return module
+
+
+def parse_points(runner: ModuleType, experiment: Experiment, preset: str, points: list[Point]) -> list[Any]:
+    """Every point's config checked and typed by the runner, once; an error names the point."""
+    parsed = []
+    for point in points:
+        try:
+            parsed.append(runner.parse(point.config))
+        except SynthlabError as err:
+            raise SynthlabError(f"{experiment.name}.{preset} {point.factors}: {err}") from None
+    return parsed
 
 
 def run_unit(unit: Unit) -> list[dict[str, Any]]:
@@ -158,7 +88,7 @@ def run_unit(unit: Unit) -> list[dict[str, Any]]:
         import torch
 
         torch.set_num_threads(unit.threads)
-    _, run_point = resolve_runner(unit.runner)
+    runner = load_runner(unit.runner)
     run_dir = Path(unit.run_dir)
     (run_dir / "points").mkdir(parents=True, exist_ok=True)
     rows = []
@@ -170,26 +100,27 @@ def run_unit(unit: Unit) -> list[dict[str, Any]]:
                 record = json.loads(done.read_text())
             else:
                 start = time.perf_counter()
-                metrics = run_point(p["config"], run_dir, cache_dir=Path(unit.cache_dir))
+                metrics = runner.run_point(p["point"], run_dir, cache_dir=Path(unit.cache_dir))
                 record = {"metrics": metrics, "wall_s": time.perf_counter() - start}
                 atomic_write_text(done, json.dumps(record, indent=1, sort_keys=True))
-            row = {"point_id": p["point_id"], "experiment": p["experiment"], "preset": p["preset"], **p["factors"]}
+            factors = {factor_column(axis): value for axis, value in p["factors"].items()}
+            row = {"point_id": p["point_id"], "experiment": p["experiment"], "preset": p["preset"], **factors}
             row.update({k: v for k, v in record["metrics"].items() if k not in row})  # factors win a name clash
             rows.append({**row, "wall_s": record["wall_s"], "run_dir": str(run_dir)})
     return rows
 
 
-def make_units(experiment: Experiment, preset: str, points: list[Point], runs_dir: Path, runner: str,
-               cache_dir: Path, threads: int) -> list[Unit]:
+def make_units(experiment: Experiment, preset: str, points: list[Point], parsed: list[Any], runs_dir: Path,
+               runner: ModuleType, cache_dir: Path, threads: int) -> list[Unit]:
     """Group points by trained model, keeping grid order."""
     units: dict[str, Unit] = {}
-    for point in points:
+    for point, typed in zip(points, parsed):
         unit = units.setdefault(
             point.train_id,
-            Unit(runner=runner, run_dir=str(runs_dir / point.train_id), cache_dir=str(cache_dir),
+            Unit(runner=runner.__name__, run_dir=str(runs_dir / point.train_id), cache_dir=str(cache_dir),
                  points=[], threads=threads),
         )
-        unit.points.append({"point_id": point.point_id, "factors": point.factors, "config": point.config,
+        unit.points.append({"point_id": point.point_id, "factors": point.factors, "point": typed,
                             "experiment": experiment.name, "preset": preset})
     return list(units.values())
 
@@ -225,8 +156,8 @@ def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
         on_done(ray.get(ready[0]))
 
 
-def run_sweep(experiment: Experiment, preset: str, out: Path, *, jobs: int = 1, executor: str = "local",
-              ray_address: str | None = None, runner: str = DEFAULT_RUNNER, cache_dir: Path | None = None,
+def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType, jobs: int = 1,
+              executor: str = "local", ray_address: str | None = None, cache_dir: Path | None = None,
               runs_dir: Path | None = None, threads: int | None = None, progress: bool = True) -> Path:
     """Run every unfinished point of `experiment`'s `preset` grid; returns the results.csv path.
 
@@ -241,17 +172,17 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, jobs: int = 1, 
         raise SynthlabError(f"--threads must be >= 1, got {threads}")
     if executor not in ("local", "ray"):
         raise SynthlabError(f"--executor must be 'local' or 'ray', got '{executor}'")
-    resolve_runner(runner)  # fail early, in the driver, on a bad runner
+    points = experiment.points(preset)
+    finished = {r["point_id"] for r in read_rows(Path(out) / RESULTS)}
+    todo = [p for p in points if p.point_id not in finished]
+    parsed = parse_points(runner, experiment, preset, todo)  # fail early, in the driver, on a bad grid
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _record_invocation(out, experiment, preset)
     results = out / RESULTS
-    points = experiment.points(preset)
-    finished = {r["point_id"] for r in read_rows(results)}
-    todo = [p for p in points if p.point_id not in finished]
     if threads is None:  # share this machine's cores among local workers; one core per Ray task
         threads = 1 if executor == "ray" else (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
-    units = make_units(experiment, preset, todo, Path(runs_dir or out / "runs"), runner,
+    units = make_units(experiment, preset, todo, parsed, Path(runs_dir or out / "runs"), runner,
                        Path(cache_dir or out / "datasets"), threads)
 
     from tqdm import tqdm
@@ -292,23 +223,22 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str) -> None:
 # --- dry run ---------------------------------------------------------------------------------
 
 
-def plan(experiment: Experiment, preset: str, out: Path, runner: str = DEFAULT_RUNNER,
-         cache_dir: Path | None = None, runs_dir: Path | None = None) -> list[dict[str, Any]]:
+def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
+         runs_dir: Path | None = None) -> list[dict[str, Any]]:
     """The grid as rows: factors, status (done / partial / todo) and measured or estimated cost.
 
     A finished point's cost is its measured wall time; the rest come from the runner's
-    `estimate_seconds(config, cache_dir=..., finished=rows)` (which may calibrate on the finished
-    rows), or NaN if it has none.
+    `estimate_seconds(point, finished=rows)` (which may calibrate on the finished rows), or NaN
+    if it has none.
     """
     out = Path(out)
-    module, _ = resolve_runner(runner)
     done = {r["point_id"]: r for r in read_rows(out / RESULTS)}
-    estimate = getattr(module, "estimate_seconds", None)
-    cache_dir = Path(cache_dir or out / "datasets")
+    estimate = getattr(runner, "estimate_seconds", None)
+    points = experiment.points(preset)
     rows, trained = [], set()
-    for point in experiment.points(preset):
+    for point, typed in zip(points, parse_points(runner, experiment, preset, points)):
         run_dir = Path(runs_dir or out / "runs") / point.train_id
-        row = {"point_id": point.point_id, **point.factors}
+        row = {"point_id": point.point_id, **{factor_column(a): v for a, v in point.factors.items()}}
         shared = point.train_id in trained  # evaluates a model an earlier point trains
         trained.add(point.train_id)
         if point.point_id in done:
@@ -317,7 +247,7 @@ def plan(experiment: Experiment, preset: str, out: Path, runner: str = DEFAULT_R
             row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=0.0, cost="shared model")
         else:
             row["status"] = "partial" if run_dir.is_dir() else "todo"
-            seconds = estimate(point.config, cache_dir=cache_dir, finished=list(done.values())) if estimate else math.nan
+            seconds = estimate(typed, finished=list(done.values())) if estimate else math.nan
             row.update(cost_s=seconds, cost="estimated")
         rows.append(row)
     return rows

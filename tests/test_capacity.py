@@ -50,7 +50,8 @@ def test_report_breakdown_adds_up():
 
 def bios_run(root, name, steps, lr):
     """Train a tiny model on bioS(N = 8) (the dataset is generated once per root)."""
-    from synthlab.train import resolve_run_config, train
+    from synthlab.cli.train import resolve_run_config
+    from synthlab.train import train
     from synthlab_generators import TASKS, write_dataset
 
     data = root / "bios"
@@ -109,9 +110,9 @@ def test_person_losses_re_derived_by_hand(untrained_run):
 
     from synthlab.capacity import person_losses
     from synthlab.data import load_dataset
-    from synthlab.train import load_trained_model
+    from synthlab.runs import load_model
 
-    model, run, _ = load_trained_model(untrained_run)
+    model, run, _ = load_model(untrained_run)
     data = load_dataset(run.train.data)
     losses = person_losses(model, data, device=torch.device("cpu"), batch_size=3)
     record = data.records("train")[5]

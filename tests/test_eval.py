@@ -12,7 +12,8 @@ import torch
 from synthlab.data import load_dataset
 from synthlab.evaluate import evaluate_run, score_answers, split_items
 from synthlab.models import ModelConfig, build_model
-from synthlab.train import resolve_run_config, train
+from synthlab.cli.train import resolve_run_config
+from synthlab.train import train
 from synthlab_generators import TASKS, write_dataset
 
 MOD = 5

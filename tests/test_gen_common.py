@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
 from synthlab.tokenizer import WordTokenizer
-from synthlab_generators import TASKS, Dataset, TaskSpec, write_dataset
+from synthlab_generators import TASKS, Dataset, write_dataset
 from synthlab_generators.common import flag_of
 
 runner = CliRunner()
@@ -102,7 +102,8 @@ def test_failure_midway_leaves_nothing(tmp_path):
     def generate(params, rng):
         return Dataset(tokens=[], files={"train.jsonl": lines()}, counts={"train": 1})
 
-    spec = TaskSpec("broken", TASKS["mano"].params_cls, generate, "a task that fails")
+    spec = dataclasses.replace(TASKS["mano"], name="broken", generate=generate,
+                               help="a task that fails")
     out = tmp_path / "d"
     out.mkdir()
     (out / "old.txt").write_text("kept")

@@ -16,8 +16,8 @@ from synthlab.errors import SynthlabError  # noqa: E402
 from synthlab.hf import OuroborosConfig, OuroborosLM, lm_loss, lora_bases, resolve_split, trainable_breakdown  # noqa: E402
 from synthlab.hf.checkpoint import load_base, load_tokenizer, meta_base  # noqa: E402
 from synthlab.hf.data import pack, read_texts, split_heldout  # noqa: E402
-from synthlab.hf.system import TARGETS, mean_residual, target_linear  # noqa: E402
-from synthlab.hf.train import TrainConfig, evaluate, train  # noqa: E402
+from synthlab.hf.lora import TARGETS, mean_residual, target_linear  # noqa: E402
+from synthlab.hf.train import OuroborosTrainConfig, evaluate, train  # noqa: E402
 
 WORDS = "the a cat dog bird sat ran flew on under over mat log tree and then . red blue".split()
 
@@ -168,7 +168,7 @@ def test_a_few_training_steps_lower_the_loss(checkpoint):
     tokenizer = load_tokenizer(checkpoint)
     sequences = pack(read_texts(checkpoint / "train.jsonl"), tokenizer, 24)
     train_seqs, heldout = split_heldout(sequences, 0.2)
-    config = TrainConfig(steps=12, seq_len=24, batch_size=8, grad_accum=1, lr=1e-2, warmup_steps=2, depths=(1, 2))
+    config = OuroborosTrainConfig(steps=12, seq_len=24, batch_size=8, grad_accum=1, lr=1e-2, warmup_steps=2, depths=(1, 2))
     for variant in ("controller", "static"):
         model = _system(base, variant)
         before = evaluate(model, heldout, 2, 16)

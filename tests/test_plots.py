@@ -58,6 +58,8 @@ def test_every_plot_writes_png_and_svg_with_labelled_axes(kind, tmp_path):
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = next(p for p in paths if p.suffix == ".svg").read_text()
     assert UNITS[kind] in svg  # seaborn writes labels as text in the SVG
+    again = plots.plot(kind, _fixtures()[kind], tmp_path / "again")
+    assert [p.read_bytes() for p in paths] == [p.read_bytes() for p in again]  # regenerating churns nothing
 
 
 def test_scaling_plot_fits_the_law_that_generated_the_fixture():

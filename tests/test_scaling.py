@@ -3,6 +3,7 @@ loop, recovery of known parameters for every law, and the averaged-objective tra
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,9 @@ import pytest
 
 from synthlab import SynthlabError
 from synthlab import scaling as sc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from scipy_baseline import scipy_loop  # noqa: E402 (the per-start reference lives beside the benchmark)
 
 CHINCHILLA_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "external" / "chinchilla_svg_extracted.csv"
 PUBLISHED = {"E": 1.8172, "A": 477.8, "B": 2143.9, "alpha": 0.3473, "beta": 0.3672}  # Besiroglu et al. 2024
@@ -114,7 +118,7 @@ def test_fit_is_at_least_the_per_start_scipy_loop_best():
     starts = sc.CHINCHILLA.starts(None)
     for seed in (3,):
         sub = starts[np.random.default_rng(seed).choice(len(starts), 16, replace=False)]
-        loop = sc.scipy_loop("chinchilla", data, sub)
+        loop = scipy_loop("chinchilla", data, sub)
         best_loop = loop[np.argmin(loop[:, 0])]
         polished = sc.fit("chinchilla", data, starts=sub)
         scale_free = sc.fit("chinchilla", data, sc.FitOptions(polish=0, ftol_floor=0.0), starts=sub)
@@ -139,30 +143,37 @@ def test_recovers_known_parameters(name, noise, rtol):
 
 
 def test_averaging_stops_early_where_summing_converges():
-    """Under scipy's stopping rules (no polish) the mean objective is 1/R the size, so L-BFGS stops early."""
-    data, theta = synthetic("chinchilla", 2e-3, np.random.default_rng(5))
-    starts = sc.CHINCHILLA.starts(None)[::7]
-    summed = sc.fit("chinchilla", data, sc.FitOptions(polish=0), starts=starts)
-    averaged = sc.fit("chinchilla", data, sc.FitOptions(polish=0, reduction="mean"), starts=starts)
+    """Under scipy's stopping rules (no polish) the mean objective is 1/R the size, so L-BFGS stops
+    early: from the same starts, far fewer averaged fits than summed ones reach the optimum. (The
+    best of all starts is no test: one lucky start can land on the optimum either way.)"""
+    data, _ = synthetic("chinchilla", 2e-3, np.random.default_rng(5))
     law = sc.CHINCHILLA
-    assert summed_objective(law, data, averaged.theta) > 1.5 * summed.objective
-    distance = lambda t: np.abs(t - theta).max()  # noqa: E731
-    assert distance(averaged.theta) > 3 * distance(summed.theta)
-    # ...and the summed fit is the optimum: polishing it does not move it.
-    assert sc.fit("chinchilla", data, starts=summed.theta).objective == pytest.approx(summed.objective, rel=1e-6)
+    optimum = sc.fit("chinchilla", data).objective
+
+    def share_at_optimum(reduction: str) -> float:
+        starts = law.starts(None)[::10]
+        fits = [sc.fit("chinchilla", data, sc.FitOptions(polish=0, reduction=reduction), starts=s[None]) for s in starts]
+        return np.mean([summed_objective(law, data, f.theta) < 1.01 * optimum for f in fits])
+
+    summed, averaged = share_at_optimum("sum"), share_at_optimum("mean")
+    assert summed > 0.05 and summed > 4 * averaged
 
 
-def test_user_law_in_a_few_lines(monkeypatch):
-    monkeypatch.setattr(sc, "LAWS", dict(sc.LAWS))
+def test_user_law_in_a_few_lines():
     law = sc.register_law(sc.power_sum_law(
         "data_only", [sc.PowerTerm("D", "B", "beta")],
         lambda X: {"log_E": (-1.0, 0.0, 1.0), "log_B": (0.0, 5.0, 10.0), "beta": (0.25, 0.5, 1.0)},
     ))
-    assert sc.get_law("data_only") is law and law.formula == "L = E + B/D^beta"
-    d = np.geomspace(1e6, 1e9, 20)
-    loss = law.predict(np.array([np.log(2.0), np.log(300.0), 0.4]), d[:, None])
-    result = sc.fit("data_only", sc.Data({"D": d}, loss))
-    assert result.params == pytest.approx({"E": 2.0, "B": 300.0, "beta": 0.4}, rel=1e-4)
+    try:
+        assert sc.get_law("data_only") is law and law.formula == "L = E + B/D^beta"
+        with pytest.raises(ValueError, match="already registered"):
+            sc.register_law(law)
+        d = np.geomspace(1e6, 1e9, 20)
+        loss = law.predict(np.array([np.log(2.0), np.log(300.0), 0.4]), d[:, None])
+        result = sc.fit("data_only", sc.Data({"D": d}, loss))
+        assert result.params == pytest.approx({"E": 2.0, "B": 300.0, "beta": 0.4}, rel=1e-4)
+    finally:
+        del sc.LAWS["data_only"]  # the registry is global: leave it as the other tests expect
 
 
 def test_bad_input_is_one_readable_line():
@@ -184,9 +195,7 @@ def test_bad_input_is_one_readable_line():
 
 
 def test_implausible_parameters_are_named():
-    from synthlab.scaling import implausible
-
     chinchilla = {"E": 1.82, "A": 478.0, "alpha": 0.35, "B": 2143.0, "beta": 0.37}
-    assert implausible(chinchilla) == {}
+    assert sc.implausible(chinchilla) == {}
     degenerate = {"E": 0.0, "A": 9.4e259, "alpha": 51.4, "B": float("inf"), "beta": 0.4, "C": 0.0, "gamma": -42.5}
-    assert set(implausible(degenerate)) == {"A", "alpha", "B", "gamma"}
+    assert set(sc.implausible(degenerate)) == {"A", "alpha", "B", "gamma"}

@@ -10,6 +10,7 @@ import pytest
 from test_scaling import CHINCHILLA_CSV, PUBLISHED, synthetic
 from typer.testing import CliRunner
 
+from synthlab import scaling
 from synthlab.cli import app
 
 
@@ -58,6 +59,15 @@ def test_text_output_power_law(tmp_path):
     out = run("power", path, "--loss-col", "bits", "--bootstrap", "0")
     assert out.exit_code == 0, out.output
     assert "L = E + A/(x + t)^alpha" in out.output and "alpha = -0.9" in out.output
+
+
+def test_fit_table_takes_a_dataframe():
+    x = np.geomspace(1e3, 1e6, 25)
+    fitted = scaling.fit_table(pd.DataFrame({"params": x, "bits": 0.1 + 2.0 * x ** 0.9}), "power", loss_col="bits",
+                               bootstrap=0)
+    (group,) = fitted.fits
+    assert fitted.law is scaling.POWER and group.title == "power fit to table" and group.bootstrap is None
+    assert group.result.params["alpha"] == pytest.approx(-0.9, rel=1e-4)
 
 
 def test_steps_law_is_fitted_per_max_steps(tmp_path):

@@ -8,7 +8,6 @@ from test_scaling import TRUTH, synthetic, theta_of
 
 from synthlab import SynthlabError
 from synthlab import scaling as sc
-from synthlab import scaling_eval as se
 
 
 @pytest.fixture(scope="module")
@@ -20,26 +19,26 @@ def noisy_chinchilla():
 def test_warm_bootstrap_equals_cold_grid_refits(noisy_chinchilla):
     """Warm-started resamples land on the optimum a full cold grid fit of the same resample finds."""
     data, result = noisy_chinchilla
-    boot = se.bootstrap("chinchilla", data, result, np.random.default_rng(0), n_resamples=30)
-    for i, cold in zip(range(2), se.cold_refits("chinchilla", data, boot.rows[:2])):
+    boot = sc.bootstrap("chinchilla", data, result, np.random.default_rng(0), n_resamples=30)
+    for i, cold in zip(range(2), sc.cold_refits("chinchilla", data, boot.rows[:2])):
         for name, value in cold.params.items():
             assert boot.samples[name][i] == pytest.approx(value, rel=1e-3), name
 
 
 def test_bootstrap_is_seeded_and_intervals_behave(noisy_chinchilla):
     data, result = noisy_chinchilla
-    one = se.bootstrap("chinchilla", data, result, np.random.default_rng(7), n_resamples=40, compute=1e21)
-    same = se.bootstrap("chinchilla", data, result, np.random.default_rng(7), n_resamples=40, compute=1e21)
-    other = se.bootstrap("chinchilla", data, result, np.random.default_rng(8), n_resamples=40, compute=1e21)
+    one = sc.bootstrap("chinchilla", data, result, np.random.default_rng(7), n_resamples=40, compute=1e21)
+    same = sc.bootstrap("chinchilla", data, result, np.random.default_rng(7), n_resamples=40, compute=1e21)
+    other = sc.bootstrap("chinchilla", data, result, np.random.default_rng(8), n_resamples=40, compute=1e21)
     assert one.intervals == same.intervals and one.intervals != other.intervals
     assert set(one.intervals) == {"E", "A", "alpha", "B", "beta", "a", "b", "G", "N_opt", "D_opt"}
-    point = {**result.params, **se.derived(result.params, 1e21)}
+    point = {**result.params, **sc.derived(result.params, 1e21)}
     for name, (lo, hi) in one.intervals.items():
         assert lo <= point[name] <= hi, name
     # A narrower level gives a narrower interval; more noise gives wider ones.
-    narrow = se.bootstrap("chinchilla", data, result, np.random.default_rng(7), n_resamples=40, level=0.5)
+    narrow = sc.bootstrap("chinchilla", data, result, np.random.default_rng(7), n_resamples=40, level=0.5)
     noisier, _ = synthetic("chinchilla", 2e-2, np.random.default_rng(10))
-    wide = se.bootstrap("chinchilla", noisier, sc.fit("chinchilla", noisier), np.random.default_rng(7), n_resamples=40)
+    wide = sc.bootstrap("chinchilla", noisier, sc.fit("chinchilla", noisier), np.random.default_rng(7), n_resamples=40)
     width = lambda b, k: b.intervals[k][1] - b.intervals[k][0]  # noqa: E731
     for name in ("alpha", "beta"):
         assert width(narrow, name) < width(one, name) < width(wide, name)
@@ -48,29 +47,29 @@ def test_bootstrap_is_seeded_and_intervals_behave(noisy_chinchilla):
 def test_compute_optimum_minimises_loss_at_fixed_compute():
     params = TRUTH["chinchilla"]
     compute = 1e22
-    out = se.derived(params, compute)
+    out = sc.derived(params, compute)
     assert out["a"] + out["b"] == pytest.approx(1.0)
     n = np.geomspace(1e8, 1e12, 200_001)
     theta = theta_of(sc.CHINCHILLA, params)
     loss = sc.CHINCHILLA.predict(theta, np.column_stack([n, compute / (6 * n)]))
     assert out["N_opt"] == pytest.approx(n[np.argmin(loss)], rel=1e-3)
     assert out["N_opt"] * out["D_opt"] * 6 == pytest.approx(compute)
-    assert "G" not in se.derived(TRUTH["looplm"])  # the closed form does not hold with offsets
+    assert "G" not in sc.derived(TRUTH["looplm"])  # the closed form does not hold with offsets
 
 
 def test_holdout_splits_and_scores():
     data, _ = synthetic("looplm", 1e-5, np.random.default_rng(11))
     law = sc.LOOPLM
-    (name, train), = se.holdout_splits(law, data, "size")
+    (name, train), = sc.holdout_splits(law, data, "size")
     assert name == "smallest 3 of 5 sizes" and data.variables["N"][train].max() < data.variables["N"][~train].min()
-    fractions = se.holdout_splits(law, data, "data")
+    fractions = sc.holdout_splits(law, data, "data")
     assert [int(t.sum()) for _, t in fractions] == sorted(int(t.sum()) for _, t in fractions)
-    steps = se.holdout_splits(law, data, "steps")
+    steps = sc.holdout_splits(law, data, "steps")
     assert len(steps) == 4 and all((~t).sum() == 25 for _, t in steps)
-    rows = se.holdout(law, data, "steps")
+    rows = sc.holdout(law, data, "steps")
     # Noise-free-ish data from the law itself: every held-out Tm is predicted almost exactly.
     assert all(r.r2_train > 0.999 and r.rmse_log_test < 1e-2 for r in rows)
     with pytest.raises(SynthlabError, match="needs a law over Tm or T"):
-        se.holdout_splits(sc.CHINCHILLA, data, "steps")
+        sc.holdout_splits(sc.CHINCHILLA, data, "steps")
     with pytest.raises(SynthlabError, match="unknown hold-out"):
-        se.holdout_splits(law, data, "tokens")
+        sc.holdout_splits(law, data, "tokens")

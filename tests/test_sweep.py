@@ -18,19 +18,22 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, sweep
+from synthlab import experiments, files, stages, sweep
+from synthlab import results as results_table
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
 
 TESTS = Path(__file__).parent
 FAKE = TESTS / "fixtures" / "sweep_fake.toml"
-RUNNER = "sweep_fake_runner:run_point"
 sys.path.insert(0, str(TESTS))
+import sweep_fake_runner  # noqa: E402  (a module beside the tests)
+
+RUNNER = sweep_fake_runner
 
 
 def _table(results: Path) -> list[tuple]:
     """The results as comparable tuples, without the columns that legitimately differ."""
-    rows = sweep.read_rows(results)
+    rows = results_table.read_rows(results)
     return sorted(tuple(sorted((k, v) for k, v in r.items() if k not in ("wall_s", "run_dir"))) for r in rows)
 
 
@@ -80,12 +83,13 @@ def test_every_builtin_experiment_and_preset_loads_and_validates():
     for name in names:
         exp = experiments.load(name)
         for preset in experiments.PRESETS:
-            assert experiments.validate_points(exp, preset), (name, preset)
+            points = exp.points(preset)
+            assert sweep.parse_points(stages, exp, preset, points), (name, preset)
 
 
 def _append_worker(path: str, start: int) -> None:
     for i in range(start, start + 10):
-        sweep.append_rows(Path(path), [{"point_id": f"p{i % 25}", "value": i, f"extra{start}": 1.5}])
+        results_table.append_rows(Path(path), [{"point_id": f"p{i % 25}", "value": i, f"extra{start}": 1.5}])
 
 
 def test_concurrent_appends_never_duplicate_or_corrupt(tmp_path):
@@ -96,7 +100,7 @@ def test_concurrent_appends_never_duplicate_or_corrupt(tmp_path):
         p.start()
     for p in procs:
         p.join()
-    rows = sweep.read_rows(path)
+    rows = results_table.read_rows(path)
     ids = [r["point_id"] for r in rows]
     assert sorted(ids) == sorted({f"p{i % 25}" for i in range(30)})  # 25 ids, each once
     assert {"extra0", "extra10", "extra20"} <= set(rows[0])  # new metric columns were added
@@ -111,16 +115,16 @@ def test_cached_dir_builds_once(tmp_path):
         tmp.mkdir()
         (tmp / "x").write_text("1")
 
-    a = sweep.cached_dir(tmp_path, {"n": 1}, build, "t-")
-    b = sweep.cached_dir(tmp_path, {"n": 1}, build, "t-")
-    c = sweep.cached_dir(tmp_path, {"n": 2}, build, "t-")
+    a = files.cached_dir(tmp_path, {"n": 1}, build, "t-")
+    b = files.cached_dir(tmp_path, {"n": 1}, build, "t-")
+    c = files.cached_dir(tmp_path, {"n": 2}, build, "t-")
     assert a == b != c and len(calls) == 2 and (a / "x").read_text() == "1"
 
 
 def test_sweep_runs_every_point_once_and_rerun_skips(tmp_path):
     exp = experiments.load(FAKE)
     results = sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
-    rows = sweep.read_rows(results)
+    rows = results_table.read_rows(results)
     assert len(rows) == 8
     assert {"data.size", "arch", "eval.probe", "accuracy", "steps", "run_dir", "point_id"} <= set(rows[0])
     # one dataset per data config, shared through the cache
@@ -146,9 +150,9 @@ def test_lost_row_is_recovered_without_rerunning(tmp_path):
     exp = experiments.load(FAKE)
     results = sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
     full = _table(results)
-    rows = sweep.read_rows(results)
+    rows = results_table.read_rows(results)
     results.unlink()
-    sweep.append_rows(results, rows[:3])
+    results_table.append_rows(results, rows[:3])
     sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
     assert _table(results) == full
     assert all((Path(r["run_dir"]) / "starts.log").read_text().split() == ["0", "5"] for r in rows)
@@ -156,7 +160,7 @@ def test_lost_row_is_recovered_without_rerunning(tmp_path):
 
 def _cli(out: Path) -> list[str]:
     return [str(Path(sys.executable).parent / "synthlab"), "sweep", str(FAKE), "--preset", "cpu",
-            "--runner", RUNNER, "--out", str(out)]
+            "--runner", RUNNER.__name__, "--out", str(out)]
 
 
 def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_table(tmp_path):
@@ -167,7 +171,7 @@ def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_table(tmp_path):
     deadline = time.time() + 60
     # wait until one point is finished and another is part-way through its training
     while time.time() < deadline:
-        rows = sweep.read_rows(results)
+        rows = results_table.read_rows(results)
         partial = [c for c in (tmp_path / "killed" / "runs").glob("*/ckpt.json")
                    if c.parent.name not in {Path(r["run_dir"]).name for r in rows}]
         if rows and partial:
@@ -175,7 +179,7 @@ def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_table(tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert 1 <= len(sweep.read_rows(results)) < 4
+    assert 1 <= len(results_table.read_rows(results)) < 4
     subprocess.run(_cli(tmp_path / "killed"), env=env, check=True, capture_output=True)
     subprocess.run(_cli(tmp_path / "clean"), env=env, check=True, capture_output=True)
     assert _table(results) == _table(tmp_path / "clean" / sweep.RESULTS)
@@ -193,7 +197,7 @@ def test_dry_run_lists_status_and_cost(tmp_path):
     assert sorted(r["cost"] for r in smoke) == ["estimated"] * 4 + ["shared model"] * 4
     sweep.run_sweep(exp, "smoke", tmp_path / "done", runner=RUNNER, progress=False)
     assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path / "done", runner=RUNNER)} == {"done"}
-    result = CliRunner().invoke(app, ["sweep", str(FAKE), "--preset", "cpu", "--runner", RUNNER,
+    result = CliRunner().invoke(app, ["sweep", str(FAKE), "--preset", "cpu", "--runner", RUNNER.__name__,
                                       "--out", str(tmp_path), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "4 points, 4 to run" in result.output and not (tmp_path / sweep.RESULTS).exists()
@@ -203,9 +207,9 @@ def test_dry_run_lists_status_and_cost(tmp_path):
     "args, culprit",
     [
         (["sweep", "no_such_experiment"], "unknown experiment"),
-        (["sweep", str(FAKE), "--preset", "huge", "--runner", RUNNER], "unknown preset"),
-        (["sweep", str(FAKE), "--jobs", "0", "--runner", RUNNER], "--jobs"),
-        (["sweep", str(FAKE), "--runner", "nowhere:run"], "--runner"),
+        (["sweep", str(FAKE), "--preset", "huge", "--runner", RUNNER.__name__], "unknown preset"),
+        (["sweep", str(FAKE), "--jobs", "0", "--runner", RUNNER.__name__], "--jobs"),
+        (["sweep", str(FAKE), "--runner", "nowhere"], "--runner"),
     ],
 )
 def test_bad_cli_input_is_one_line_exit_2(tmp_path, args, culprit):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import experiments, sweep
+from synthlab import experiments, stages, sweep
+from synthlab.results import RESULTS, read_rows, step_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
 # Columns that measure time, or say where things are, legitimately differ between two runs.
@@ -18,7 +19,7 @@ VOLATILE = {"wall_s", "train_s", "run_dir"}
 
 
 def _table(results: Path) -> list[tuple]:
-    return sorted(tuple(sorted((k, v) for k, v in r.items() if k not in VOLATILE)) for r in sweep.read_rows(results))
+    return sorted(tuple(sorted((k, v) for k, v in r.items() if k not in VOLATILE)) for r in read_rows(results))
 
 
 def _cli(out: Path, preset: str) -> list[str]:
@@ -26,8 +27,8 @@ def _cli(out: Path, preset: str) -> list[str]:
 
 
 def test_smoke_sweep_end_to_end(tmp_path):
-    results = sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, progress=False)
-    rows = {r["model"]: r for r in sweep.read_rows(results)}
+    results = sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=stages, progress=False)
+    rows = {r["model"]: r for r in read_rows(results)}
     assert set(rows) == {"1x1", "1x2"}
     for row in rows.values():
         assert 0.0 <= float(row["accuracy"]) <= 1.0 and int(row["train_steps"]) == 12
@@ -40,11 +41,9 @@ def test_smoke_sweep_end_to_end(tmp_path):
     # one dataset, generated once for both points
     assert len([p for p in (tmp_path / "datasets").iterdir() if not p.name.startswith(".")]) == 1
     before = _table(results)
-    sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, progress=False)
+    sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=stages, progress=False)
     assert _table(results) == before
     # the step-wise export: one row per recurrent step, the last step's loss is the run's loss
-    from synthlab.pipeline import step_rows
-
     steps = step_rows(tmp_path)
     assert sorted((r["model"], r["step"]) for r in steps) == [("1x1", 1), ("1x2", 1), ("1x2", 2)]
     last = next(r for r in steps if r["model"] == "1x2" and r["step"] == 2)
@@ -74,39 +73,44 @@ def test_killed_real_sweep_resumes_from_checkpoints_to_the_same_table(tmp_path):
     assert checkpoints and not list(killed.glob("runs/*/model/summary.json"))  # killed mid-training
     subprocess.run(_cli(killed, "cpu"), check=True, capture_output=True)
     subprocess.run(_cli(tmp_path / "clean", "cpu"), check=True, capture_output=True)
-    table = _table(killed / sweep.RESULTS)
-    assert len(table) == 2 and table == _table(tmp_path / "clean" / sweep.RESULTS)
+    table = _table(killed / RESULTS)
+    assert len(table) == 2 and table == _table(tmp_path / "clean" / RESULTS)
 
 
-@pytest.mark.parametrize("name", ["mano", "multihop", "reach"])
+@pytest.mark.parametrize("name", ["capacity", "mano", "multihop", "reach"])
 def test_cost_estimate_shapes_match_the_generated_data(name, tmp_path):
-    # the dry run guesses vocabulary and row length before any data exists; check them on real data
-    from synthlab import pipeline
+    # the dry run computes vocabulary, row length and steps before any data exists; check them on real data
+    from synthlab.cost import positions
     from synthlab.data import load_dataset
+    from synthlab.runs import RunConfig
     from synthlab.train import prepare_run
 
-    config = experiments.load(name).points("smoke")[0].config
-    data_dir = pipeline.dataset(config, tmp_path)
-    data = load_dataset(data_dir, config["task"])
-    derived, _ = prepare_run(pipeline._run_config(config, data_dir, len(data.tokenizer)), data)
-    vocab, seq = pipeline._shape_guess(config["task"], config["data"])
-    assert vocab >= len(data.tokenizer) and vocab <= 2 * len(data.tokenizer) + 16
-    assert seq == pytest.approx(derived["seq_len"], abs=2)
-    # once the data is cached the estimate uses its exact shape
-    assert pipeline._positions(config, tmp_path) == (derived["total_steps"], derived["seq_len"])
+    point = stages.parse(experiments.load(name).points("smoke")[0].config)
+    data_dir = stages.dataset(point, tmp_path)
+    data = load_dataset(data_dir, point.task)
+    derived, _ = prepare_run(RunConfig(point.model, point.train), data)
+    assert point.model.vocab_size == len(data.tokenizer)
+    steps, seq = positions(point)
+    assert seq == derived["seq_len"]
+    assert steps == pytest.approx(derived["total_steps"], rel=0 if point.train.steps else 0.1)
 
 
 def test_eval_results_flatten_to_columns():
-    from synthlab import pipeline
+    from synthlab.options import EvalOptions
+    from synthlab.results import eval_metrics
 
     result = {"accuracy": 0.5, "accuracy_at_trained_depth": 0.4, "answer_loss_per_step": [2.0, 1.0],
               "eval_steps": 2, "accuracy_per_step": [0.4, 0.5], "agreement": [[1.0, 0.7], [0.7, 1.0]],
               "exit_accuracy": 0.45, "mean_exit_step": 1.5}
-    plain = pipeline.eval_metrics(result, pipeline.EvalOptions())
+    plain = eval_metrics(result, EvalOptions())
     assert plain["acc_step_2"] == plain["accuracy"] == 0.5 and "agree_1_2" not in plain
-    exits = pipeline.eval_metrics(result, pipeline.EvalOptions(exit="q:0.8", agreement=True))
+    exits = eval_metrics(result, EvalOptions(exit="q:0.8", agreement=True))
     assert (exits["strategy"], exits["threshold"], exits["accuracy"]) == ("q", 0.8, 0.45)
     assert exits["agree_1_2"] == exits["agree_2_1"] == 0.7
+
+
+def _validate(experiment, preset):
+    return sweep.parse_points(stages, experiment, preset, experiment.points(preset))
 
 
 def test_definitions_are_checked_against_the_real_config_classes():
@@ -117,11 +121,11 @@ def test_definitions_are_checked_against_the_real_config_classes():
     raw = tomllib.loads(FIXTURE.read_text())
     raw["base"]["model"]["d_modle"] = 32
     with pytest.raises(SynthlabError, match="did you mean 'd_model'"):
-        experiments.validate_points(experiments.parse(raw), "smoke")
+        _validate(experiments.parse(raw), "smoke")
     raw = tomllib.loads(FIXTURE.read_text())
     raw["presets"]["smoke"]["grid"]["data.L"] = [0]
     with pytest.raises(SynthlabError, match="--L"):
-        experiments.validate_points(experiments.parse(raw), "smoke")
+        _validate(experiments.parse(raw), "smoke")
 
 
 def test_dry_run_of_a_shipped_experiment_estimates_every_point(tmp_path):
@@ -151,8 +155,8 @@ def test_gate_stage_trains_the_exit_gate_alone_and_evaluates_that_model(tmp_path
     import torch
 
     results = sweep.run_sweep(experiments.parse(_gate_experiment(tomllib.loads(FIXTURE.read_text()))), "smoke",
-                              tmp_path, progress=False)
-    rows = sweep.read_rows(results)
+                              tmp_path, runner=stages, progress=False)
+    rows = read_rows(results)
     assert len(rows) == 2 and all(int(r["gate_steps"]) == 4 for r in rows)
     run_dirs = {Path(r["run_dir"]) for r in rows}
     assert len(run_dirs) == 1  # both exit rules evaluate one stage I model and one stage II gate
@@ -176,7 +180,16 @@ def test_gate_section_needs_the_gate_stage_and_a_stage_one_model():
     raw = _gate_experiment(tomllib.loads(FIXTURE.read_text()))
     raw["base"]["train"]["loss"] = "last"
     with pytest.raises(SynthlabError, match="stage I model"):
-        experiments.validate_points(experiments.parse(raw), "smoke")
+        _validate(experiments.parse(raw), "smoke")
     # definitions without a gate section resolve without one: the ids of their points never moved
     plain = experiments.parse(tomllib.loads(FIXTURE.read_text()))
     assert all("gate" not in p.config for p in plain.points("smoke"))
+
+
+def test_each_point_config_is_parsed_once_per_sweep(tmp_path, monkeypatch):
+    calls = []
+    original = stages.parse_point
+    monkeypatch.setattr(stages, "parse_point", lambda config: calls.append(1) or original(config))
+    experiment = experiments.load(FIXTURE)
+    sweep.run_sweep(experiment, "smoke", tmp_path, runner=stages, progress=False)
+    assert len(calls) == len(experiment.points("smoke"))

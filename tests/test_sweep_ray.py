@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
 
 from synthlab import experiments, sweep
+from synthlab.results import read_rows
 
 ray = pytest.importorskip("ray")
 TESTS = Path(__file__).parent
 FAKE = TESTS / "fixtures" / "sweep_fake.toml"
-RUNNER = "sweep_fake_runner:run_point"
+sys.path.insert(0, str(TESTS))
+RUNNER = "sweep_fake_runner"  # imported by name where it runs (sys.path here, PYTHONPATH in Ray workers)
 
 
 def _table(results: Path) -> list[tuple]:
     return sorted(tuple(sorted((k, v) for k, v in r.items() if k not in ("wall_s", "run_dir")))
-                  for r in sweep.read_rows(results))
+                  for r in read_rows(results))
 
 
 @pytest.fixture
@@ -37,10 +40,10 @@ def local_cluster(monkeypatch):
 def test_ray_executor_matches_local(local_cluster, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     exp = experiments.load(FAKE)
-    remote = sweep.run_sweep(exp, "smoke", tmp_path / "ray", executor="ray", runner=RUNNER, progress=False)
-    local = sweep.run_sweep(exp, "smoke", tmp_path / "local", runner=RUNNER, progress=False)
+    remote = sweep.run_sweep(exp, "smoke", tmp_path / "ray", executor="ray", runner=sweep.load_runner(RUNNER), progress=False)
+    local = sweep.run_sweep(exp, "smoke", tmp_path / "local", runner=sweep.load_runner(RUNNER), progress=False)
     assert len(sweep.read_rows(remote)) == 8
     assert _table(remote) == _table(local)
     # a rerun through Ray finds every point done and submits nothing
-    sweep.run_sweep(exp, "smoke", tmp_path / "ray", executor="ray", runner=RUNNER, progress=False)
+    sweep.run_sweep(exp, "smoke", tmp_path / "ray", executor="ray", runner=sweep.load_runner(RUNNER), progress=False)
     assert _table(remote) == _table(local)

@@ -13,8 +13,11 @@ import torch
 from synthlab import config as configlib
 from synthlab.errors import SynthlabError
 from synthlab.models import ModelConfig, build_model
-from synthlab.train import (TrainConfig, build_optimizer, load_checkpoint, lr_factor, resolve_run_config,
-                            train)
+from synthlab.cli.train import resolve_run_config
+from synthlab.optim import lr_factor
+from synthlab.options import TrainConfig
+from synthlab.runs import load_checkpoint
+from synthlab.train import build_optimizer, train
 from synthlab_generators import TASKS, write_dataset
 
 TINY_MODEL = {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
@@ -56,8 +59,22 @@ def test_lr_warms_up_then_decays_to_the_floor():
     values = [lr_factor(s, warmup=10, total=100, min_ratio=0.1) for s in range(100)]
     assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(values[9:], values[10:]))  # non-increasing after warmup
-    assert lr_factor(100, 10, 100, 0.1) == pytest.approx(0.1)
-    assert lr_factor(55, 10, 100, 0.1) == pytest.approx(0.1 + 0.9 * 0.5)  # half way: cos = 0
+    assert lr_factor(100, warmup=10, total=100, min_ratio=0.1) == pytest.approx(0.1)
+    assert lr_factor(55, warmup=10, total=100, min_ratio=0.1) == pytest.approx(0.1 + 0.9 * 0.5)  # half way: cos = 0
+
+
+@pytest.mark.parametrize("schedule", ["constant", "wsd"])
+def test_constant_and_wsd_hold_the_peak_after_warmup(schedule):
+    values = [lr_factor(s, warmup=10, total=100, min_ratio=0.1, schedule=schedule, decay_fraction=0.2)
+              for s in range(100)]
+    assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
+    stable = values[10:80]
+    assert all(v == 1.0 for v in stable)
+    if schedule == "constant":
+        assert all(v == 1.0 for v in values[80:])
+    else:  # a linear cooldown over the last 20 steps, ending at min_ratio
+        assert all(a > b for a, b in zip(values[79:], values[80:]))
+        assert values[99] == pytest.approx(0.1)
 
 
 def test_weight_decay_only_on_matrices():

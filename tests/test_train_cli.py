@@ -105,3 +105,35 @@ def test_ctrl_c_on_the_real_command_writes_a_checkpoint_and_exits_130(tmp_path, 
     step = torch.load(run_dir / "checkpoint.pt", weights_only=False)["step"]
     assert 0 < step < 100000
     assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["step"] == step
+
+
+def test_every_model_and_train_field_is_a_flag_with_help():
+    import dataclasses
+
+    from synthlab.models import ModelConfig
+    from synthlab.options import TrainConfig
+
+    result = runner.invoke(app, ["train", "--help"], terminal_width=300)
+    for cls in (ModelConfig, TrainConfig):
+        for f in dataclasses.fields(cls):
+            if f.name != "vocab_size":
+                assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help text"
+                assert "--" + f.name.replace("_", "-") in result.output, f.name
+
+
+def test_new_model_and_schedule_flags_reach_the_run_config(tmp_path, mano):
+    result = invoke("train", "--data", mano, "--out", tmp_path / "run", "--d-model", 32, "--n-heads", 2,
+                    "--n-layers", 1, "--max-seq-len", 32, "--steps", 3, "--batch-size", 8, "--no-tie-head",
+                    "--positions", "learned", "--init", "torch", "--bias", "--norm-type", "layernorm",
+                    "--schedule", "wsd", "--controller", "static_lora", "--lora-targets", "q,v", "--no-progress")
+    assert result.exit_code == 0, result.output
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (saved["model"]["tie_head"], saved["model"]["positions"], saved["model"]["init"]) == (False, "learned", "torch")
+    assert saved["model"]["lora_targets"] == ["q", "v"] and saved["train"]["schedule"] == "wsd"
+    assert Path(saved["train"]["data"]).is_absolute()  # the run folder works from anywhere
+
+
+def test_a_non_finite_setting_is_one_error_line(tmp_path, mano):
+    result = invoke("train", "--data", mano, "--out", tmp_path / "run", "--steps", 3, "--lr", "inf")
+    assert result.exit_code == 2 and result.output.startswith("error: train.lr must be a finite number")
+    assert not (tmp_path / "run").exists()

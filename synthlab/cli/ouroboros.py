@@ -58,15 +58,16 @@ def build(
     """Build the system (SVD bases included) and write DIR/summary.json: trainable_params, split, rank, alpha."""
     import torch
 
-    from synthlab.hf.checkpoint import load_base, meta_base, resolve_device, resolve_dtype
+    from synthlab.hf.checkpoint import load_base, meta_base, resolve_dtype
     from synthlab.hf.system import OuroborosLM, summary
+    from synthlab.runs import resolve_device
 
     if (base is None) == (base_config is None):
         raise SynthlabError("give exactly one of --base PATH or --base-config CONFIG.json")
     config = _ouroboros_config(variant, prelude_layers, recurrent_layer, coda_layers, rank, alpha,
                                controller_hidden, max_steps)
     if base is not None:
-        dev = resolve_device(device)
+        dev = resolve_device(device or "auto")
         model = load_base(base, device=dev, dtype=resolve_dtype(None, dev))
     else:
         model = meta_base(base_config)
@@ -86,7 +87,7 @@ def train(
     corpus: Path = typer.Option(..., "--corpus", help="Training text: .txt, .jsonl (field --text-field) or .parquet."),
     out: Path = typer.Option(..., "--out", help="Run folder: run.json, <variant>/trainable.safetensors, logs."),
     variants: str = typer.Option("controller,static,nogate", help="Looped variants to train, comma-separated."),
-    config: Path | None = typer.Option(None, "--config", help="TOML/JSON TrainConfig; flags override it."),
+    config: Path | None = typer.Option(None, "--config", help="TOML/JSON OuroborosTrainConfig; flags override it."),
     steps: int | None = typer.Option(None, help="Optimiser steps per variant (default 1000)."),
     seq_len: int | None = typer.Option(None, help="Packed sequence length (default 2048)."),
     batch_size: int | None = typer.Option(None, help="Sequences per micro-batch (default 4)."),
@@ -109,10 +110,10 @@ def train(
 ) -> None:
     """Train the looped variants on a local corpus; checkpoints hold the trainable parameters only."""
     from synthlab import config as cfgio
-    from synthlab.hf.experiment import train_run
-    from synthlab.hf.train import TrainConfig
+    from synthlab.hf.runs import train_run
+    from synthlab.hf.train import OuroborosTrainConfig
 
-    train_config = cfgio.load(TrainConfig, config) if config else TrainConfig()
+    train_config = cfgio.load(OuroborosTrainConfig, config) if config else OuroborosTrainConfig()
     train_config = cfgio.merge(train_config, {
         "steps": steps, "seq_len": seq_len, "batch_size": batch_size, "grad_accum": grad_accum, "lr": lr,
         "warmup_steps": warmup_steps, "seed": seed,
@@ -137,7 +138,7 @@ def evaluate(
     dtype: str | None = typer.Option(None, help="Base dtype (default bfloat16 on GPU, float32 on CPU)."),
 ) -> None:
     """Loss vs depth for every variant; writes results.csv, results.json and c11_loss_vs_depth.png."""
-    from synthlab.hf.experiment import eval_run
+    from synthlab.hf.runs import eval_run
 
     table = eval_run(run_dir, _int_list(depths, "depths"), str(corpus) if corpus else None, batch_size=batch_size,
                      max_sequences=max_sequences, device=device, dtype=dtype)

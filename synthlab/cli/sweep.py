@@ -21,22 +21,26 @@ def sweep(
     threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (Ray: CPUs) per run [default: cores/jobs locally, 1 on Ray]."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Dataset cache directory [default: OUT/datasets]; share it between sweeps."),
     runs: Optional[Path] = typer.Option(None, "--runs", help="Trained-model store [default: OUT/runs]; share it between sweeps to train a model once."),
-    runner: str = typer.Option("synthlab.pipeline:run_point", "--runner", help="The point runner, module:function."),
+    runner: Optional[str] = typer.Option(None, "--runner", help="A point runner module (parse, run_point) [default: synthlab.stages, the lab's own]."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid with each point's status and cost; run nothing."),
 ) -> None:
     """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
-    from synthlab import experiments, sweep as engine
+    from synthlab import experiments, stages, sweep as engine
 
     exp = experiments.load(name)
     out = out or Path("runs") / f"{exp.name}-{preset}"
-    if runner == engine.DEFAULT_RUNNER:  # a custom runner defines its own config sections
-        experiments.validate_points(exp, preset)
+    point_runner = engine.load_runner(runner) if runner else stages
     if dry_run:
-        rows = engine.plan(exp, preset, out, runner=runner, cache_dir=cache, runs_dir=runs)
+        rows = engine.plan(exp, preset, out, runner=point_runner, runs_dir=runs)
         _print_plan(rows)
         return
-    results = engine.run_sweep(exp, preset, out, jobs=jobs, executor=executor, ray_address=ray_address,
-                               runner=runner, cache_dir=cache, runs_dir=runs, threads=threads)
+    results = engine.run_sweep(exp, preset, out, runner=point_runner, jobs=jobs, executor=executor,
+                               ray_address=ray_address, cache_dir=cache, runs_dir=runs, threads=threads)
+    if point_runner is stages:  # the lab's own columns: say what was measured
+        from synthlab.report import summary_lines
+
+        for line in summary_lines(out):
+            typer.echo(line)
     typer.echo(f"results: {results}")
 
 
@@ -83,7 +87,7 @@ def steps(
     import pandas as pd
 
     from synthlab.files import atomic_write_text
-    from synthlab.pipeline import step_rows
+    from synthlab.results import step_rows
 
     rows = step_rows(sweep_dir)
     path = out or Path(sweep_dir) / "steps.csv"

@@ -3,77 +3,69 @@ synthlab.evaluate and synthlab.capacity (torch is imported inside the commands).
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
+from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 
 
-def train(
-    task: Optional[str] = typer.Option(None, help="Task of the data: bios, mano, multihop or reach (checked against DIR/meta.json)."),
-    data: Optional[Path] = typer.Option(None, help="Dataset folder written by `synthlab gen`."),
-    out: Optional[Path] = typer.Option(None, help="New (or empty) run directory to create."),
-    config: Optional[Path] = typer.Option(None, "--config", help="run.toml (or .json) with a model table and a train table; flags override it."),
-    resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from its checkpoint (no other run options)."),
-    # --- model ---
-    d_model: Optional[int] = typer.Option(None, help="Hidden size d."),
-    n_layers: Optional[int] = typer.Option(None, help="Distinct layers (prelude + core + coda)."),
-    n_heads: Optional[int] = typer.Option(None, help="Attention heads."),
-    loops: Optional[int] = typer.Option(None, help="Recurrent steps T (whole-stack passes for ouro, core steps for sandwich)."),
-    max_seq_len: Optional[int] = typer.Option(None, help="Longest sequence the model accepts (RoPE table)."),
-    topology: Optional[str] = typer.Option(None, help="ouro (loop the whole stack) or sandwich (prelude / core / coda)."),
-    n_prelude: Optional[int] = typer.Option(None, help="Sandwich: prelude layers run once."),
-    n_coda: Optional[int] = typer.Option(None, help="Sandwich: coda layers run once."),
-    injection: Optional[str] = typer.Option(None, help="Sandwich input injection: none, add, concat or diagonal."),
-    state_init: Optional[str] = typer.Option(None, help="Sandwich state init: zero, input or normal."),
-    mlp: Optional[str] = typer.Option(None, help="MLP kind: gelu or swiglu."),
-    norm: Optional[str] = typer.Option(None, help="Norm placement: pre or sandwich."),
-    exit_gate: Optional[bool] = typer.Option(None, "--exit-gate/--no-exit-gate", help="Ouro exit gate (needed by --loss ouro and q: exits)."),
-    # --- training ---
-    seed: Optional[int] = typer.Option(None, help="Seed of the initial weights and the data order."),
-    steps: Optional[int] = typer.Option(None, help="Optimizer steps (or use --exposures)."),
-    exposures: Optional[float] = typer.Option(None, help="Passes over the training data (bioS: times each biography is seen)."),
-    batch_size: Optional[int] = typer.Option(None, help="Rows per batch."),
-    seq_len: Optional[int] = typer.Option(None, help="Row length when packing (default: --max-seq-len)."),
-    pack: Optional[bool] = typer.Option(None, "--pack/--no-pack", help="Pack examples into rows with document masking (default: bios only)."),
-    lr: Optional[float] = typer.Option(None, help="Peak learning rate."),
-    min_lr_ratio: Optional[float] = typer.Option(None, help="Cosine decays to lr times this."),
-    warmup_steps: Optional[int] = typer.Option(None, help="Linear warmup steps."),
-    weight_decay: Optional[float] = typer.Option(None, help="AdamW weight decay on 2-D weights."),
-    grad_clip: Optional[float] = typer.Option(None, help="Gradient norm clip (0: off)."),
-    loss: Optional[str] = typer.Option(None, help="Objective: last (last step), mean (of steps), ouro (stage I, needs --exit-gate) or ouro_stage2 (gate only, needs --init-from)."),
-    init_from: Optional[Path] = typer.Option(None, help="Start from the weights of this run's checkpoint (e.g. stage II after a stage I run)."),
-    checkpoint_every: Optional[int] = typer.Option(None, help="Write a checkpoint every K steps."),
-    log_every: Optional[int] = typer.Option(None, help="Append to metrics.jsonl every K steps."),
-    device: Optional[str] = typer.Option(None, help="auto (CUDA with bf16 if present, else CPU fp32), cpu or cuda."),
-    compile: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the model."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar."),
-) -> None:
-    """Train a model of the looped family on a generated dataset, into a self-describing run directory."""
+def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_flags: dict[str, Any]):
+    """CLI flags > run.toml sections > defaults; the vocabulary size comes from the data folder.
+
+    Paths (the data folder, init_from) are stored absolute, so the run folder works from anywhere.
+    """
+    from synthlab import config as configlib
+    from synthlab.data import load_dataset
+    from synthlab.models import ModelConfig
+    from synthlab.options import TrainConfig
+    from synthlab.runs import RunConfig
+
+    for section in file:
+        if section not in ("model", "train"):
+            close = difflib.get_close_matches(section, ["model", "train"], n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise SynthlabError(f"unknown config section '{section}'{hint}; a run config has [model] and [train]")
+    train_dict = {**file.get("train", {}), **train_flags}
+    for flag, other in (("steps", "exposures"), ("exposures", "steps")):
+        if flag in train_flags and other not in train_flags:
+            train_dict.pop(other, None)  # a length on the command line replaces the file's
+    for key in ("data", "init_from"):
+        if train_dict.get(key):
+            train_dict[key] = str(Path(train_dict[key]).resolve())
+    train_cfg = configlib.from_dict(TrainConfig, train_dict, where="train.")
+    if not train_cfg.data:
+        raise SynthlabError("no data folder: pass --data DIR (or train.data in the config file)")
+    data = load_dataset(train_cfg.data, train_cfg.task or None)
+    model_dict = {**file.get("model", {}), **model_flags}
+    vocab = len(data.tokenizer)
+    if model_dict.setdefault("vocab_size", vocab) != vocab:
+        raise SynthlabError(f"model.vocab_size is {model_dict['vocab_size']} but the data's vocabulary has {vocab} tokens")
+    train_cfg = configlib.merge(train_cfg, {"task": data.task})
+    return RunConfig(configlib.from_dict(ModelConfig, model_dict, where="model."), train_cfg)
+
+
+def _train(**kwargs) -> None:
     import torch
 
     from synthlab import config as configlib
-    from synthlab.train import resolve_run_config
+    from synthlab.models import ModelConfig
+    from synthlab.options import TrainConfig
     from synthlab.train import train as run_training
 
+    out, config, resume = kwargs.pop("out"), kwargs.pop("config"), kwargs.pop("resume")
+    threads, progress = kwargs.pop("threads"), kwargs.pop("progress")
     if threads is not None:
         if threads < 1:
             raise SynthlabError(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    model_flags = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, loops=loops, max_seq_len=max_seq_len,
-                       topology=topology, n_prelude=n_prelude, n_coda=n_coda, injection=injection,
-                       state_init=state_init, mlp=mlp, norm=norm, exit_gate=exit_gate)
-    train_flags = dict(task=task, data=str(data) if data else None, seed=seed, steps=steps, exposures=exposures,
-                       batch_size=batch_size, seq_len=seq_len, pack=pack, lr=lr, min_lr_ratio=min_lr_ratio,
-                       warmup_steps=warmup_steps, weight_decay=weight_decay, grad_clip=grad_clip, loss=loss,
-                       init_from=str(init_from) if init_from else None,
-                       checkpoint_every=checkpoint_every, log_every=log_every, device=device, compile=compile)
+    model_flags, train_flags = flags.given(kwargs, ModelConfig), flags.given(kwargs, TrainConfig)
     if resume is not None:
-        given = [k for k, v in {**model_flags, **train_flags, "out": out, "config": config}.items() if v is not None]
+        given = [*model_flags, *train_flags] + [k for k, v in {"out": out, "config": config}.items() if v is not None]
         if given:
             raise SynthlabError(f"--resume continues a run as configured; drop --{given[0].replace('_', '-')}")
         result = run_training(resume, None, progress=progress)
@@ -89,6 +81,29 @@ def train(
         typer.echo(f"interrupted at step {result.step}/{result.total_steps}; checkpoint written; continue with: synthlab train --resume {run_dir}", err=True)
         raise typer.Exit(code=130)
     typer.echo(f"done: {result.step} steps, final loss {result.final_loss:.4f}, run in {run_dir}")
+
+
+def _train_command():
+    """`synthlab train`: every ModelConfig and TrainConfig field is a flag (help from the field)."""
+    from synthlab.models import ModelConfig
+    from synthlab.options import TrainConfig
+
+    params = [
+        flags.option("out", Optional[Path], None, "--out", "New (or empty) run directory to create."),
+        flags.option("config", Optional[Path], None, "--config",
+                     "run.toml (or .json) with a model table and a train table; flags override it."),
+        flags.option("resume", Optional[Path], None, "--resume",
+                     "Continue the run in this directory from its checkpoint (no other run options)."),
+        *flags.dataclass_options(TrainConfig, unset=True),
+        *flags.dataclass_options(ModelConfig, unset=True, exclude=("vocab_size",)),
+        flags.option("threads", Optional[int], None, "--threads", "torch CPU threads (default: torch's choice)."),
+        flags.option("progress", bool, True, "--progress/--no-progress", "Show the progress bar."),
+    ]
+    return flags.with_signature(_train, params, "train",
+                                "Train a model of the looped family on a generated dataset, into a self-describing run directory.")
+
+
+train = _train_command()
 
 
 def evaluate(

@@ -1,22 +1,22 @@
 """OUROBOROS on a local Qwen2-family checkpoint (claim C11): the looped system and its baselines.
 
 Public API:
-    OuroborosConfig, OuroborosLM, resolve_split, lora_bases, lm_loss, trainable_breakdown, summary
+    OuroborosConfig, OuroborosLM, resolve_split, lm_loss, trainable_breakdown, summary
+    TARGETS, lora_bases, mean_residual, ModulatedLinear     (synthlab.hf.lora)
     load_base, meta_base, load_tokenizer                    (synthlab.hf.checkpoint)
     read_texts, pack, split_heldout                         (synthlab.hf.data)
-    TrainConfig, train, evaluate                            (synthlab.hf.train)
-    build_variant, train_run, eval_run                      (synthlab.hf.experiment)
+    OuroborosTrainConfig, train, evaluate                   (synthlab.hf.train)
+    build_variant, train_run, eval_run                      (synthlab.hf.runs: run folders)
 Importing this package imports torch (not transformers, which is loaded by the loaders).
 """
 
+from synthlab.hf.lora import TARGETS, lora_bases
 from synthlab.hf.system import (
     LOOPED_VARIANTS,
-    TARGETS,
     VARIANTS,
     OuroborosConfig,
     OuroborosLM,
     lm_loss,
-    lora_bases,
     resolve_split,
     summary,
     trainable_breakdown,

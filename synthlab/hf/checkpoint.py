@@ -14,14 +14,6 @@ ATTENTION = ("sdpa", "eager")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_device(device: str | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SynthlabError(f"device '{device}' requested but CUDA is not available")
-    return torch.device(device)
-
-
 def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     """bfloat16 on a GPU, float32 on the CPU, unless given."""
     if dtype is None:

@@ -28,7 +28,7 @@ forms above fixed by MISSION.md, H is the one free size and 320 (a multiple of 6
 that total implies: (9.2M - 8.456M) / (d + 1 + K r) = 327 -> 320. See `trainable_breakdown`.
 
 One recurrent step t, with h the state entering it (batch, T, d):
-    delta_t = controller(causal_mean(h), t)                 (batch, T, K, r), zero at init
+    delta_t = controller(causal_running_mean(h), t)         (batch, T, K, r), zero at init
     c = layer_{W + dW(delta_t)}(h)                          the HF decoder layer, modulated
     c = rmsnorm(c) * gamma_t * rms(h)                       per-step RMSNorm, keeping h's scale
     g = sigmoid(W_g [rmsnorm(c); rmsnorm(h)] + b_g)         per-channel gate (absent in nogate)
@@ -51,17 +51,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from synthlab.errors import SynthlabError
+from synthlab.hf.lora import TARGETS, ModulatedLinear, Split, lora_bases, mean_residual, target_linear
+from synthlab.models.controller import causal_running_mean
 
-# target name -> (sub-module of the decoder layer, attribute of its nn.Linear)
-TARGETS: dict[str, tuple[str, str]] = {
-    "q": ("self_attn", "q_proj"),
-    "k": ("self_attn", "k_proj"),
-    "v": ("self_attn", "v_proj"),
-    "o": ("self_attn", "o_proj"),
-    "gate": ("mlp", "gate_proj"),
-    "up": ("mlp", "up_proj"),
-    "down": ("mlp", "down_proj"),
-}
 VARIANTS = ("controller", "static", "nogate", "truncated", "base")
 LOOPED_VARIANTS = ("controller", "static", "nogate")
 
@@ -93,16 +85,6 @@ class OuroborosConfig:
             raise SynthlabError(f"alpha must be > 0, got {self.alpha}")
 
 
-@dataclass(frozen=True)
-class Split:
-    """Layer indices of each part; `removed` are the layers the recurrent one stands in for."""
-
-    prelude: tuple[int, ...]
-    recurrent: int
-    coda: tuple[int, ...]
-    removed: tuple[int, ...]
-
-
 def resolve_split(num_layers: int, config: OuroborosConfig) -> Split:
     """The split for a `num_layers`-deep base.
 
@@ -132,76 +114,6 @@ def resolve_split(num_layers: int, config: OuroborosConfig) -> Split:
     return Split(tuple(range(n_prelude)), recurrent, tuple(range(coda_start, num_layers)), removed)
 
 
-def target_linear(layer: nn.Module, target: str) -> nn.Module:
-    parent, attr = TARGETS[target]
-    return getattr(getattr(layer, parent), attr)
-
-
-def lora_bases(residual: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fixed bases (A: rank x in, B: out x rank) of a mean residual M (out x in).
-
-    With M = U S V^T: B = U_r S_r^(1/2), A = S_r^(1/2) V_r^T, so B A is the best rank-r
-    approximation of M and delta = 1 reproduces it (the split of S keeps A and B at one scale).
-    A matrix of rank below r gets zero-padded bases (those directions stay dead).
-    """
-    out_features, in_features = residual.shape
-    if residual.is_meta:  # shapes only: counting a config-built model
-        return (torch.empty(rank, in_features, device="meta"), torch.empty(out_features, rank, device="meta"))
-    u, s, vh = torch.linalg.svd(residual.float(), full_matrices=False)
-    kept = min(rank, s.numel())
-    root = s[:kept].sqrt()
-    a = torch.zeros(rank, in_features)
-    b = torch.zeros(out_features, rank)
-    a[:kept] = root[:, None] * vh[:kept].cpu()
-    b[:, :kept] = u[:, :kept].cpu() * root
-    return a, b
-
-
-def mean_residual(layers: nn.ModuleList, split: Split, target: str) -> torch.Tensor:
-    """mean over removed layers l of (W_l - W_recurrent), float32, (out x in)."""
-    recurrent = target_linear(layers[split.recurrent], target).weight
-    if recurrent.is_meta:
-        return torch.empty(recurrent.shape, device="meta")
-    total = torch.zeros(recurrent.shape, dtype=torch.float32, device=recurrent.device)
-    for index in split.removed:  # running sum: 19 stacked 11008 x 2048 copies would be 1.7 GB
-        total += target_linear(layers[index], target).weight.float() - recurrent.float()
-    return total / len(split.removed)
-
-
-class ModulatedLinear(nn.Module):
-    """A frozen nn.Linear plus `(alpha / r) B diag(delta) A x`; delta is set per step by the owner.
-
-    delta has shape (batch, T, r) (per token, controller) or (r,) (static); None means no update.
-    Computed as B (delta * (A x)) so the full dW is never formed.
-    """
-
-    def __init__(self, base: nn.Linear, a: torch.Tensor, b: torch.Tensor, scale: float, origin: tuple) -> None:
-        super().__init__()
-        self.base = base
-        self.register_buffer("lora_a", a, persistent=False)  # (r, in)
-        self.register_buffer("lora_b", b, persistent=False)  # (out, r)
-        self.scale = scale
-        self.origin = origin  # (split, rank, scale) the bases were computed for
-        self.delta: torch.Tensor | None = None
-
-    @property
-    def weight(self) -> torch.Tensor:
-        return self.base.weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.base(x)
-        if self.delta is None:
-            return y
-        coeff = F.linear(x, self.lora_a) * self.delta.to(x.dtype)  # (batch, T, r)
-        return y + self.scale * F.linear(coeff, self.lora_b)
-
-
-def causal_mean(h: torch.Tensor) -> torch.Tensor:
-    """Running mean over the prefix: out[:, t] = mean(h[:, :t+1]); (batch, T, d) float32."""
-    counts = torch.arange(1, h.shape[1] + 1, device=h.device, dtype=torch.float32)
-    return h.float().cumsum(dim=1) / counts[None, :, None]
-
-
 def causal_mask(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Additive (1, 1, T, T) mask: 0 on and below the diagonal, the dtype's minimum above.
 
@@ -214,7 +126,11 @@ def causal_mask(length: int, dtype: torch.dtype, device: torch.device) -> torch.
 
 
 class Controller(nn.Module):
-    """Causal pooled state + step embedding -> MLP -> one delta (r) per target, per token."""
+    """Causal pooled state + step embedding -> MLP -> one delta (r) per target, per token.
+
+    Not models' RecurrenceController (step in the hidden layer, GELU, learned norm, n_core layers): the
+    reference adds an S x d step table (counted in its 9.2M) to the input and uses SiLU.
+    """
 
     def __init__(self, hidden_size: int, width: int, n_targets: int, rank: int, max_steps: int,
                  generator: torch.Generator) -> None:
@@ -231,8 +147,9 @@ class Controller(nn.Module):
 
     def forward(self, h: torch.Tensor, step: int) -> torch.Tensor:
         # Pooled state normalised (Qwen's residual stream has channels in the thousands), then the
-        # step identity at the same scale (embedding ~ N(0, 1)). (batch, T, d) -> (batch, T, K, r)
-        pooled = F.rms_norm(causal_mean(h), (h.shape[-1],))
+        # step identity at the same scale (embedding ~ N(0, 1)). Pooled in float32 whatever the base
+        # dtype. (batch, T, d) -> (batch, T, K, r)
+        pooled = F.rms_norm(causal_running_mean(h.float()), (h.shape[-1],))
         x = pooled + self.step_embedding[step]
         out = self.heads(F.silu(self.inp(x)))
         return out.view(*h.shape[:2], self.n_targets, self.rank)

@@ -3,11 +3,11 @@
 Optimiser as in MISSION.md ("OUROBOROS training"): AdamW lr 3e-4, weight decay 0.01 on matrices
 only (embeddings, norms and biases are not decayed, as in nanoGPT), betas (0.9, 0.95), linear
 warmup, cosine to 1e-6, gradient clip 1.0; the depth of each optimiser step drawn from a set.
+The optimiser and schedule are the shared ones of `synthlab.optim`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,10 +15,11 @@ import torch
 
 from synthlab.errors import SynthlabError
 from synthlab.hf.system import OuroborosLM, lm_loss
+from synthlab.optim import adamw, lr_factor
 
 
 @dataclass
-class TrainConfig:
+class OuroborosTrainConfig:
     """One training run of one looped variant (reference values in the comments)."""
 
     steps: int = 1000
@@ -46,6 +47,8 @@ class TrainConfig:
             raise SynthlabError(f"depths must be positive integers, got {self.depths}")
         if not 0 < self.heldout_fraction < 1:
             raise SynthlabError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        if self.lr <= 0:
+            raise SynthlabError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.min_lr <= self.lr:
             raise SynthlabError(f"min_lr must be in [0, lr], got {self.min_lr}")
 
@@ -54,31 +57,23 @@ class TrainConfig:
         return min(2000, self.steps // 10) if self.warmup_steps is None else self.warmup_steps
 
 
-def learning_rate(step: int, config: TrainConfig) -> float:
+def learning_rate(step: int, config: OuroborosTrainConfig) -> float:
     """Linear warmup to lr, then cosine from lr down to min_lr at the last step."""
-    if step < config.warmup:
-        return config.lr * (step + 1) / config.warmup
-    span = max(1, config.steps - config.warmup)
-    progress = min(1.0, (step - config.warmup) / span)
-    return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1 + math.cos(math.pi * progress))
+    return config.lr * lr_factor(step, warmup=config.warmup, total=config.steps, min_ratio=config.min_lr / config.lr)
 
 
-def make_optimizer(model: OuroborosLM, config: TrainConfig) -> torch.optim.AdamW:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
+def make_optimizer(model: OuroborosLM, config: OuroborosTrainConfig) -> torch.optim.AdamW:
+    if not any(p.requires_grad for p in model.parameters()):
         raise SynthlabError(f"variant '{model.config.variant}' has nothing to train")
     # Only the weight matrices of trainable Linear layers (gate, controller) decay; biases, norm
     # scales, step embeddings and static deltas do not (nanoGPT's rule, decaying them toward 0
     # would pull the gate bias and norm scales off their identity-preserving init).
-    decay = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight.requires_grad}
-    groups = [
-        {"params": [p for p in params if id(p) in decay], "weight_decay": config.weight_decay},
-        {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas))
+    decay = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    return adamw(model.parameters(), lambda p: id(p) in decay, lr=config.lr, weight_decay=config.weight_decay,
+                 betas=config.betas)
 
 
-def train(model: OuroborosLM, sequences: torch.Tensor, config: TrainConfig, *,
+def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainConfig, *,
           on_checkpoint=None, progress: bool = True) -> list[dict]:
     """Train `model`'s trainable parameters on packed (N, seq_len) `sequences`; a log row per step.
 

@@ -13,16 +13,19 @@ Where each mechanism of MISSION.md ("The models") lives, reading top to bottom:
 
 config.py      ModelConfig: every option below; JSON/TOML round trip via synthlab.config.
 layers.py      the GPT-2-style base: RMSNorm / LayerNorm (`norm_type`), pre-norm or sandwich norm
-               (`norm`), RoPE (`Rotary`), causal attention through scaled_dot_product_attention
-               with document masking (`attention_mask`) and a KV cache, GELU / SwiGLU MLP (`mlp`),
-               optional bias.
-model.py       LoopedGPT, `build_model`. Token embedding tied to the head (`LoopedGPT.head`).
+               (`norm`), RoPE (`Rotary`, `positions = "rope"`), causal attention through
+               scaled_dot_product_attention with document masking (`attention_mask`) and a KV
+               cache, GELU / SwiGLU MLP (`mlp`), optional bias (`bias`).
+model.py       LoopedGPT, `build_model`. Token embedding tied to the head (`LoopedGPT.head`) or a
+               separate `lm_head` (`tie_head`); learned absolute positions (`pos_embed`,
+               `positions = "learned"`) or none; init schemes gpt2 / gpt2_depth / torch (`init`).
                Ouro full-stack loop (`topology="ouro"`, `loops`): final norm + head after every
                pass -> `step_logits`. Sandwich / Huginn (`topology="sandwich"`, `n_prelude`,
                `n_coda`, `loops` core steps). Training-time depth sampling and truncated backprop
-               (`step_sampling`, `backprop_last_k`, in `forward`). Exit at inference
-               (`forward_exit`). Greedy generation with one KV cache per (step, layer) and the
-               decode strategies full / first / last / mean (`generate`, cache bytes reported).
+               (`step_sampling`, `backprop_last_k`, in `forward`).
+inference.py   (mixed into LoopedGPT) exit at inference (`forward_exit`). Greedy generation with
+               one KV cache per (step, layer) and the decode strategies full / first / last / mean
+               (`generate`, cache bytes reported).
 recurrence.py  input injection none / add / concat / diagonal (`Injection`), state init zero /
                input / normal (`initial_state`), Poisson-lognormal depth draw (`sample_steps`).
 exits.py       Ouro exit distribution p(t) (`exit_distribution`), exit rules static:N, q:Q
@@ -37,17 +40,26 @@ losses.py      per-step token losses, masked mean, last-step and mean-over-steps
 counting.py    unique / non-embedding / used-vocabulary parameter counts, FLOPs per token with loops.
 """
 
-from synthlab.models.config import ModelConfig
-from synthlab.models.counting import count_params, flops_per_token
-from synthlab.models.exits import ExitRule, exit_distribution, parse_exit_rule
-from synthlab.models.losses import (last_step_loss, masked_mean, mean_step_loss, ouro_stage1_loss,
-                                    ouro_stage2_loss, token_losses)
-from synthlab.models.model import (KV_STRATEGIES, ExitOutput, GenerationOutput, LoopedGPT,
-                                   ModelOutput, build_model)
+import importlib
 
-__all__ = [
-    "KV_STRATEGIES", "ExitOutput", "ExitRule", "GenerationOutput", "LoopedGPT", "ModelConfig",
-    "ModelOutput", "build_model", "count_params", "exit_distribution", "flops_per_token",
-    "last_step_loss", "masked_mean", "mean_step_loss", "ouro_stage1_loss", "ouro_stage2_loss",
-    "parse_exit_rule", "token_losses",
-]
+from synthlab.models.config import KV_STRATEGIES, ModelConfig
+
+# Everything else is imported on first use (PEP 562), so that reading a ModelConfig (the CLI's
+# flags, a sweep definition) does not pay for importing torch.
+_LAZY = {
+    "count_params": "counting", "flops_per_token": "counting",
+    "ExitRule": "exits", "exit_distribution": "exits", "parse_exit_rule": "exits",
+    "last_step_loss": "losses", "masked_mean": "losses", "mean_step_loss": "losses",
+    "ouro_stage1_loss": "losses", "ouro_stage2_loss": "losses", "token_losses": "losses",
+    "ExitOutput": "inference", "GenerationOutput": "inference",
+    "LoopedGPT": "model", "ModelOutput": "model", "build_model": "model",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"synthlab.models.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'synthlab.models' has no attribute '{name}'")
+
+
+__all__ = ["KV_STRATEGIES", "ModelConfig", *_LAZY]

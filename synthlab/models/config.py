@@ -21,11 +21,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from synthlab.config import option
 from synthlab.errors import SynthlabError
 
 MLP_KINDS = ("gelu", "swiglu")
+# Decode-time KV-cache strategies of `generate` (one cache per (step, layer) at prefill).
+KV_STRATEGIES = ("full", "first", "last", "mean")
 NORM_PLACEMENTS = ("pre", "sandwich")
 NORM_TYPES = ("rmsnorm", "layernorm")
+POSITIONS = ("rope", "learned", "none")
+INITS = ("gpt2", "gpt2_depth", "torch")
 TOPOLOGIES = ("ouro", "sandwich")
 INJECTIONS = ("none", "add", "concat", "diagonal")
 STATE_INITS = ("zero", "input", "normal")
@@ -39,44 +44,49 @@ MLP_TARGETS = {"gelu": ("up", "down"), "swiglu": ("gate", "up", "down")}
 class ModelConfig:
     vocab_size: int
     # --- the base decoder ---------------------------------------------------------------------
-    d_model: int = 128
-    n_heads: int = 4
-    n_layers: int = 2  # distinct layers (prelude + core + coda)
-    max_seq_len: int = 256
-    mlp: str = "gelu"  # gelu | swiglu
-    d_ff: int | None = None  # None: 4 d (gelu) or 8/3 d rounded up to a multiple of 8 (swiglu)
-    norm: str = "pre"  # pre | sandwich (RMSNorm before AND after attention / MLP, as in Ouro)
-    norm_type: str = "rmsnorm"  # rmsnorm | layernorm
-    bias: bool = False  # biases in linear layers and LayerNorm
-    dropout: float = 0.0
-    rope_base: float = 10000.0
-    init_std: float = 0.02
+    d_model: int = option(128, "Hidden size d.")
+    n_heads: int = option(4, "Attention heads.")
+    n_layers: int = option(2, "Distinct layers (prelude + core + coda).")
+    max_seq_len: int = option(256, "Longest sequence the model accepts.")
+    mlp: str = option("gelu", "MLP kind: gelu or swiglu.")
+    d_ff: int | None = option(None, "MLP hidden size (default: 4 d for gelu, 8/3 d rounded up to a multiple of 8 for swiglu).")
+    norm: str = option("pre", "Norm placement: pre, or sandwich (norm before AND after attention / MLP, as in Ouro).")
+    norm_type: str = option("rmsnorm", "Every norm (blocks, sandwich, final): rmsnorm or layernorm.")
+    bias: bool = option(False, "Biases in the attention (qkv, o), MLP and concat-injection linears and in LayerNorm "
+                               "(RMSNorm has none either way; the head never has one).")
+    positions: str = option("rope", "Position signal: rope (rotary, relative, in every attention layer), learned "
+                                    "(absolute table added to the token embedding at the input) or none (causal mask only).")
+    rope_base: float = option(10000.0, "RoPE base (positions = rope only).")
+    tie_head: bool = option(True, "Output head tied to the token embedding; false: a separate Linear(d, vocab) without bias.")
+    dropout: float = option(0.0, "Dropout probability.")
+    init: str = option("gpt2", "Weight init: gpt2 (N(0, init_std), residual projections scaled by 1/sqrt(2 n_layers) "
+                               "over DISTINCT layers), gpt2_depth (scaled by the depth actually run) or torch "
+                               "(PyTorch's default module init). Recurrence modules keep their own inits.")
+    init_std: float = option(0.02, "Standard deviation of the gpt2 inits.")
     # --- recurrence -----------------------------------------------------------------------------
-    topology: str = "ouro"  # ouro | sandwich
-    loops: int = 1  # recurrent steps T: whole-stack passes (ouro) or core steps (sandwich)
-    n_prelude: int = 0  # sandwich only
-    n_coda: int = 0  # sandwich only
-    injection: str = "none"  # none | add | concat | diagonal: how the prelude output e enters each step
-    state_init: str = "input"  # zero | input (h0 = e) | normal (h0 ~ N(0, state_init_std^2))
-    state_init_std: float = 0.02  # same scale as the embedding init
-    # Huginn training-time depth sampling: T ~ Poisson(LogNormal(log(loops) - s^2/2, s)) + 1
-    step_sampling: bool = False
-    step_sigma: float = 0.5
-    backprop_last_k: int | None = None  # gradients through the last k steps only (None: all)
+    topology: str = option("ouro", "ouro (loop the whole stack) or sandwich (prelude / core / coda).")
+    loops: int = option(1, "Recurrent steps T: whole-stack passes (ouro) or core steps (sandwich).")
+    n_prelude: int = option(0, "Sandwich: prelude layers run once.")
+    n_coda: int = option(0, "Sandwich: coda layers run once.")
+    injection: str = option("none", "Sandwich input injection of the prelude output e at each step: none, add, concat or diagonal.")
+    state_init: str = option("input", "Sandwich state init: zero, input (h0 = e) or normal (h0 ~ N(0, state_init_std^2)).")
+    state_init_std: float = option(0.02, "Standard deviation of the normal state init.")
+    step_sampling: bool = option(False, "Huginn training-time depth sampling: T ~ Poisson(LogNormal(log(loops) - s^2/2, s)) + 1.")
+    step_sigma: float = option(0.5, "s of the depth sampling.")
+    backprop_last_k: int | None = option(None, "Gradients through the last k recurrent steps only (default: all).")
     # --- Ouro exit gate -------------------------------------------------------------------------
-    exit_gate: bool = False
+    exit_gate: bool = option(False, "Ouro exit gate (needed by the ouro losses and q: exits).")
     # --- OUROBOROS-style modulation of the core ---------------------------------------------------
-    controller: str = "none"  # none | controller (input-conditioned) | static_lora (per step)
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    lora_targets: tuple[str, ...] = ("q", "k", "v", "o", "up", "down")
-    lora_bases: str = "learned"  # learned | fixed (random, frozen: the controller learns magnitudes only)
-    controller_hidden: int = 64
-    recurrence_gate: bool = False  # h <- g h_new + (1 - g) h_old, g = sigmoid(W[h_new; h_old] - 2)
-    step_norm: bool = False  # a per-step RMSNorm (own scale gamma_t) on the core's input
-    # Rows of the step-indexed tables (step embedding, static LoRA, per-step norms); None = loops.
-    # A step beyond the table (depth extrapolation, a sampled depth) reuses the last row.
-    max_steps: int | None = None
+    controller: str = option("none", "Core modulation: none, controller (input-conditioned LoRA magnitudes) or static_lora (per step).")
+    lora_rank: int = option(8, "LoRA rank of the core modulation.")
+    lora_alpha: float = option(16.0, "LoRA alpha (scale alpha / rank).")
+    lora_targets: tuple[str, ...] = option(("q", "k", "v", "o", "up", "down"), "Projections the LoRA modulates.")
+    lora_bases: str = option("learned", "LoRA bases: learned, or fixed (random, frozen: the controller learns magnitudes only).")
+    controller_hidden: int = option(64, "Hidden size of the controller MLP.")
+    recurrence_gate: bool = option(False, "Gated recurrence h <- g h_new + (1 - g) h_old, g = sigmoid(W[h_new; h_old] - 2).")
+    step_norm: bool = option(False, "A per-step RMSNorm (own scale per step) on the core's input.")
+    max_steps: int | None = option(None, "Rows of the step-indexed tables (step embedding, static LoRA, per-step norms; "
+                                         "default: loops); a step beyond the table reuses the last row.")
 
     def __post_init__(self) -> None:
         def need(ok: bool, field: str, msg: str) -> None:
@@ -94,10 +104,15 @@ class ModelConfig:
         for field, options in (("mlp", MLP_KINDS), ("norm", NORM_PLACEMENTS),
                                ("norm_type", NORM_TYPES), ("topology", TOPOLOGIES),
                                ("injection", INJECTIONS), ("state_init", STATE_INITS),
-                               ("controller", CONTROLLERS), ("lora_bases", LORA_BASES)):
+                               ("controller", CONTROLLERS), ("lora_bases", LORA_BASES),
+                               ("positions", POSITIONS), ("init", INITS)):
             choice(field, options)
+        for name in ("bias", "tie_head"):
+            need(isinstance(getattr(self, name), bool), name,
+                 f"must be true or false, got {getattr(self, name)!r}")
         need(self.d_model % self.n_heads == 0, "n_heads", f"must divide d_model={self.d_model}")
-        need((self.d_model // self.n_heads) % 2 == 0, "n_heads", "head size must be even (RoPE)")
+        need(self.positions != "rope" or (self.d_model // self.n_heads) % 2 == 0, "n_heads",
+             "head size must be even (RoPE)")
         need(self.d_ff is None or self.d_ff >= 1, "d_ff", "must be positive")
         need(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
         need(self.rope_base > 1.0, "rope_base", "must be > 1")

@@ -4,14 +4,19 @@ Parameters are UNIQUE: a core run T times counts once, and the head tied to the 
 once (`model.parameters()` already deduplicates shared tensors). Frozen random LoRA bases
 (lora_bases = "fixed") are buffers, not parameters: they store nothing learned.
 
-For the capacity estimate (bits per parameter) the embedding rows of tokens that never occur in
-the data are not parameters of the learned knowledge: `used_token_ids` drops them.
+Embedding tables: the token embedding, an untied head (`tie_head = false`: its vocab x d matrix
+is the unembedding, counted as an embedding table so that tied and untied models of one shape
+have the same non-embedding count) and a learned position table (`positions = "learned"`).
+For the capacity estimate (bits per parameter) the rows of tokens that never occur in the data
+are not parameters of the learned knowledge: `used_token_ids` drops them from the token
+embedding and from an untied head (the position table stays whole).
 
 FLOPs per token are forward matmul FLOPs (2 per multiply-add), counting the loops: the prelude
 once, the core T times, the readout (coda, final norm, head, exit gate) after every step when
 all_steps (as in training with per-step losses) or once otherwise. Attention's QK^T and AV are
 counted over the full context (not halved for causality), as in the PaLM / Chinchilla
-conventions; element-wise work (norms, softmax, cumsum) is not counted. A training step costs
+conventions; element-wise work (norms, softmax, cumsum, biases, adding learned positions) is not
+counted, so `bias`, `positions` and `tie_head` leave the count unchanged. A training step costs
 about 3x the forward (backward = 2x forward).
 """
 
@@ -29,21 +34,26 @@ def count_params(model: nn.Module, *, exclude_embedding: bool = False,
                  used_token_ids: Iterable[int] | None = None) -> int:
     """Unique parameters of `model`.
 
-    exclude_embedding: drop the (tied) token embedding entirely (the "non-embedding" count).
-    used_token_ids: keep only the embedding rows of these token ids (ids outside the vocabulary
-        are an error); ignored when exclude_embedding.
+    exclude_embedding: drop every embedding table entirely (the "non-embedding" count): the token
+        embedding (tied or not), an untied head `lm_head` and a learned position table
+        `pos_embed`.
+    used_token_ids: keep only the rows of these token ids in the token embedding and in an untied
+        head (ids outside the vocabulary are an error); ignored when exclude_embedding.
     """
     total = sum(p.numel() for p in model.parameters())
-    embedding = model.embed.weight
-    vocab, dim = embedding.shape
+    vocab, dim = model.embed.weight.shape
+    head = getattr(model, "lm_head", None)
+    vocab_tables = 1 if head is None else 2  # token embedding, untied head
     if exclude_embedding:
-        return total - vocab * dim
+        positions = getattr(model, "pos_embed", None)
+        return total - vocab_tables * vocab * dim - (0 if positions is None
+                                                     else positions.weight.numel())
     if used_token_ids is not None:
         used = set(int(i) for i in used_token_ids)
         bad = [i for i in used if not 0 <= i < vocab]
         if bad:
             raise ValueError(f"used_token_ids outside the vocabulary of {vocab}: {sorted(bad)[:5]}")
-        return total - (vocab - len(used)) * dim
+        return total - vocab_tables * (vocab - len(used)) * dim
     return total
 
 

@@ -1,5 +1,9 @@
 """The decoder's building blocks: norms, rotary positions, causal attention, MLP, one block.
 
+Positions: with `positions = "rope"` every attention layer rotates q and k (RoPE); with "learned"
+or "none" the blocks get rope = None and attend without any rotation (a learned table, if any,
+was added to the token embedding by the model).
+
 Shapes: B batch, S sequence (query) length, P cached (past) length, H heads, Dh head size,
 D d_model, F the MLP's hidden size.
 
@@ -20,7 +24,8 @@ from synthlab.models.config import ModelConfig
 
 
 def make_norm(config: ModelConfig, dim: int | None = None) -> nn.Module:
-    """RMSNorm or LayerNorm over the last dimension (LayerNorm has a bias only if config.bias)."""
+    """RMSNorm or LayerNorm over the last dimension (LayerNorm has a bias only if config.bias;
+    RMSNorm never has one)."""
     dim = dim or config.d_model
     if config.norm_type == "rmsnorm":
         return nn.RMSNorm(dim, eps=1e-5)
@@ -78,6 +83,8 @@ class Attention(nn.Module):
     def forward(self, x, rope, mask=None, past=None, mod=None):
         """x (B, S, D) -> (y (B, S, D), (k, v) of these S positions, each (B, H, S, Dh)).
 
+        rope: (cos, sin) tables of these positions, or None without rotary positions.
+
         past: cached (k, v), each (B, H, P, Dh), of the positions before these; with a past,
         S must be 1 (one decoded token attends to every cached position and itself).
         """
@@ -86,8 +93,9 @@ class Attention(nn.Module):
         if mod is not None:
             q, k, v = mod("q", x, q), mod("k", x, k), mod("v", x, v)
         q, k, v = (t.view(B, S, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        cos, sin = rope
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if rope is not None:  # None: positions learned (added at the input) or none
+            cos, sin = rope
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         new_kv = (k, v)
         if past is not None:
             if S != 1:

@@ -2,7 +2,7 @@
 
 Layout of a run directory (what `synthlab ouroboros train` writes and `eval` reads):
 
-    run.json                        base path, corpus, OuroborosConfig, TrainConfig, variants
+    run.json                        base path, corpus, OuroborosConfig, OuroborosTrainConfig, variants
     <variant>/trainable.safetensors the trainable parameters only (the base is never copied)
     <variant>/train_log.csv         step, depth, loss, lr, grad_norm
     results.csv, results.json       loss per (variant, corpus, depth)           [eval]
@@ -20,10 +20,11 @@ import torch
 from synthlab import config as cfgio
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write
-from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_device, resolve_dtype
+from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_dtype
 from synthlab.hf.data import pack, read_texts, split_heldout
 from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM
-from synthlab.hf.train import TrainConfig, evaluate, plot_loss_vs_depth, train
+from synthlab.hf.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
+from synthlab.runs import resolve_device
 
 CHECKPOINT = "trainable.safetensors"
 
@@ -52,7 +53,7 @@ def load_trainable(model: OuroborosLM, path: Path) -> None:
 
 
 def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str], config: OuroborosConfig,
-              train_config: TrainConfig, *, device: str | None = None, dtype: str | None = None,
+              train_config: OuroborosTrainConfig, *, device: str | None = None, dtype: str | None = None,
               attn: str = "sdpa", text_field: str = "text", progress: bool = True) -> dict:
     """Train each looped variant in `variants` on `corpus` into `out`; returns run.json's content."""
     import pandas as pd
@@ -61,7 +62,7 @@ def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str],
     if bad or not variants:
         raise SynthlabError(f"variants must be among {', '.join(LOOPED_VARIANTS)}, got {variants}")
     docs = read_texts(corpus, text_field)  # a bad corpus fails before the (slow) model load
-    dev = resolve_device(device)
+    dev = resolve_device(device or "auto")
     base = load_base(base_path, device=dev, dtype=resolve_dtype(dtype, dev), attn=attn)
     sequences = pack(docs, load_tokenizer(base_path), train_config.seq_len)
     train_seqs, heldout = split_heldout(sequences, train_config.heldout_fraction)
@@ -101,14 +102,14 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
         raise SynthlabError(f"run directory '{run_dir}' has no run.json (train into it first)")
     run = json.loads((run_dir / "run.json").read_text())
     config = cfgio.from_dict(OuroborosConfig, run["ouroboros"])
-    train_config = cfgio.from_dict(TrainConfig, run["train"])
+    train_config = cfgio.from_dict(OuroborosTrainConfig, run["train"])
     if not depths or min(depths) < 1 or max(depths) > config.max_steps:
         raise SynthlabError(f"depths must lie in 1..{config.max_steps}, got {depths}")
     docs = {"heldout": read_texts(run["corpus"], run["text_field"])}
     if corpus is not None:
         name = Path(corpus).stem
         docs["other" if name == "heldout" else name] = read_texts(corpus, run["text_field"])
-    dev = resolve_device(device)
+    dev = resolve_device(device or "auto")
     base = load_base(run["base"], device=dev, dtype=resolve_dtype(dtype, dev), attn=run["attn"])
     tokenizer = load_tokenizer(run["base"])
     sequences = pack(docs.pop("heldout"), tokenizer, train_config.seq_len)

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from synthlab.files import atomic_write
-from synthlab.scaling import Data, FitResult, Law
+from synthlab.scaling.laws import Data, Law
+from synthlab.scaling.optimize import FitResult
 
 
 def plot_fit(law: Law, parts: Sequence[tuple[str, Data, FitResult]], path: Path) -> None:

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from synthlab.errors import SynthlabError
-from synthlab.scaling import Data, FitOptions, FitResult, Law, fit, get_law, goodness, huber_objective, minimize_batched
+from synthlab.scaling.laws import Data, Law, get_law
+from synthlab.scaling.optimize import FitOptions, FitResult, fit, goodness, huber_objective, minimize_batched
 
 
 def derived(params: Mapping[str, np.ndarray | float], compute: float | None = None) -> dict[str, np.ndarray | float]:
@@ -49,8 +50,6 @@ class BootstrapResult:
     level: float
     n_resamples: int
     n_converged: int  # resamples whose best start met a stopping rule
-
-
 
 
 def bootstrap(

@@ -1,0 +1,73 @@
+"""CLI options generated from config dataclasses, so every field is a flag with the field's help.
+
+Fields carry their help text in `field(metadata={"help": ...})` (`synthlab_generators.common.param`).
+`dataclass_options(cls)` turns them into keyword parameters of a typer command: `--field-name`,
+booleans as `--x/--no-x`. With `unset=True` every default is None, so the command can tell a
+flag the user gave from one they did not (CLI flags > config file > defaults).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+import typing
+from typing import Any, Optional
+
+import typer
+
+
+def option(name: str, annotation: Any, default: Any, flag: str, help: str) -> inspect.Parameter:
+    """One keyword parameter whose default is a typer Option."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Option(default, flag, help=help))
+
+
+def _plain(tp: Any) -> Any:
+    """`int | None` -> int; other annotations unchanged."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
+
+
+def flag_name(field: dataclasses.Field) -> str:
+    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
+def dataclass_options(cls: type, *, unset: bool = False, exclude: tuple[str, ...] = ()) -> list[inspect.Parameter]:
+    """Typer parameters for the fields of `cls` (help from each field's metadata)."""
+    hints = typing.get_type_hints(cls)
+    params = []
+    for f in dataclasses.fields(cls):
+        if f.name in exclude:
+            continue
+        tp = _plain(hints[f.name])
+        flag, help = flag_name(f), f.metadata.get("help", "")
+        if tp is bool:
+            flag = f"{flag}/--no-{flag[2:]}"
+        if typing.get_origin(tp) is tuple:  # a list of words on the command line: comma-separated
+            tp, help = str, f"{help} Comma-separated."
+        default = None if unset else f.default
+        params.append(option(f.name, Optional[tp] if unset else tp, default, flag, help))
+    return params
+
+
+def given(values: dict[str, Any], cls: type) -> dict[str, Any]:
+    """The fields of `cls` among `values` that the user set (not None), comma lists as tuples."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        value = values.get(f.name)
+        if value is not None:
+            is_tuple = typing.get_origin(_plain(hints[f.name])) is tuple
+            out[f.name] = tuple(v.strip() for v in value.split(",") if v.strip()) if is_tuple else value
+    return out
+
+
+def with_signature(func, params: list[inspect.Parameter], name: str, doc: str):
+    """`func(**kwargs)` presented to typer with the parameters `params`."""
+    func.__signature__ = inspect.Signature(params)
+    func.__name__ = name
+    func.__doc__ = doc
+    return func

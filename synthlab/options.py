@@ -1,0 +1,201 @@
+"""Typed options, one object per concern, shared by the CLI, run folders and sweeps.
+
+- `ModelConfig` (synthlab.models): the architecture.
+- `TrainConfig`: optimisation and data settings of one training run.
+- `EvalOptions`: how a trained model is scored (the `[eval]` section of an experiment).
+- `GateOptions`: Ouro stage II after a stage I model (the `[gate]` section).
+- `PointConfig`: one sweep point, every section parsed into its class once (`parse_point`); the
+  point runner passes this object on, nothing downstream reads the raw dict again.
+
+Each check lives in the class that owns the field (`__post_init__`); errors are one line naming
+`section.field`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from synthlab import config as configlib
+from synthlab.config import option
+from synthlab.errors import SynthlabError
+from synthlab.models import KV_STRATEGIES, ModelConfig
+from synthlab.optim import SCHEDULES
+from synthlab_generators import TASKS
+
+LOSSES = ("last", "mean", "ouro", "ouro_stage2")
+STAGES = ("train", "gate", "eval", "generate", "capacity")
+
+
+def _finite(where: str, **values: float) -> None:
+    for name, value in values.items():
+        if value is not None and not math.isfinite(value):
+            raise SynthlabError(f"{where}{name} must be a finite number, got {value}")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and data settings; `steps` or `exposures` (epochs over the data) sets the length."""
+
+    task: str = option("", "Task of the data: bios, mano, multihop or reach (checked against DIR/meta.json).")
+    data: str = option("", "Dataset folder written by `synthlab gen`.")
+    seed: int = option(0, "Seed of the initial weights and the data order.")
+    batch_size: int = option(64, "Rows per batch.")
+    seq_len: int | None = option(None, "Row length when packing (default: the model's max_seq_len).")
+    pack: bool | None = option(None, "Pack several examples per row with document masking (default: the task's choice, bios only).")
+    steps: int | None = option(None, "Optimizer steps (or use exposures).")
+    exposures: float | None = option(None, "Passes over the training data (bioS: times each biography is seen).")
+    lr: float = option(1e-3, "Peak learning rate.")
+    schedule: str = option("cosine", "Learning-rate schedule after the linear warmup: cosine, constant or wsd (warmup-stable-decay).")
+    min_lr_ratio: float = option(0.1, "cosine (and wsd's cooldown) decay to lr times this.")
+    decay_fraction: float = option(0.2, "wsd: share of the run spent in the final linear cooldown.")
+    warmup_steps: int = option(100, "Linear warmup steps.")
+    weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights (not norms, biases, gains).")
+    beta1: float = option(0.9, "AdamW beta1.")
+    beta2: float = option(0.98, "AdamW beta2.")
+    eps: float = option(1e-8, "AdamW epsilon.")
+    grad_clip: float = option(1.0, "Gradient norm clip (0: off).")
+    loss: str = option("last", "Objective: last (last step), mean (of steps), ouro (stage I, needs the exit gate) "
+                              "or ouro_stage2 (gate only, LM frozen, needs init_from).")
+    entropy_beta: float = option(0.05, "Ouro stage I entropy weight.")
+    init_from: str | None = option(None, "Start from the weights of this run directory's checkpoint (e.g. stage II after stage I).")
+    checkpoint_every: int = option(1000, "Write a checkpoint every K steps.")
+    log_every: int = option(10, "Append to metrics.jsonl every K steps.")
+    device: str = option("auto", "auto (CUDA with bf16 if present, else CPU fp32), cpu or cuda.")
+    compile: bool = option(False, "torch.compile the model.")
+
+    def __post_init__(self) -> None:
+        if self.task not in ("", *TASKS):
+            raise SynthlabError(f"train.task must be one of {', '.join(TASKS)}, not {self.task!r}")
+        if (self.steps is None) == (self.exposures is None):
+            raise SynthlabError("set exactly one of train.steps (--steps) and train.exposures (--exposures)")
+        _finite("train.", lr=self.lr, min_lr_ratio=self.min_lr_ratio, weight_decay=self.weight_decay,
+                beta1=self.beta1, beta2=self.beta2, eps=self.eps, grad_clip=self.grad_clip,
+                entropy_beta=self.entropy_beta, exposures=self.exposures, decay_fraction=self.decay_fraction)
+        if self.steps is not None and self.steps < 1:
+            raise SynthlabError(f"train.steps must be >= 1, got {self.steps}")
+        if self.exposures is not None and self.exposures <= 0:
+            raise SynthlabError(f"train.exposures must be > 0, got {self.exposures}")
+        for name in ("batch_size", "checkpoint_every", "log_every"):
+            if getattr(self, name) < 1:
+                raise SynthlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.seq_len is not None and self.seq_len < 2:
+            raise SynthlabError(f"train.seq_len must be >= 2, got {self.seq_len}")
+        if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:
+            raise SynthlabError("train.lr must be > 0, train.min_lr_ratio in [0, 1], train.warmup_steps >= 0")
+        if self.schedule not in SCHEDULES:
+            raise SynthlabError(f"train.schedule must be one of {', '.join(SCHEDULES)}, not {self.schedule!r}")
+        if not 0 < self.decay_fraction <= 1:
+            raise SynthlabError(f"train.decay_fraction must be in (0, 1], got {self.decay_fraction}")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0):
+            raise SynthlabError("train.beta1 and train.beta2 must be in [0, 1), train.eps > 0")
+        if self.weight_decay < 0 or self.grad_clip < 0 or self.entropy_beta < 0:
+            raise SynthlabError("train.weight_decay, train.grad_clip and train.entropy_beta must be >= 0")
+        if self.loss not in LOSSES:
+            raise SynthlabError(f"train.loss must be one of {', '.join(LOSSES)}, not {self.loss!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise SynthlabError(f"train.device must be auto, cpu or cuda, not {self.device!r}")
+
+
+@dataclass
+class EvalOptions:
+    """The `[eval]` section of an experiment: how the trained model is scored."""
+
+    steps: int | None = option(None, "Recurrent steps at evaluation (default: the trained loops).")
+    exit: str | None = option(None, "Exit rule per token: static:T, q:0.8, diff:0.01 or kl:0.001.")
+    kv: str | None = option(None, "Decode-time KV-cache strategy: full, first, last or mean.")
+    agreement: bool = option(False, "Report the step x step answer agreement matrix.")
+    batch_size: int = option(256, "Examples per forward pass.")
+
+    def __post_init__(self) -> None:
+        if self.steps is not None and self.steps < 1:
+            raise SynthlabError(f"eval.steps must be >= 1, got {self.steps}")
+        if self.kv is not None and self.kv not in KV_STRATEGIES:
+            raise SynthlabError(f"eval.kv must be one of {', '.join(KV_STRATEGIES)}, not {self.kv!r}")
+        if self.exit is not None:
+            from synthlab.models.exits import parse_exit_rule  # torch: only when a rule is given
+
+            parse_exit_rule(self.exit)
+        if self.batch_size < 1:
+            raise SynthlabError(f"eval.batch_size must be >= 1, got {self.batch_size}")
+
+
+@dataclass
+class GateOptions:
+    """The `[gate]` section (stage "gate"): Ouro stage II after the stage I model is trained.
+
+    The exit gate alone is trained on the frozen stage I model (train.loss = ouro_stage2, starting
+    from its weights), and the point is evaluated with that model: static, diff and kl exits are
+    unchanged by it (the LM is frozen), the learned q: exit gets the stage II gate. The values are
+    checked by the stage II run's TrainConfig when the point is parsed.
+    """
+
+    steps: int = option(500, "Stage II steps (the exit gate alone).")
+    lr: float = option(1e-3, "Stage II peak learning rate.")
+    warmup_steps: int = option(50, "Stage II warmup steps.")
+
+
+@dataclass
+class PointConfig:
+    """One sweep point, typed: the generator params, model, train, eval and gate options."""
+
+    task: str
+    data: Any  # the task's generator params dataclass
+    data_seed: int
+    data_key: dict[str, Any]  # the data section as written (with its seed): the dataset cache key
+    model: ModelConfig  # vocab_size from the task's shape (checked against the data when trained)
+    train: TrainConfig
+    eval: EvalOptions = field(default_factory=EvalOptions)
+    gate: GateOptions = field(default_factory=GateOptions)
+    stages: tuple[str, ...] = ("train",)
+
+    @property
+    def spec(self):
+        return TASKS[self.task]
+
+    def stage2_train(self, stage1: TrainConfig, init_from: str) -> TrainConfig:
+        """The TrainConfig of this point's Ouro stage II run on the stage I model in `init_from`."""
+        return dataclasses.replace(stage1, loss="ouro_stage2", init_from=init_from, steps=self.gate.steps,
+                                   exposures=None, lr=self.gate.lr, warmup_steps=self.gate.warmup_steps)
+
+
+def parse_point(config: dict[str, Any]) -> PointConfig:
+    """Every section of a resolved point config parsed into its class (no data is generated)."""
+    task = config["task"]
+    if task not in TASKS:
+        raise SynthlabError(f"task '{task}' has no generator (have {', '.join(TASKS)})")
+    spec = TASKS[task]
+    fields = dict(config["data"])
+    seed = fields.pop("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SynthlabError(f"data.seed must be an integer >= 0, got {seed!r}")
+    params = configlib.from_dict(spec.params_cls, fields, where="data.")
+    if "vocab_size" in config["model"]:
+        raise SynthlabError("model.vocab_size comes from the data; do not set it in an experiment")
+    model = configlib.from_dict(ModelConfig, {**config["model"], "vocab_size": spec.shape(params).vocab_size},
+                                where="model.")
+    train = configlib.from_dict(TrainConfig, {**config["train"], "task": task}, where="train.")
+    stages = tuple(config.get("stages", ("train",)))
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise SynthlabError(f"unknown stage '{unknown[0]}' (have {', '.join(STAGES)})")
+    point = PointConfig(task, params, seed, dict(config["data"]), model, train,
+                        configlib.from_dict(EvalOptions, config.get("eval", {}), where="eval."),
+                        configlib.from_dict(GateOptions, config.get("gate", {}), where="gate."), stages)
+    check_run(model, train)
+    if "gate" in stages:
+        if train.loss != "ouro":
+            raise SynthlabError("the gate stage (Ouro stage II) needs a stage I model: train.loss = \"ouro\"")
+        point.stage2_train(train, "stage1")  # validates the gate options as a TrainConfig
+    return point
+
+
+def check_run(model: ModelConfig, train: TrainConfig) -> None:
+    """Checks that involve both the model and the training options."""
+    if train.loss.startswith("ouro") and not model.exit_gate:
+        raise SynthlabError(f"train.loss = {train.loss} needs the exit gate (--exit-gate)")
+    if train.loss == "ouro_stage2" and train.init_from is None:
+        raise SynthlabError("train.loss = ouro_stage2 trains the gate of a trained model: "
+                            "set train.init_from (--init-from RUN_DIR)")

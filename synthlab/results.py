@@ -1,0 +1,171 @@
+"""The results table of a sweep (`results.csv`): reading and appending rows, and its columns.
+
+Columns of a row, by who writes them:
+- the engine: `point_id`, `experiment`, `preset`, the grid factors (an axis over a field that is
+  also a descriptor, e.g. `model.loops`, is written under the descriptor's name, `loops`, once),
+  `wall_s`, `run_dir`;
+- descriptors (`describe`): `model` (a label such as "2x6" or "1+2x4+1 concat"), `loops`,
+  `d_model`, and the task's data columns (`L`, `n_people`, `train_fraction`, `diameter`: each
+  task's `data_columns`), so plots never depend on which options happened to be grid axes;
+- training (`train_metrics`): `train_steps`, `tokens`, `train_loss` and `loss` (the mean of the
+  last logged 10% of steps), `train_s`; sizes and cost (`synthlab.cost.size_metrics`): `params`,
+  `params_nonemb`, `train_flops`;
+- eval (`eval_metrics`): `accuracy`, `accuracy_at_trained_depth`, `answer_loss`, `eval_steps`,
+  `n_test`, `acc_step_<t>`, `agree_<i>_<j>`; with an exit rule `strategy`, `threshold`,
+  `mean_exit_step` (`accuracy` is then the exit accuracy); with a KV strategy `kv`, `kv_bytes`;
+- gate (Ouro stage II): `gate_steps`, `gate_loss`, `gate_s`; capacity (`capacity_metrics`): `p1`,
+  `p2`, `bits`, `max_bits`, `bits_per_param`, `fraction_of_max`, `params_capacity`.
+
+Rows are written whole (a temporary file renamed under a lock), never edited in place.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from synthlab.errors import SynthlabError
+from synthlab.files import atomic_write_text, file_lock
+from synthlab.runs import read_metrics
+from synthlab_generators import TASKS
+
+RESULTS = "results.csv"
+# Columns that describe what was trained (not measured); a report hides one equal to a grid factor.
+DESCRIPTORS = ("model", "loops", "d_model", "kv", "strategy",
+               *dict.fromkeys(c for spec in TASKS.values() for c in dict(spec.data_columns).values()))
+# Grid axes written under a descriptor's name (one column, not two).
+_AXIS_COLUMNS = {"model.loops": "loops", "model.d_model": "d_model",
+                 **{f"data.{f}": c for spec in TASKS.values() for f, c in dict(spec.data_columns).items()}}
+
+
+def factor_column(axis: str) -> str:
+    """The results.csv column of a grid axis: `model.loops` -> `loops`, `data.L` -> `L`, else the axis."""
+    return _AXIS_COLUMNS.get(axis, axis)
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a results table as strings, exactly as written (none if there is no file yet)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def append_rows(path: Path, rows: list[dict[str, Any]]) -> int:
+    """Add rows whose point_id is not in the table yet; returns how many were added.
+
+    The whole table is rewritten (old rows byte-for-byte as strings, new columns appended at the
+    right) and renamed into place under a lock, so concurrent writers and kill -9 are safe.
+    """
+    with file_lock(path.with_name(path.name + ".lock")):
+        old = read_rows(path)
+        seen = {r["point_id"] for r in old}
+        new = [r for r in rows if r["point_id"] not in seen]
+        if not new:
+            return 0
+        columns = list(old[0].keys()) if old else []
+        for row in new:
+            columns += [c for c in row if c not in columns]
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, restval="", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(old)
+        writer.writerows({k: _cell(v) for k, v in r.items()} for r in new)
+        atomic_write_text(path, out.getvalue())
+        return len(new)
+
+
+def _cell(value: Any) -> Any:
+    """Floats keep full precision (repr round-trips); lists/dicts become JSON."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return value
+
+
+def describe(point) -> dict[str, Any]:
+    """Columns that say what was trained, whatever the grid axes were (`point`: a PointConfig)."""
+    m = point.model
+    if m.topology == "sandwich":
+        label = f"{m.n_prelude}+{m.n_core}x{m.loops}+{m.n_coda} {m.injection}"
+        if m.state_init != "input":
+            label += f" init={m.state_init}"
+    else:
+        label = f"{m.n_layers}x{m.loops}"
+    out = {"model": label, "loops": m.loops, "d_model": m.d_model}
+    out.update({column: getattr(point.data, field) for field, column in dict(point.spec.data_columns).items()})
+    return out
+
+
+def train_metrics(model_dir: Path) -> dict[str, Any]:
+    """Training columns from a run's metrics log (`loss`: mean of the last logged 10% of steps)."""
+    lines = read_metrics(model_dir)
+    tail = lines[-max(1, len(lines) // 10):]
+    loss = sum(r["loss"] for r in tail) / len(tail)
+    # training time, measured: each log line's tokens since the previous line over its tokens/s
+    seconds, before = 0.0, 0
+    for r in lines:
+        seconds += (r["tokens"] - before) / max(r["tokens_per_s"], 1e-9)
+        before = r["tokens"]
+    return {"train_steps": lines[-1]["step"], "tokens": lines[-1]["tokens"], "train_loss": loss, "loss": loss,
+            "train_s": seconds}
+
+
+def eval_metrics(result: dict[str, Any], options) -> dict[str, Any]:
+    """Flatten an evaluate_run result (with its EvalOptions) into results.csv columns."""
+    out = {"accuracy": result["accuracy"], "accuracy_at_trained_depth": result["accuracy_at_trained_depth"],
+           "answer_loss": result["answer_loss_per_step"][-1], "eval_steps": result["eval_steps"],
+           "n_test": result.get("n_examples")}
+    out.update({f"acc_step_{t}": a for t, a in enumerate(result["accuracy_per_step"], 1)})
+    if options.agreement:
+        for i, row in enumerate(result["agreement"], 1):
+            out.update({f"agree_{i}_{j}": a for j, a in enumerate(row, 1)})
+    if options.exit is not None:
+        kind, _, value = options.exit.partition(":")
+        out.update(strategy=kind, threshold=float(value), mean_exit_step=result["mean_exit_step"],
+                   accuracy=result["exit_accuracy"], accuracy_all_steps=result["accuracy"])
+    if options.kv is not None:
+        out.update(kv=options.kv, kv_bytes=result["kv_cache_bytes_per_sequence"], accuracy=result["kv_accuracy"],
+                   accuracy_teacher_forced=result["accuracy"])
+    return out
+
+
+def capacity_metrics(report: dict[str, Any]) -> dict[str, Any]:
+    """Capacity columns from an estimate_capacity report."""
+    keys = ("p1", "p2", "bits", "max_bits", "bits_per_param", "fraction_of_max", "n_people")
+    out = {k: report[k] for k in keys if k in report}
+    out["params_capacity"] = report["params"]  # P as the estimate counts it (used embedding rows only)
+    return out
+
+
+def step_rows(sweep_dir: Path) -> list[dict[str, Any]]:
+    """One row per (run, recurrent step) of a finished sweep, for the step-wise law (`synthlab fit steps`).
+
+    Each run's row is repeated for t = 1..loops with `step` = t and `loss` = the training loss read
+    out after step t (the mean over the last logged 10% of optimizer steps, like `loss`); the
+    per-step accuracy columns are dropped (they belong to the run, not to the step).
+    """
+    rows = read_rows(Path(sweep_dir) / RESULTS)
+    if not rows:
+        raise SynthlabError(f"no results.csv rows in {sweep_dir} (run `synthlab sweep` first)")
+    out = []
+    for row in rows:  # every logged record has every step's loss (train.py reads all steps out on log steps)
+        lines = read_metrics(_model_dir(Path(sweep_dir), row["run_dir"]))
+        tail = lines[-max(1, len(lines) // 10):]
+        per_step = [sum(r["loss_per_step"][t] for r in tail) / len(tail) for t in range(len(tail[0]["loss_per_step"]))]
+        base = {k: v for k, v in row.items() if not k.startswith(("acc_step_", "agree_"))}
+        out.extend({**base, "step": t, "loss": loss} for t, loss in enumerate(per_step, 1))
+    return out
+
+
+def _model_dir(sweep_dir: Path, run_dir: str) -> Path:
+    """A point's trained model: under run_dir as recorded, else under this sweep's runs/ (moved sweeps)."""
+    for candidate in (Path(run_dir), sweep_dir / "runs" / Path(run_dir).name):
+        if (candidate / "model" / "metrics.jsonl").is_file():
+            return candidate / "model"
+    raise SynthlabError(f"no model/metrics.jsonl for run {run_dir} (looked beside {sweep_dir} too)")

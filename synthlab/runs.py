@@ -1,0 +1,100 @@
+"""Run folders: what a run is, and reading one back without the trainer.
+
+A run directory (written by `synthlab.train`) describes itself:
+- `config.json`: the resolved `RunConfig` (model + train) and what was derived from the data
+  (vocabulary size, row length, packing, total steps, device) under "derived";
+- `metrics.jsonl`: one JSON line per logged step;
+- `checkpoint.pt`: the training state (model, optimizer, scheduler, RNG states, data position);
+- `summary.json`: final numbers, written when training finished.
+
+Everything that reads a run (evaluation, capacity, the point runner, `synthlab eval`) goes through
+this module, never through `synthlab.train`: like nanoGPT's `sample.py`, it rebuilds the model from
+the config and loads the weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from synthlab import config as configlib
+from synthlab.errors import SynthlabError
+from synthlab.models import ModelConfig, build_model
+from synthlab.options import TrainConfig
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs: the `[model]` and `[train]` sections of a run.toml, resolved."""
+
+    model: ModelConfig
+    train: TrainConfig
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` (CUDA if present, else CPU), `cpu` or `cuda`; asking for a missing GPU is an error."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SynthlabError(f"device is {name} but no CUDA device is available")
+    return torch.device(name)
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on CUDA; fp32 (no autocast) on CPU."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def load_run(run_dir: str | Path) -> tuple[RunConfig, dict[str, Any]]:
+    """(RunConfig, derived settings) from a run directory's config.json."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise SynthlabError(f"{run_dir} is not a run directory (no config.json)")
+    data = configlib.load_dict(path)
+    derived = data.pop("derived", {})
+    return configlib.from_dict(RunConfig, data), derived
+
+
+def load_checkpoint(run_dir: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """The run's checkpoint; a missing or unreadable one is a SynthlabError (nothing is touched)."""
+    path = Path(run_dir) / "checkpoint.pt"
+    if not path.is_file():
+        raise SynthlabError(f"no checkpoint in {run_dir} (checkpoint.pt missing)")
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=False)
+    except Exception as err:  # torch raises many types for a damaged file
+        raise SynthlabError(f"corrupt checkpoint {path}: {type(err).__name__}") from None
+    if not isinstance(ckpt, dict) or not {"model", "step"} <= ckpt.keys():
+        raise SynthlabError(f"corrupt checkpoint {path}: missing model state")
+    return ckpt
+
+
+def load_weights(model: torch.nn.Module, run_dir: str | Path, device: torch.device | str = "cpu") -> None:
+    """Load the weights of the run in `run_dir` into `model` (which must have the run's shape)."""
+    try:
+        model.load_state_dict(load_checkpoint(run_dir, device)["model"])
+    except RuntimeError as err:
+        raise SynthlabError(f"the checkpoint in {run_dir} does not fit this model: {str(err).splitlines()[0]}") from None
+
+
+def load_model(run_dir: str | Path, device: torch.device | str = "cpu"):
+    """(model in eval mode, RunConfig, derived) from a finished or interrupted run."""
+    run, derived = load_run(run_dir)
+    model = build_model(run.model).to(device)  # weights come from the checkpoint
+    load_weights(model, run_dir, device)
+    return model.eval(), run, derived
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl records, in order."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise SynthlabError(f"no metrics.jsonl in {run_dir}")
+    return [json.loads(line) for line in path.read_text().splitlines() if line]

@@ -1,0 +1,54 @@
+"""Loss scaling laws and a fast, exact fitter for them (numpy, scipy, pandas, matplotlib; no torch).
+
+- `laws`: the law type, sums of power laws, the registry and the built-in laws (chinchilla,
+  looplm, steps, power), the runs to fit (`Data`) and `implausible` parameters.
+- `optimize`: the summed Huber objective, batched L-BFGS over a grid of starts, and `fit`.
+- `uncertainty`: bootstrap intervals, compute-optimal quantities, hold-out evaluation.
+- `table`: `fit_table`, a law fitted to a results table with all of the above (`synthlab fit`).
+- `plots`: fit and residual plots.
+"""
+
+from synthlab.scaling.laws import (
+    CHINCHILLA,
+    LAWS,
+    LOOPLM,
+    POWER,
+    STEPS,
+    Data,
+    Law,
+    PowerTerm,
+    get_law,
+    implausible,
+    power_sum_law,
+    register_law,
+)
+from synthlab.scaling.optimize import (
+    STATUS,
+    BatchResult,
+    FitOptions,
+    FitResult,
+    fit,
+    goodness,
+    huber_objective,
+    minimize_batched,
+)
+from synthlab.scaling.plots import plot_fit
+from synthlab.scaling.table import GroupFit, TableFit, fit_table
+from synthlab.scaling.uncertainty import (
+    HOLDOUT_KINDS,
+    BootstrapResult,
+    HoldoutRow,
+    bootstrap,
+    cold_refits,
+    derived,
+    holdout,
+    holdout_splits,
+)
+
+__all__ = [
+    "CHINCHILLA", "HOLDOUT_KINDS", "LAWS", "LOOPLM", "POWER", "STATUS", "STEPS",
+    "BatchResult", "BootstrapResult", "Data", "FitOptions", "FitResult", "GroupFit", "HoldoutRow", "Law",
+    "PowerTerm", "TableFit", "bootstrap", "cold_refits", "derived", "fit", "fit_table", "get_law", "goodness",
+    "holdout", "holdout_splits", "huber_objective", "implausible", "minimize_batched", "plot_fit",
+    "power_sum_law", "register_law",
+]

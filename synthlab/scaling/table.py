@@ -1,0 +1,140 @@
+"""Fit a loss law to a results table: everything `synthlab fit` does between parsing and printing.
+
+`fit_table` reads the law's variables from named columns (D optionally derived from training
+FLOPs as C / 6N), drops the highest-loss rows if asked, splits the step-wise law's rows by Tm,
+and fits each group, with bootstrap intervals, derived quantities and hold-outs. Error messages
+name the `synthlab fit` option that sets each argument (--n-col for n_col, and so on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from synthlab.errors import SynthlabError
+from synthlab.scaling import uncertainty
+from synthlab.scaling.laws import Data, Law, get_law
+from synthlab.scaling.optimize import FitOptions, FitResult, fit
+from synthlab.scaling.uncertainty import HOLDOUT_KINDS, BootstrapResult, HoldoutRow
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupFit:
+    """The fit of one group of rows: the whole table, or one Tm's rows for the step-wise law."""
+
+    title: str  # "chinchilla fit to results.csv", or "steps fit for loops = 4"
+    data: Data
+    result: FitResult
+    bootstrap: BootstrapResult | None  # None without resamples
+    holdout: list[HoldoutRow]  # empty without a hold-out
+    derived: dict[str, float]  # compute-optimal quantities (`uncertainty.derived`)
+    tm: float | None  # the step-wise law's Tm; None for the other laws
+
+
+@dataclasses.dataclass(frozen=True)
+class TableFit:
+    """A law fitted to a table: one group for most laws, one per fittable Tm for the step-wise law."""
+
+    law: Law
+    fits: list[GroupFit]
+    skipped: list[str]  # step-wise law: Tm values not fitted (one step, or too few rows), e.g. "loops = 1 (25 rows)"
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise SynthlabError(f"TABLE '{path}' does not exist")
+    try:
+        return pd.read_csv(path)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise SynthlabError(f"TABLE '{path}' is not a readable CSV: {str(err).splitlines()[0]}") from None
+
+
+def _column(table: pd.DataFrame, name: str, option: str, source: str) -> np.ndarray:
+    if name not in table.columns:
+        columns = ", ".join(map(str, table.columns))
+        raise SynthlabError(f"column '{name}' ({option}) not in {source}; columns: {columns}")
+    values = table[name]
+    if values.dtype.kind not in "iuf":
+        raise SynthlabError(f"column '{name}' ({option}) is not numeric")
+    return values.to_numpy(float)
+
+
+def fit_table(
+    table: pd.DataFrame | str | Path,
+    law: Law | str,
+    *,
+    n_col: str = "params",
+    d_col: str = "tokens",
+    t_col: str | None = None,
+    tm_col: str = "loops",
+    x_col: str = "params",
+    loss_col: str = "loss",
+    tokens_from_flops: str | None = None,
+    drop_top_loss: int = 0,
+    bootstrap: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    compute: float | None = None,
+    holdout: str | None = None,
+    delta: float = 1e-3,
+    name: str | None = None,
+) -> TableFit:
+    """Fit `law` to a results table (a DataFrame, or the path of a CSV), one row per run.
+
+    Columns: n_col (N), d_col (D; or D = tokens_from_flops / (6 N)), t_col (Tm for looplm, default
+    'loops'; T for steps, default 'step'), x_col (the power law's x), loss_col. The step-wise law is
+    fitted once per value of tm_col. drop_top_loss drops that many highest-loss rows first;
+    `bootstrap` resamples of the runs (0 = none), seeded by `seed`, give intervals at `level`;
+    compute is where N_opt and D_opt are reported; holdout is one of HOLDOUT_KINDS (or None); delta
+    is the Huber delta. `name` is what titles and errors call the table (default: the file's name).
+    """
+    the_law = get_law(law) if isinstance(law, str) else law
+    if compute is not None and compute <= 0:
+        raise SynthlabError(f"--compute must be > 0, got {compute:g}")
+    options = FitOptions(delta=delta)
+    if not isinstance(table, pd.DataFrame):
+        name = name or Path(table).name
+        table = _read_table(Path(table))
+    name = name or "table"
+    loss = _column(table, loss_col, "--loss-col", name)
+    if drop_top_loss:
+        if drop_top_loss >= len(table):
+            raise SynthlabError(f"--drop-top-loss {drop_top_loss} would drop all {len(table)} rows")
+        keep = np.argsort(np.argsort(-loss, kind="stable"), kind="stable") >= drop_top_loss
+        table, loss = table[keep], loss[keep]
+    t_col = t_col or {"looplm": "loops", "steps": "step"}.get(the_law.name, "loops")
+    variables, labels = {}, {"loss": loss_col}
+    for var in the_law.variables:
+        if var == "D" and tokens_from_flops:
+            n = _column(table, n_col, "--n-col", name)
+            variables["D"] = _column(table, tokens_from_flops, "--tokens-from-flops", name) / (6 * n)
+            labels["D"] = f"{tokens_from_flops} / (6 {n_col})"
+            continue
+        col, option = {"N": (n_col, "--n-col"), "D": (d_col, "--d-col"), "Tm": (t_col, "--t-col"),
+                       "T": (t_col, "--t-col"), "x": (x_col, "--x-col")}[var]
+        variables[var], labels[var] = _column(table, col, option, name), col
+    data = Data(variables, loss, labels)
+    groups, skipped = [(f"{the_law.name} fit to {name}", data, None)], []
+    if the_law.name == "steps":
+        tm = _column(table, tm_col, "--tm-col", name)
+        parts_by_tm = {v: data.subset(tm == v) for v in np.unique(tm)}
+        # a Tm with one recurrent step, or too few rows, cannot identify the law: skip it, listed in `skipped`
+        fittable = {v: p for v, p in parts_by_tm.items()
+                    if len(p.loss) > len(the_law.params) and len(np.unique(p.variables["T"])) > 1}
+        if not fittable:
+            raise SynthlabError(f"no {tm_col} value has more than {len(the_law.params)} rows over several steps")
+        skipped = [f"{tm_col} = {v:g} ({len(p.loss)} rows)" for v, p in parts_by_tm.items() if v not in fittable]
+        groups = [(f"steps fit for {tm_col} = {v:g}", p, float(v)) for v, p in fittable.items()]
+    if holdout is not None and holdout not in HOLDOUT_KINDS:
+        raise SynthlabError(f"--holdout must be one of {', '.join(HOLDOUT_KINDS)}, got '{holdout}'")
+    fits = []
+    for title, part, tm_value in groups:
+        result = fit(the_law, part, options)
+        boot = uncertainty.bootstrap(the_law, part, result, np.random.default_rng(seed), n_resamples=bootstrap,
+                                     level=level, compute=compute, options=options) if bootstrap else None
+        rows = uncertainty.holdout(the_law, part, holdout, options) if holdout else []
+        fits.append(GroupFit(title, part, result, boot, rows, uncertainty.derived(result.params, compute), tm_value))
+    return TableFit(the_law, fits, skipped)

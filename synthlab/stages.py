@@ -1,0 +1,113 @@
+"""The lab's point runner: data (cached) -> train (resumable) -> [gate] -> eval / generate -> capacity.
+
+A point runner is a module with three functions the sweep engine (synthlab.sweep) calls:
+- `parse(config) -> point`: the resolved config dict of a grid point, checked and typed once
+  (here: `synthlab.options.PointConfig`); the engine does this in the driver, before any work;
+- `run_point(point, run_dir, *, cache_dir) -> dict`: do the work, return the row's metrics
+  (columns: synthlab.results);
+- `estimate_seconds(point, *, finished) -> float` (optional): the cost `--dry-run` shows.
+
+The model is trained in `run_dir/model` (a synthlab.train run directory): an existing checkpoint
+is resumed, a finished run is reused by every point that evaluates it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from synthlab.config import content_hash
+from synthlab.cost import estimate_seconds, size_metrics
+from synthlab.files import cached_dir
+from synthlab.options import PointConfig, parse_point
+from synthlab.results import capacity_metrics, describe, eval_metrics, train_metrics
+
+__all__ = ["estimate_seconds", "parse", "run_point"]
+
+
+def parse(config: dict[str, Any]) -> PointConfig:
+    """The point's options, typed (raises SynthlabError naming the section and field)."""
+    return parse_point(config)
+
+
+def dataset(point: PointConfig, cache_dir: Path) -> Path:
+    """The point's dataset, generated once per (task, params, seed) into the cache."""
+    from synthlab_generators import write_dataset
+
+    key = {"task": point.task, **point.data_key}
+    return cached_dir(cache_dir, key, lambda tmp: write_dataset(point.spec, point.data, point.data_seed, tmp),
+                      prefix=f"{point.task}-")
+
+
+def train_model(point: PointConfig, data_dir: Path, model_dir: Path) -> dict[str, Any]:
+    """Train (or resume, or reuse) the point's model in model_dir; returns the training metrics."""
+    from synthlab.runs import RunConfig
+
+    def new_run():
+        train = dataclasses.replace(point.train, data=str(Path(data_dir).resolve()))
+        return RunConfig(point.model, train)
+
+    _train_or_resume(model_dir, new_run)
+    return train_metrics(model_dir)
+
+
+def train_gate(point: PointConfig, model_dir: Path, run_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """Ouro stage II on the trained stage I model in model_dir; returns (its run dir, gate_* metrics).
+
+    One stage II run per gate config, beside the stage I model (points that share both share it).
+    """
+    from synthlab.runs import load_run
+
+    gate_dir = run_dir / f"gate-{content_hash(dataclasses.asdict(point.gate))}"
+
+    def new_run():
+        stage1, _ = load_run(model_dir)
+        stage1.train = point.stage2_train(stage1.train, str(model_dir.resolve()))
+        return stage1
+
+    _train_or_resume(gate_dir, new_run)
+    stage2 = train_metrics(gate_dir)
+    return gate_dir, {"gate_steps": stage2["train_steps"], "gate_loss": stage2["train_loss"],
+                      "gate_s": stage2["train_s"]}
+
+
+def _train_or_resume(run_dir: Path, new_run) -> None:
+    """Reuse a finished run, resume one from its checkpoint, or start `new_run()` (a RunConfig) afresh."""
+    from synthlab.train import train
+
+    if (run_dir / "summary.json").is_file():
+        return
+    if (run_dir / "checkpoint.pt").is_file():
+        result = train(run_dir, progress=False)  # resume from the last checkpoint
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)  # killed before its first checkpoint
+        result = train(run_dir, new_run(), progress=False)
+    if result.interrupted:
+        raise KeyboardInterrupt(f"training in {run_dir} interrupted by a signal (checkpoint written)")
+
+
+def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path) -> dict[str, Any]:
+    """Generate, train, evaluate and (for bioS) measure capacity; returns the row's metrics."""
+    from synthlab.capacity import estimate_capacity
+    from synthlab.evaluate import biography_generation, evaluate_run
+
+    data_dir = dataset(point, cache_dir)
+    model_dir = Path(run_dir) / "model"
+    metrics = {**describe(point), **train_model(point, data_dir, model_dir)}
+    metrics.update(size_metrics(json.loads((model_dir / "config.json").read_text())))
+    options = point.eval
+    if "gate" in point.stages:  # evaluate the stage II model from here on
+        model_dir, gate_metrics = train_gate(point, model_dir, Path(run_dir))
+        metrics.update(gate_metrics)
+    if "eval" in point.stages:
+        result = evaluate_run(model_dir, steps=options.steps, exit_rule=options.exit, kv=options.kv,
+                              batch_size=options.batch_size)
+        metrics.update(eval_metrics(result, options))
+    if "generate" in point.stages:
+        metrics.update(biography_generation(model_dir, kv=options.kv or "full", steps=options.steps))
+    if "capacity" in point.stages:
+        metrics.update(capacity_metrics(estimate_capacity(model_dir)))
+    return metrics

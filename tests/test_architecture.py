@@ -1,0 +1,114 @@
+"""The floors of CONTRIBUTING.md, checked on the code: imports only point down, no import cycle,
+and the bottom floors stay free of the heavy libraries of the floors above them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# (module prefix, floor), most specific first. Keep in step with CONTRIBUTING.md.
+FLOORS = [
+    ("synthlab_generators", 0),
+    ("synthlab.errors", 1), ("synthlab.config", 1), ("synthlab.files", 1), ("synthlab.tokenizer", 1),
+    ("synthlab.models", 2),
+    ("synthlab.scaling", 3),
+    ("synthlab.optim", 4), ("synthlab.options", 4), ("synthlab.runs", 4), ("synthlab.data", 4),
+    ("synthlab.train", 5), ("synthlab.evaluate", 5), ("synthlab.capacity", 5), ("synthlab.hf", 5),
+    ("synthlab.results", 6), ("synthlab.cost", 6), ("synthlab.stages", 6), ("synthlab.experiments", 6),
+    ("synthlab.sweep", 6), ("synthlab.plots", 6), ("synthlab.report", 6),
+    ("synthlab.cli", 7),
+    ("synthlab", 1),  # the package itself: the version and the error type only
+]
+FORBIDDEN = {0: {"torch", "pandas", "synthlab", "transformers"}, 1: {"torch", "pandas"},
+             3: {"torch", "transformers"}}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package, folder in (("synthlab", ROOT / "synthlab"), ("synthlab_generators", ROOT / "generators")):
+        for path in folder.rglob("*.py"):
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _floor(module: str) -> int:
+    return next(floor for prefix, floor in FLOORS if module == prefix or module.startswith(prefix + "."))
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Every module this one imports, anywhere in the file (functions included), resolved to the
+    longest known module name; third-party imports as their top-level name."""
+    out = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            while parts and ".".join(parts) not in MODULES and len(parts) > 1:
+                parts.pop()
+            out.add(".".join(parts))
+    out.discard(module)
+    return out
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down_the_floors(module):
+    floor = _floor(module)
+    for target in GRAPH[module]:
+        if target in MODULES:
+            assert _floor(target) <= floor, f"{module} (floor {floor}) imports {target} (floor {_floor(target)})"
+        else:
+            assert target.split(".")[0] not in FORBIDDEN.get(floor, set()), f"{module} imports {target}"
+
+
+def test_no_import_cycle():
+    internal = {m: {t for t in targets if t in MODULES} for m, targets in GRAPH.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(internal[module]):
+            if target.startswith(module + "."):  # a package importing its own submodules is no cycle
+                continue
+            if state.get(target) == 1 and not module.startswith(target + "."):
+                raise AssertionError("import cycle: " + " -> ".join(path + [target]))
+            if target not in state:
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(internal):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_no_module_is_long():
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 450}
+    assert not long, f"split these modules: {long}"
+
+
+def test_importing_the_cli_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, synthlab.cli; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
