@@ -29,10 +29,7 @@ import numpy as np
 
 from synthlab.errors import SynthlabError
 from synthlab.tokenizer import WordTokenizer
-
-TASKS = ("bios", "mano", "multihop", "reach")
-# Extra files each task needs beside the four common ones.
-TASK_FILES = {"bios": ("people.jsonl",), "mano": (), "multihop": ("facts.jsonl",), "reach": ("graph.json",)}
+from synthlab_generators import TASKS
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -68,7 +65,7 @@ class Dataset:
             raise SynthlabError(f"{self.path / 'meta.json'}: unknown task {self.task!r} (expected one of {', '.join(TASKS)})")
         if task is not None and task != self.task:
             raise SynthlabError(f"--task {task} does not match the data in {self.path}, which is a {self.task} dataset")
-        for name in ("train.jsonl", "test.jsonl", *TASK_FILES[self.task]):
+        for name in ("train.jsonl", "test.jsonl", *TASKS[self.task].extra_files):
             if not (self.path / name).is_file():
                 raise SynthlabError(f"{self.path} is incomplete: {name} is missing")
         self.tokenizer = WordTokenizer.from_file(self.path / "vocab.json")

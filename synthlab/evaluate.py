@@ -180,7 +180,7 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
         "accuracy_per_group": _per_group(scores.correct[-1], groups),
         "answer_loss_per_group": _per_group(scores.loss[-1], groups),
     }
-    if data.task == "bios":
+    if "spans" in data.records("train")[0]:  # texts with marked values (bioS): recall inside them
         result["biography_recall"] = biography_recall(model, data, device=dev, steps=steps)
     name = f"steps{n_steps}" + (f"_data-{data.path.name}" if data_dir is not None else "")
     if exit_rule is not None:
