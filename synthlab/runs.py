@@ -24,6 +24,7 @@ import torch
 
 from synthlab import config as configlib
 from synthlab.errors import SynthlabError
+from synthlab.files import atomic_write
 from synthlab.models import ModelConfig, build_model
 from synthlab.options import TrainConfig
 
@@ -74,6 +75,11 @@ def load_checkpoint(run_dir: str | Path, device: torch.device | str = "cpu") -> 
     if not isinstance(ckpt, dict) or not {"model", "step"} <= ckpt.keys():
         raise SynthlabError(f"corrupt checkpoint {path}: missing model state")
     return ckpt
+
+
+def save_checkpoint(run_dir: str | Path, state: dict[str, Any]) -> None:
+    """Write a training state as the run's checkpoint (atomically: the old one or the new one)."""
+    atomic_write(Path(run_dir) / "checkpoint.pt", lambda tmp: torch.save(state, tmp))
 
 
 def load_weights(model: torch.nn.Module, run_dir: str | Path, device: torch.device | str = "cpu") -> None:

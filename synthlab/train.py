@@ -30,17 +30,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from synthlab import config as configlib
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, training_examples
 from synthlab.errors import SynthlabError
-from synthlab.files import atomic_write, atomic_write_text
+from synthlab.files import atomic_write_text
 from synthlab.models import build_model
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
 from synthlab.optim import adamw, lr_factor
+from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
-from synthlab.runs import RunConfig, autocast, load_checkpoint, load_run, load_weights, resolve_device
+from synthlab.runs import (RunConfig, autocast, load_checkpoint, load_run, load_weights, resolve_device,
+                           save_checkpoint)
 from synthlab_generators import TASKS
 
 
@@ -233,8 +234,7 @@ class _Trainer:
         self.step, self.tokens_seen = ckpt["step"], ckpt["tokens_seen"]
 
     def save(self) -> None:
-        state = self.state()
-        atomic_write(self.run_dir / "checkpoint.pt", lambda tmp: torch.save(state, tmp))
+        save_checkpoint(self.run_dir, self.state())
 
     def train_step(self, log_now: bool, check: bool) -> tuple[torch.Tensor, torch.Tensor, int, float]:
         """One optimizer step: (objective, per-step losses, real tokens in the batch, lr used).
@@ -268,8 +268,7 @@ class _Trainer:
         self.model.train()
         record: dict[str, Any] = {}
         window_tokens, window_start = 0, time.perf_counter()
-        bar = tqdm(total=total, initial=self.step, disable=not progress, desc=f"train {cfg.task}", unit="step",
-                   dynamic_ncols=True)
+        bar = Progress(total, initial=self.step, enabled=progress, desc=f"train {cfg.task}", unit="step")
         with _StopOnSignal() as stop, open(self.run_dir / "metrics.jsonl", "a") as metrics:
             while self.step < total and stop.signum is None:
                 done = self.step + 1
