@@ -224,6 +224,22 @@ def plot_topology(table: pd.DataFrame, out: Path) -> list[Path]:
     return _save(fig, out, "topology")
 
 
+def plot_recipe(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Held-out accuracy and final training loss per recipe: every seed as a point, the mean as a bar."""
+    _need(table, "recipe", "recipe", "accuracy", "train_loss")
+    plt, sns = _pyplot()
+    data = table.assign(acc=_percent(table))
+    order = data.groupby("recipe")["acc"].mean().sort_values(ascending=False).index
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 0.9 + 0.4 * len(order)), sharey=True)
+    sns.barplot(data=data, y="recipe", x="acc", order=order, errorbar=None, color="lightsteelblue", ax=left)
+    sns.stripplot(data=data, y="recipe", x="acc", order=order, color="black", size=5, jitter=False, ax=left)
+    left.set(xlabel="held-out accuracy at l = L (%)", ylabel="recipe", xlim=(0, 100))
+    sns.stripplot(data=data, y="recipe", x="train_loss", order=order, color="black", size=5, jitter=False, ax=right)
+    right.set(xlabel="training loss, last 10% of steps (nats)", xscale="log")
+    fig.suptitle("Training recipes (points: seeds; bars: their mean)")
+    return _save(fig, out, "recipe")
+
+
 def _step_long(table: pd.DataFrame) -> pd.DataFrame:
     steps = [c for c in table.columns if STEP_COLUMN.match(c)]
     if not steps:
@@ -285,6 +301,7 @@ PLOTTERS: dict[str, Callable[[pd.DataFrame, Path], list[Path]]] = {
     "exit": plot_exit,
     "kvcache": plot_kvcache,
     "topology": plot_topology,
+    "recipe": plot_recipe,
     "depth": plot_depth,
     "faithfulness": plot_faithfulness,
 }

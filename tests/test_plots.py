@@ -38,15 +38,17 @@ def _fixtures() -> dict[str, pd.DataFrame]:
     kv = pd.DataFrame({"kv": ["full", "first", "last", "mean"], "accuracy": [0.8, 0.2, 0.8, 0.79],
                        "kv_bytes": [4096, 1024, 1024, 1024]})
     topo = pd.DataFrame({"model": ["sandwich concat", "full-stack loop", "sandwich add"], "accuracy": [0.6, 0.4, 0.5]})
+    recipe = pd.DataFrame({"recipe": ["lab", "lab", "reference", "reference"], "accuracy": [0.3, 0.35, 0.4, 0.38],
+                           "train_loss": [0.9, 0.8, 0.1, 0.12]})
     depth = pd.DataFrame({"loops": [2, 4], **{f"acc_step_{t}": [0.1 * t, 0.05 * t] for t in range(1, 9)}})
     faith = pd.DataFrame({"loops": [4], "model": ["1x4"],
                           **{f"agree_{i}_{j}": [1.0 if i == j else 0.5] for i in range(1, 5) for j in range(1, 5)}})
     return {"capacity": cap, "mano": mano, "multihop": multi, "reach": reach, "scaling": scal, "exit": exit_,
-            "kvcache": kv, "topology": topo, "depth": depth, "faithfulness": faith}
+            "kvcache": kv, "topology": topo, "recipe": recipe, "depth": depth, "faithfulness": faith}
 
 
 UNITS = {"capacity": "(bits)", "mano": "(%)", "multihop": "(%)", "reach": "(%)", "scaling": "(nats/token)",
-         "exit": "(recurrent steps per token)", "kvcache": "(KiB)", "topology": "(%)", "depth": "(%)",
+         "exit": "(recurrent steps per token)", "kvcache": "(KiB)", "topology": "(%)", "recipe": "(%)", "depth": "(%)",
          "faithfulness": "(%)"}
 
 
