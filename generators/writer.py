@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -35,12 +35,36 @@ def _lab_version() -> str:
         return "0+unknown"
 
 
+def check_writable(path: str | Path, what: str = "--out") -> None:
+    """Fail early, with one line naming `path`, if files cannot be written at `path` (a file or a
+    folder, existing or to be created with its parents); nothing is left behind.
+
+    A probe file is created and removed in the folder that will receive them (the nearest existing
+    one), so read-only file systems and missing permissions are caught, not only modes.
+    """
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise SynthlabError(f"cannot write {what} {path}: {folder} is a file, not a folder")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise SynthlabError(f"cannot write {what} {path}: {err.strerror or err}") from None
+
+
 def check_out(out: Path, overwrite: bool) -> None:
     """Fail early (before generating) if DIR cannot be (re)placed."""
     if out.exists() and not out.is_dir():
         raise SynthlabError(f"--out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise SynthlabError(f"--out {out} is not empty (pass --overwrite to replace it)")
+    if out.is_dir():  # the temporary sibling goes beside it; moving it aside rewrites its '..'
+        check_writable(out.parent)
+    check_writable(out)
 
 
 def _write_json(path: Path, obj: Any, indent: int | None = 1) -> None:
@@ -69,17 +93,28 @@ def _make_temp_sibling(out: Path) -> Path:
 def _replace(tmp: Path, out: Path) -> None:
     """Rename tmp -> out; an existing out (empty, or --overwrite) is removed only after."""
     old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rename(out, old / "data")
-    os.rename(tmp, out)
+    try:
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.rename(out, old / "data")
+        os.rename(tmp, out)
+    except OSError as err:
+        if old is not None and (old / "data").exists() and not out.exists():
+            os.rename(old / "data", out)  # put the old folder back
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        raise SynthlabError(f"--out {out}: cannot replace it ({err.strerror or err})") from None
     if old is not None:
         shutil.rmtree(old)
 
 
 def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
-                  overwrite: bool = False) -> Path:
-    """Generate `spec` with `params` from `seed` and write it to `out`; returns the folder."""
+                  overwrite: bool = False, progress: Callable[[int], Any] | None = None) -> Path:
+    """Generate `spec` with `params` from `seed` and write it to `out`; returns the folder.
+
+    progress: a factory, called with the number of records to write, of a display with
+    update(records) and close() (the CLI passes synthlab.progress.Progress); none by default.
+    """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise SynthlabError(f"--seed must be an integer >= 0 (got {seed!r})")
     out = Path(out)
@@ -92,6 +127,7 @@ def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
         if len(set(vocab["tokens"])) != len(vocab["tokens"]):
             raise AssertionError(f"{spec.name}: duplicate tokens in the vocabulary")
         _write_json(tmp / "vocab.json", vocab)
+        bar = progress(sum(dataset.counts.get(Path(n).stem, 0) for n in dataset.files)) if progress else None
         for name, content in dataset.files.items():
             if name.endswith(".json"):
                 _write_json(tmp / name, content, indent=None)  # data: one compact line
@@ -99,6 +135,10 @@ def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
             with (tmp / name).open("w", encoding="utf-8", newline="\n") as fh:
                 for chunk in content:
                     fh.write(chunk)
+                    if bar is not None:
+                        bar.update(chunk.count("\n"))
+        if bar is not None:
+            bar.close()
         files = {p.name: {"sha256": _sha256(p), "bytes": p.stat().st_size}
                  for p in sorted(tmp.iterdir())}
         meta = {

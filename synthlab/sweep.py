@@ -41,7 +41,8 @@ from typing import Any
 
 from synthlab.errors import SynthlabError
 from synthlab.experiments import Experiment, Point
-from synthlab.files import atomic_write_text, file_lock
+from synthlab.files import atomic_write_text, check_writable, file_lock
+from synthlab.progress import Progress
 from synthlab.results import RESULTS, append_rows, factor_column, read_rows
 
 
@@ -172,6 +173,7 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
         raise SynthlabError(f"--threads must be >= 1, got {threads}")
     if executor not in ("local", "ray"):
         raise SynthlabError(f"--executor must be 'local' or 'ray', got '{executor}'")
+    check_writable(out)
     points = experiment.points(preset)
     finished = {r["point_id"] for r in read_rows(Path(out) / RESULTS)}
     todo = [p for p in points if p.point_id not in finished]
@@ -185,10 +187,8 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
     units = make_units(experiment, preset, todo, parsed, Path(runs_dir or out / "runs"), runner,
                        Path(cache_dir or out / "datasets"), threads)
 
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=f"sweep {experiment.name}",
-               unit="point", disable=not progress)
+    bar = Progress(len(points), initial=len(points) - len(todo), enabled=progress, desc=f"sweep {experiment.name}",
+                   unit="point")
 
     def on_done(rows: list[dict[str, Any]]) -> None:
         append_rows(results, rows)

@@ -22,6 +22,7 @@ from typer.core import TyperGroup
 
 from synthlab.config import to_dict
 from synthlab.errors import SynthlabError
+from synthlab.progress import Progress
 from synthlab_generators import TASKS, TaskSpec, write_dataset
 from synthlab_generators.common import flag_of
 
@@ -83,7 +84,8 @@ def _command(spec: TaskSpec):
         # SIGTERM (kill, a scheduler) as an exception, so the temporary folder is removed too
         previous = signal.signal(signal.SIGTERM, _raise_exit)
         try:
-            write_dataset(spec, params, seed, out, overwrite=overwrite)
+            write_dataset(spec, params, seed, out, overwrite=overwrite,
+                          progress=lambda total: Progress(total, desc=f"gen {spec.name}", unit="record"))
         finally:
             signal.signal(signal.SIGTERM, previous)
         meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
