@@ -13,4 +13,14 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 from synthlab.errors import SynthlabError
 
-__all__ = ["SynthlabError", "__version__"]
+__all__ = ["SynthlabError", "__version__", "load_model"]
+
+
+def __getattr__(name: str):
+    """`synthlab.load_model(run_dir)`: the trained model of a run folder, in eval mode. Loaded on
+    first use, so that `import synthlab` stays free of torch."""
+    if name == "load_model":
+        from synthlab.runs import load_model
+
+        return load_model
+    raise AttributeError(f"module 'synthlab' has no attribute {name!r}")

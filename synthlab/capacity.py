@@ -138,14 +138,14 @@ def estimate_capacity(run_dir: str | Path, *, batch_size: int = 64, device: str 
     from synthlab.data import load_dataset
     from synthlab.files import atomic_write_text
     from synthlab.models import count_params
-    from synthlab.runs import load_model, resolve_device
+    from synthlab.runs import open_run, resolve_device, trained_data
 
     run_dir = Path(run_dir)
     dev = resolve_device(device)
-    model, run, _ = load_model(run_dir, dev)
+    model, run, derived = open_run(run_dir, dev)
     if run.train.task != "bios":
         raise SynthlabError(f"capacity needs a run trained on bios; {run_dir} was trained on {run.train.task}")
-    data = load_dataset(run.train.data, "bios")
+    data = load_dataset(trained_data(run_dir, run, derived), "bios")
     losses = person_losses(model, data, device=dev, batch_size=batch_size, steps=steps)
     report = capacity_report(losses, count_params(model, used_token_ids=used_token_ids(data)))
     report.update({

@@ -34,7 +34,7 @@ from synthlab.data import Dataset, load_dataset, qa_sequence
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.models import KV_STRATEGIES, parse_exit_rule
-from synthlab.runs import autocast, load_model, resolve_device
+from synthlab.runs import autocast, open_run, resolve_device, trained_data
 from synthlab_generators import TASKS
 
 
@@ -157,8 +157,8 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
     if kv is not None and kv not in KV_STRATEGIES:
         raise SynthlabError(f"--kv {kv}: choose one of {', '.join(KV_STRATEGIES)}")
     dev = resolve_device(device)
-    model, run, _ = load_model(run_dir, dev)
-    data = load_dataset(data_dir or run.train.data, run.train.task)
+    model, run, derived = open_run(run_dir, dev)
+    data = load_dataset(data_dir or trained_data(run_dir, run, derived), run.train.task)
     if len(data.tokenizer) != run.model.vocab_size:
         raise SynthlabError(f"--data {data.path}: vocabulary of {len(data.tokenizer)} tokens, the model was trained on {run.model.vocab_size}")
     prompts, answers, groups = split_items(data)
@@ -257,8 +257,8 @@ def biography_generation(run_dir: str | Path, *, kv: str = "full", steps: int | 
     (2-5 of them: "March 26 , 2094") the answer.
     """
     dev = resolve_device(device)
-    model, run, _ = load_model(run_dir, dev)
-    data = load_dataset(run.train.data, "bios")
+    model, run, derived = open_run(run_dir, dev)
+    data = load_dataset(trained_data(run_dir, run, derived), "bios")
     prompts, answers = [], []
     for record in data.records("train")[:people]:
         ids = data.encode_text(record["text"])  # <bos> first: token j of the text is ids[j + 1]

@@ -5,6 +5,7 @@ A run directory (written by `synthlab.train`) describes itself:
   (vocabulary size, row length, packing, total steps, device) under "derived";
 - `metrics.jsonl`: one JSON line per logged step;
 - `checkpoint.pt`: the training state (model, optimizer, scheduler, RNG states, data position);
+- `model.safetensors`: the weights alone, written when training finished (`load_model` reads them);
 - `summary.json`: final numbers, written when training finished.
 
 Everything that reads a run (evaluation, capacity, the point runner, `synthlab eval`) goes through
@@ -27,6 +28,9 @@ from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write
 from synthlab.models import ModelConfig, build_model
 from synthlab.options import TrainConfig
+
+
+WEIGHTS = "model.safetensors"
 
 
 @dataclass
@@ -82,20 +86,72 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any]) -> None:
     atomic_write(Path(run_dir) / "checkpoint.pt", lambda tmp: torch.save(state, tmp))
 
 
+def save_weights(run_dir: str | Path, model: torch.nn.Module) -> None:
+    """Write the model's weights as the run's model.safetensors (atomically; tied tensors once)."""
+    from safetensors.torch import save_model
+
+    atomic_write(Path(run_dir) / WEIGHTS, lambda tmp: save_model(model, str(tmp)))
+
+
 def load_weights(model: torch.nn.Module, run_dir: str | Path, device: torch.device | str = "cpu") -> None:
-    """Load the weights of the run in `run_dir` into `model` (which must have the run's shape)."""
+    """Load the weights of the run in `run_dir` into `model` (which must have the run's shape):
+    model.safetensors of a finished run, else the checkpoint of an interrupted one."""
+    path = Path(run_dir) / WEIGHTS
     try:
-        model.load_state_dict(load_checkpoint(run_dir, device)["model"])
+        if path.is_file():
+            from safetensors.torch import load_model as load_safetensors
+
+            load_safetensors(model, str(path), device=str(device))
+        else:
+            model.load_state_dict(load_checkpoint(run_dir, device)["model"])
     except RuntimeError as err:
-        raise SynthlabError(f"the checkpoint in {run_dir} does not fit this model: {str(err).splitlines()[0]}") from None
+        raise SynthlabError(f"the weights in {run_dir} do not fit this model: {str(err).splitlines()[0]}") from None
 
 
-def load_model(run_dir: str | Path, device: torch.device | str = "cpu"):
+def open_run(run_dir: str | Path, device: torch.device | str = "cpu"):
     """(model in eval mode, RunConfig, derived) from a finished or interrupted run."""
     run, derived = load_run(run_dir)
-    model = build_model(run.model).to(device)  # weights come from the checkpoint
+    model = build_model(run.model).to(device)  # weights come from the run folder
     load_weights(model, run_dir, device)
     return model.eval(), run, derived
+
+
+def load_model(run_dir: str | Path, device: torch.device | str = "cpu") -> torch.nn.Module:
+    """The trained model of the run in `run_dir`, in eval mode, on `device` (`synthlab.load_model`).
+
+    One call, no training code: the model is rebuilt from config.json and its weights read from
+    model.safetensors (or, for a run interrupted before the end, from checkpoint.pt)."""
+    return open_run(run_dir, device)[0]
+
+
+def data_sha256(data_dir: str | Path) -> dict[str, str]:
+    """{file name: sha256} of a dataset folder, as its meta.json records them (recorded in a run's
+    config.json "derived" at training start)."""
+    meta = Path(data_dir) / "meta.json"
+    try:
+        files = json.loads(meta.read_text()).get("files", {})
+    except (OSError, ValueError):
+        raise SynthlabError(f"{data_dir} is not a dataset folder (no readable meta.json)") from None
+    return {name: entry["sha256"] for name, entry in sorted(files.items())}
+
+
+def trained_data(run_dir: str | Path, run: RunConfig, derived: dict[str, Any], moved_to: str | Path | None = None) -> Path:
+    """The data folder the run was trained on (or `moved_to`, its new place), checked: there, and
+    the same dataset (the sha256s recorded at training start; older runs are only looked for)."""
+    path = Path(moved_to if moved_to is not None else run.train.data).resolve()
+    if not (path / "meta.json").is_file() and moved_to is not None:
+        raise SynthlabError(f"--data {moved_to} is not a dataset folder (no meta.json)")
+    if not (path / "meta.json").is_file():
+        raise SynthlabError(f"run {run_dir} was trained on {path}, which is gone (moved?); pass --data DIR "
+                            f"with the dataset's new place")
+    recorded = derived.get("data_sha256")
+    if recorded is not None:
+        changed = sorted(n for n, digest in data_sha256(path).items() if recorded.get(n) != digest)
+        changed += sorted(set(recorded) - set(data_sha256(path)))
+        if changed:
+            raise SynthlabError(f"{path} is not the dataset run {run_dir} was trained on ({changed[0]} changed: "
+                                f"regenerated?); pass --data DIR with the original dataset")
+    return path
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ A run directory describes itself:
 - `checkpoint.pt`: model, optimizer, scheduler, torch RNG states, data position, step; written
   atomically (temporary sibling + rename) every `checkpoint_every` steps, at the end, and when
   SIGINT or SIGTERM arrives;
+- `model.safetensors`: the weights alone, written at the end (`synthlab.load_model` reads them);
 - `summary.json`: final numbers, written at the end.
 
 Resuming replays nothing: the batcher's state is (epoch, cursor) and the torch RNG states are
@@ -41,7 +42,7 @@ from synthlab.optim import adamw, lr_factor
 from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
 from synthlab.runs import (RunConfig, autocast, load_checkpoint, load_run, load_weights, resolve_device,
-                           save_checkpoint)
+                           save_checkpoint, save_weights, data_sha256, trained_data)
 from synthlab_generators import TASKS
 
 
@@ -155,12 +156,15 @@ class TrainResult:
     interrupted: bool
 
 
-def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool = True) -> TrainResult:
-    """Start a run in `run_dir` from `run`, or resume the run already there when `run` is None."""
+def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool = True,
+          data: str | Path | None = None) -> TrainResult:
+    """Start a run in `run_dir` from `run`, or resume the run already there when `run` is None
+    (from `data` when its dataset moved: the same dataset, checked by the recorded sha256s)."""
     run_dir = Path(run_dir)
     resume = run is None
     if resume:
-        run, _ = load_run(run_dir)
+        run, recorded = load_run(run_dir)
+        run.train.data = str(trained_data(run_dir, run, recorded, moved_to=data))
         ckpt = load_checkpoint(run_dir)
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise SynthlabError(f"--out {run_dir} is not empty; choose a new folder or --resume it")
@@ -169,6 +173,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     cfg = run.train
     device = resolve_device(cfg.device)
     derived["device"] = device.type
+    derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
     if not resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps({**configlib.to_dict(run), "derived": derived}, indent=2) + "\n")
@@ -294,6 +299,7 @@ class _Trainer:
         bar.close()
         interrupted = self.step < total
         if not interrupted and record:
+            save_weights(self.run_dir, self.model)  # the weights alone, for load_model
             atomic_write_text(self.run_dir / "summary.json", json.dumps(record, indent=2) + "\n")
         elif not record and (self.run_dir / "summary.json").is_file():  # resumed a finished run: nothing to do
             record = json.loads((self.run_dir / "summary.json").read_text())

@@ -110,9 +110,9 @@ def test_person_losses_re_derived_by_hand(untrained_run):
 
     from synthlab.capacity import person_losses
     from synthlab.data import load_dataset
-    from synthlab.runs import load_model
+    from synthlab.runs import open_run
 
-    model, run, _ = load_model(untrained_run)
+    model, run, _ = open_run(untrained_run)
     data = load_dataset(run.train.data)
     losses = person_losses(model, data, device=torch.device("cpu"), batch_size=3)
     record = data.records("train")[5]

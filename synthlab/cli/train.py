@@ -65,10 +65,11 @@ def _train(**kwargs) -> None:
         torch.set_num_threads(threads)
     model_flags, train_flags = flags.given(kwargs, ModelConfig), flags.given(kwargs, TrainConfig)
     if resume is not None:
+        moved = train_flags.pop("data", None)  # the run's dataset at a new place (checked by its sha256s)
         given = [*model_flags, *train_flags] + [k for k, v in {"out": out, "config": config}.items() if v is not None]
         if given:
             raise SynthlabError(f"--resume continues a run as configured; drop --{given[0].replace('_', '-')}")
-        result = run_training(resume, None, progress=progress)
+        result = run_training(resume, None, progress=progress, data=moved)
         run_dir = resume
     else:
         if out is None:
