@@ -6,9 +6,16 @@ decimal tokens 0..mod-1, and v is its value mod `mod`. `/` (with --ops asmd) mul
 modular inverse; a tree that divides by 0 anywhere is resampled whole.
 
 Shape (MISSION.md): for l operators pick an operator uniformly, split l - 1 = l1 + l2 with l1
-uniform in 0..l-1, recurse on (l1, l2); l = 0 is a leaf. Train lengths are uniform on 1..L, test
-lengths are exactly L. Test prompts are distinct and drawn first; train records whose prompt is a
-test prompt are resampled, so no test prompt appears in train.
+uniform in 0..l-1, recurse on (l1, l2); l = 0 is a leaf. Train lengths are uniform on 1..L.
+
+Test (test.jsonl): first `n_test` distinct prompts of length L, drawn before train; train records
+whose prompt is one of them are resampled, so no test prompt appears in train. They alone make the
+headline accuracy. Then, for every l = 1..L-1, up to `n_test_per_length` distinct prompts of
+length l that are not in train (drawn after train, from the same tree distribution, so train is
+the same with or without them), marked `"headline": false`: the per-length diagnostics. A short
+length can have no such prompt at all (l = 1 has 3 mod^2 prompts, all in a large train split);
+meta.json's `unseen_prompts_per_length` says how many exist and `test_per_length` how many were
+written.
 
 Speed: trees of one length are generated as a batch, column by column in prefix order, with an
 explicit stack of pending subtree sizes per row; values come from a right-to-left scan with a
@@ -27,6 +34,7 @@ from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, TaskParams, Tas
                                          TaskSpec, chunked, param)
 
 OPERATORS = {"asm": ("+", "-", "*"), "asmd": ("+", "-", "*", "/")}
+ROUNDS, MAX_BATCH = 20, 1_000_000  # held-out draws of a shorter length: batches, trees per batch
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,9 @@ class ManoParams(TaskParams):
     L: int = param(24, "Test length: number of operators per test expression; training "
                        "lengths are uniform on 1..L.", flag="--L")
     n_train: int = param(100_000, "Number of training records.")
-    n_test: int = param(3_000, "Number of test records (distinct prompts, all of length L).")
+    n_test: int = param(3_000, "Number of headline test records (distinct prompts of length L).")
+    n_test_per_length: int = param(200, "Held-out records of each shorter length l = 1..L-1 "
+                                        "(distinct prompts not in train; fewer where fewer exist).")
     ops: str = param("asm", "Operator set: 'asm' (+ - *) or 'asmd' (+ - * and / as the "
                             "modular inverse).")
     mod: int = param(23, "Modulus, a prime; operands are 0..mod-1 and values are taken mod it.")
@@ -45,6 +55,7 @@ class ManoParams(TaskParams):
         self.require_int("L", 1, 1000)
         self.require_int("n_train", 1)
         self.require_int("n_test", 1)
+        self.require_int("n_test_per_length", 0)
         self.require_choice("ops", OPERATORS)
         self.require_int("mod", 2, 1000)
         self.require(all(self.mod % d for d in range(2, math.isqrt(self.mod) + 1)), "mod",
@@ -59,6 +70,21 @@ def distinct_prompts(length: int, n_ops: int, mod: int) -> int:
     """Number of distinct expressions with `length` operators: Catalan * ops^l * mod^(l+1)."""
     catalan = math.comb(2 * length, length) // (length + 1)
     return catalan * n_ops**length * mod ** (length + 1)
+
+
+def valid_prompts(max_length: int, n_ops: int, mod: int) -> list[int]:
+    """Number of distinct expressions with l = 0..max_length operators that never divide by 0
+    (equal to `distinct_prompts` without division), by dynamic programming over (l, value)."""
+    flat = _operator_table(mod)[:n_ops].reshape(n_ops, -1)
+    where = [[np.flatnonzero(table == v) for v in range(mod)] for table in flat]
+    count = [np.ones(mod, dtype=object)]  # count[l][v]: expressions of l operators with value v
+    for size in range(1, max_length + 1):
+        total = np.zeros(mod, dtype=object)
+        for left in range(size):
+            pairs = np.multiply.outer(count[left], count[size - 1 - left]).ravel()
+            total += np.array([sum(pairs[i].sum() for i in op) for op in zip(*where)], dtype=object)
+        count.append(total)
+    return [int(c.sum()) for c in count]
 
 
 def tokens(params: ManoParams) -> list[str]:
@@ -145,10 +171,33 @@ def _draw(length: int, count: int, params: ManoParams, names: np.ndarray,
     return _prompt_bodies(codes[keep], names), values[keep]
 
 
-def _line(length: int, expr: str, value: int) -> str:
+def _line(length: int, expr: str, value: int, headline: bool = True) -> str:
     # Same layout as json.dumps; tokens never contain quotes or backslashes.
+    flag = "" if headline else ', "headline": false'
     return f'{{"prompt": "<bos> <len_{length}> {expr} <ans>", "answer": "{value}", ' \
-           f'"length": {length}}}\n'
+           f'"length": {length}{flag}}}\n'
+
+
+def _unseen(length: int, want: int, seen: set[str], valid: int, params: ManoParams,
+            names: np.ndarray, rng: np.random.Generator) -> tuple[dict[str, int], int]:
+    """(up to `want` distinct prompts of `length` not in `seen`, how many such prompts exist);
+    `valid`: how many valid prompts of that length exist.
+
+    Drawn from the tree distribution and rejected while in `seen`; when unseen prompts are rare,
+    batches grow with the rarity, and after ROUNDS batches fewer than `want` may be returned.
+    """
+    unseen = valid - len(seen)
+    want = min(want, unseen)
+    found: dict[str, int] = {}
+    for _ in range(ROUNDS if want else 0):
+        batch = min(MAX_BATCH, 2 * (want - len(found)) * valid // unseen + 16)
+        exprs, values = _draw(length, batch, params, names, rng)
+        for expr, value in zip(exprs, values.tolist()):
+            if expr not in seen and len(found) < want:
+                found.setdefault(expr, value)
+        if len(found) == want:
+            break
+    return found, unseen
 
 
 def generate(params: ManoParams, rng: np.random.Generator) -> Dataset:
@@ -166,28 +215,41 @@ def generate(params: ManoParams, rng: np.random.Generator) -> Dataset:
     # Train: lengths uniform on 1..L, generated as one batch per length, kept in draw order.
     lengths = rng.integers(1, params.L + 1, size=params.n_train)
     by_length: dict[int, list[str]] = {}
+    seen: dict[int, set[str]] = {}
     for length in tqdm(range(1, params.L + 1), desc="mano train", unit="length", disable=None):
         need = int(np.count_nonzero(lengths == length))
         lines: list[str] = []
         while len(lines) < need:
             exprs, values = _draw(length, need - len(lines), params, names, rng)
-            lines += [_line(length, e, v) for e, v in zip(exprs, values.tolist())
-                      if e not in test]
+            kept = [(e, v) for e, v in zip(exprs, values.tolist()) if e not in test]
+            lines += [_line(length, e, v) for e, v in kept]
+            seen.setdefault(length, set()).update(e for e, _ in kept)
         by_length[length] = lines[::-1]  # popped from the end below, in draw order
     train_lines = [by_length[length].pop() for length in lengths.tolist()]
+
+    # Held-out prompts of every shorter length, after train (which they leave unchanged).
+    per_length, unseen = {params.L: len(test_lines)}, {}
+    valid = valid_prompts(params.L - 1, len(OPERATORS[params.ops]), params.mod)
+    for length in range(1, params.L):
+        found, unseen[length] = _unseen(length, params.n_test_per_length, seen.get(length, set()),
+                                        valid[length], params, names, rng)
+        test_lines += [_line(length, e, v, headline=False) for e, v in found.items()]
+        per_length[length] = len(found)
 
     return Dataset(
         tokens=tokens(params),
         files={"train.jsonl": chunked(train_lines), "test.jsonl": chunked(test_lines)},
         counts={"train": len(train_lines), "test": len(test_lines)},
         extra={"distinct_test_length_prompts": str(
-            distinct_prompts(params.L, len(OPERATORS[params.ops]), params.mod))},
+            distinct_prompts(params.L, len(OPERATORS[params.ops]), params.mod)),
+               "unseen_prompts_per_length": {str(k): str(v) for k, v in unseen.items()},
+               "test_per_length": {str(k): per_length[k] for k in sorted(per_length)}},
     )
 
 
 def shape(params: ManoParams) -> TaskShape:
     """A record of length l is <bos> <len_l> EXPR (2l + 1 tokens) <ans> answer: 2l + 5 tokens.
-    Test records have l = L (the longest); train lengths are uniform on 1..L (mean L + 6)."""
+    The longest test records have l = L; train lengths are uniform on 1..L (mean L + 6)."""
     return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(tokens(params)),
                      row_len=2 * params.L + 4, tokens_per_record=params.L + 6.0,
                      train_records=params.n_train)

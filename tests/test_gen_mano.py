@@ -74,7 +74,9 @@ def test_length_distribution_and_test_length(tmp_path):
     counts = Counter(r["length"] for r in read(out / "train.jsonl"))
     assert sorted(counts) == list(range(1, 9))
     assert chisquare([counts[l] for l in range(1, 9)]).pvalue > 1e-4
-    assert {r["length"] for r in read(out / "test.jsonl")} == {8}
+    test = read(out / "test.jsonl")
+    assert {r["length"] for r in test if r.get("headline", True)} == {8}
+    assert [r["length"] for r in test[:200]] == [8] * 200  # the headline records come first
 
 
 def test_tree_shape_left_size_uniform(tmp_path):
@@ -82,7 +84,7 @@ def test_tree_shape_left_size_uniform(tmp_path):
     out = tmp_path / "d"
     gen(out, "--L", "4", "--n-train", "200", "--n-test", "4000")
     left_sizes = Counter()
-    for rec in read(out / "test.jsonl"):
+    for rec in read(out / "test.jsonl")[:4000]:  # the headline records, l = L = 4
         expr = rec["prompt"].split()[2:-1]
         need, i, ops = 1, 1, 0  # walk the left subtree of the root
         while need:
@@ -112,8 +114,10 @@ def test_determinism_and_meta(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     assert (tmp_path / "a/train.jsonl").read_bytes() != (tmp_path / "c/train.jsonl").read_bytes()
     meta = json.loads((tmp_path / "a/meta.json").read_text())
-    assert meta["params"] == {"L": 5, "n_train": 500, "n_test": 50, "ops": "asm", "mod": 23}
-    assert meta["counts"] == {"train": 500, "test": 50} and meta["seed"] == 1
+    assert meta["params"] == {"L": 5, "n_train": 500, "n_test": 50, "n_test_per_length": 200,
+                              "ops": "asm", "mod": 23}
+    assert meta["counts"] == {"train": 500, "test": 50 + 4 * 200} and meta["seed"] == 1
+    assert meta["info"]["test_per_length"] == {"1": 200, "2": 200, "3": 200, "4": 200, "5": 50}
     vocab = json.loads((tmp_path / "a/vocab.json").read_text())
     assert vocab["tokens"][:4] == ["<pad>", "<bos>", "<eos>", "<ans>"]
     assert vocab["tokens"][4:] == [f"<len_{i}>" for i in range(1, 6)] + ["+", "-", "*"] + \
@@ -135,6 +139,7 @@ def test_overwrite(tmp_path):
     (["--L", "0"], "--L"),
     (["--n-train", "0"], "--n-train"),
     (["--n-test", "-1"], "--n-test"),
+    (["--n-test-per-length", "-1"], "--n-test-per-length"),
     (["--ops", "asx"], "--ops"),
     (["--mod", "21"], "--mod"),
     (["--L", "1", "--n-test", "1000"], "--n-test"),
@@ -162,3 +167,78 @@ def test_unknown_task_and_unwritable_out(tmp_path):
     assert result.exit_code == 2 and "--out" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def all_expressions(length: int, ops: str, mod: int) -> list[list[str]]:
+    """Every prefix expression with `length` operators, by plain recursion (tiny cases only)."""
+    if length == 0:
+        return [[str(v)] for v in range(mod)]
+    return [[op, *left, *right] for left_size in range(length)
+            for left in all_expressions(left_size, ops, mod)
+            for right in all_expressions(length - 1 - left_size, ops, mod) for op in ops]
+
+
+def divides_by_zero(tokens: list[str], mod: int) -> bool:
+    try:
+        prefix_value(tokens, mod)
+    except AssertionError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("ops, symbols", [("asm", "+-*"), ("asmd", "+-*/")])
+def test_valid_prompt_counts_match_enumeration(ops, symbols):
+    from synthlab_generators.mano import valid_prompts
+
+    counts = [sum(not divides_by_zero(e, 5) for e in all_expressions(length, symbols, 5))
+              for length in range(4)]
+    assert valid_prompts(3, len(symbols), 5) == counts
+
+
+@pytest.mark.parametrize("ops, symbols", [("asm", "+-*"), ("asmd", "+-*/")])
+def test_held_out_prompts_of_every_length(tmp_path, ops, symbols):
+    """Shorter lengths: distinct prompts not in train, answers right, as many as exist (or asked),
+    and the count of unseen prompts in meta.json matches an enumeration; l = L is unchanged."""
+    out = tmp_path / "d"
+    gen(out, "--L", "3", "--mod", "3", "--ops", ops, "--n-train", "300", "--n-test", "40",
+        "--n-test-per-length", "60", "--seed", "4")
+    train, test = read(out / "train.jsonl"), read(out / "test.jsonl")
+    headline = [r for r in test if r.get("headline", True)]
+    assert len(headline) == 40 and {r["length"] for r in headline} == {3}
+    meta = json.loads((out / "meta.json").read_text())
+    train_prompts = {r["prompt"] for r in train}
+    for length in (1, 2):
+        held = [r for r in test if r["length"] == length]
+        assert all(r["headline"] is False for r in held)
+        prompts = [r["prompt"] for r in held]
+        assert len(set(prompts)) == len(prompts) and not set(prompts) & train_prompts
+        for rec in held:
+            assert int(rec["answer"]) == prefix_value(rec["prompt"].split()[2:-1], 3)
+        valid = {f"<bos> <len_{length}> {' '.join(e)} <ans>"
+                 for e in all_expressions(length, symbols, 3) if not divides_by_zero(e, 3)}
+        unseen = valid - train_prompts
+        assert int(meta["info"]["unseen_prompts_per_length"][str(length)]) == len(unseen)
+        assert len(held) == min(60, len(unseen)) == meta["info"]["test_per_length"][str(length)]
+    assert meta["counts"]["test"] == len(test)
+
+
+def test_train_split_is_the_same_with_or_without_held_out_lengths(tmp_path):
+    """Held-out prompts of shorter lengths are drawn after train, which they leave as it was."""
+    base = ["--L", "3", "--mod", "5", "--n-train", "2000", "--n-test", "30", "--seed", "2"]
+    gen(tmp_path / "a", *base, "--n-test-per-length", "0")
+    gen(tmp_path / "b", *base, "--n-test-per-length", "25")
+    assert (tmp_path / "a/train.jsonl").read_bytes() == (tmp_path / "b/train.jsonl").read_bytes()
+    a, b = read(tmp_path / "a/test.jsonl"), read(tmp_path / "b/test.jsonl")
+    assert b[: len(a)] == a and len(a) == 30 and {r["length"] for r in b[30:]} == {2}  # l = 1: all in train
+    gen(tmp_path / "c", *base, "--n-test-per-length", "25")
+    assert (tmp_path / "b/test.jsonl").read_bytes() == (tmp_path / "c/test.jsonl").read_bytes()
+
+
+def test_a_length_wholly_in_train_has_no_held_out_records(tmp_path):
+    # l = 1 with mod 3: 27 prompts, all drawn among ~1000 length-1 training records
+    out = tmp_path / "d"
+    gen(out, "--L", "2", "--mod", "3", "--n-train", "2000", "--n-test", "20")
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["info"]["unseen_prompts_per_length"] == {"1": "0"}
+    assert meta["info"]["test_per_length"] == {"1": 0, "2": 20}
+    assert {r["length"] for r in read(out / "test.jsonl")} == {2}
