@@ -54,6 +54,10 @@ def version() -> None:
 
 
 # --- command registrations (one line per area; keep this list sorted by area) ---
+from synthlab.cli import curves as _curves  # noqa: E402
+
+app.command("curves")(_curves.curves)
+
 from synthlab.cli import fit as _fit  # noqa: E402
 
 app.command("fit")(_fit.fit)

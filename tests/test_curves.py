@@ -1,0 +1,69 @@
+"""`synthlab curves`: training curves drawn from real tiny runs, one or many, and a sweep's runs by a factor."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from synthlab.cli import app
+from synthlab.cli.train import resolve_run_config
+from synthlab.train import train
+from synthlab_generators import TASKS, write_dataset
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two finished tiny mano runs: loops 1 and loops 2."""
+    root = tmp_path_factory.mktemp("curves")
+    spec = TASKS["mano"]
+    data = write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, root / "data")
+    made = []
+    for loops in (1, 2):
+        run = resolve_run_config({}, {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": loops},
+                                 {"task": "mano", "data": str(data), "steps": 8, "batch_size": 8, "log_every": 2})
+        train(root / f"loops{loops}", run, progress=False)
+        made.append(root / f"loops{loops}")
+    return made
+
+
+def _svg_texts(path):
+    """The texts of a matplotlib SVG (drawn as paths, each preceded by a comment holding its text)."""
+    import re
+
+    return set(re.findall(r"<!-- (.*?) -->", path.read_text()))
+
+
+def test_curves_of_runs_overlaid_with_a_legend(runs, tmp_path):
+    result = runner.invoke(app, ["curves", *map(str, runs), "--out", str(tmp_path / "fig")])
+    assert result.exit_code == 0, result.output
+    png, svg = tmp_path / "fig" / "curves.png", tmp_path / "fig" / "curves.svg"
+    assert result.output.split() == [str(png), str(svg)]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    texts = _svg_texts(svg)
+    assert {"loops1", "loops2", "loss per recurrent step (end)", "learning rate"} <= texts
+
+    again = runner.invoke(app, ["curves", *map(str, runs), "--out", str(tmp_path / "again")])
+    assert again.exit_code == 0 and (tmp_path / "again" / "curves.svg").read_bytes() == svg.read_bytes()
+
+
+def test_a_sweep_folder_draws_its_runs_grouped_by_a_factor(runs, tmp_path):
+    sweep = tmp_path / "sweep"
+    rows = ["point_id,run_dir,loops,seed"]
+    for i, run in enumerate(runs + runs):  # each setting twice, as two seeds would be
+        shutil.copytree(run, sweep / "runs" / f"p{i}" / "model")
+        rows.append(f"p{i},{sweep / 'runs' / f'p{i}'},{1 + i % 2},{i // 2}")
+    (sweep / "results.csv").write_text("\n".join(rows) + "\n")
+
+    result = runner.invoke(app, ["curves", str(sweep), "--by", "loops"])
+    assert result.exit_code == 0, result.output
+    texts = _svg_texts(sweep / "figures" / "curves.svg")
+    assert {"loops=1", "loops=2"} <= texts and not {"p0", "p1"} & texts  # one legend entry per value
+
+    result = runner.invoke(app, ["curves", str(sweep), "--by", "depth"])
+    assert result.exit_code == 2 and "--by depth" in result.output and "loops" in result.output
+    result = runner.invoke(app, ["curves", str(tmp_path)])
+    assert result.exit_code == 2 and "neither a run folder" in result.output
