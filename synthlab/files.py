@@ -1,19 +1,40 @@
 """Atomic file writes: a reader (or a process killed mid-write) sees the old file or the new one,
 never half of one. Every module that writes results, configs, checkpoints or figures uses these.
-Also: an exclusive file lock, and folders built once under a content-hash name (`cached_dir`).
+Also: an exclusive file lock, folders built once under a content-hash name (`cached_dir`), and
+`check_writable`, which commands call on their outputs before they start any work.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from synthlab.config import content_hash
+from synthlab.errors import SynthlabError
+from synthlab_generators.writer import check_writable
+
+__all__ = ["atomic_write", "atomic_write_text", "cached_dir", "check_writable", "file_lock", "sha256_file", "warn"]
+
+
+def warn(message: str) -> None:
+    """One `warning: ...` line on stderr (a damaged file skipped, a fallback taken)."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def sha256_file(path: str | Path) -> str:
+    """The hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
@@ -29,8 +50,11 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):  # no space left, no permission: one line naming the real file
+            raise SynthlabError(f"cannot write {path}: {err.strerror or err}") from None
         raise
     return path
 

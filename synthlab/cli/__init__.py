@@ -2,7 +2,8 @@
 
 Each area registers its commands here from its own module in this package. Command modules import
 heavy libraries (torch, transformers, ray) inside the command functions, so `synthlab gen` and
-`synthlab fit` start fast. A SynthlabError anywhere becomes one line on stderr and exit code 2.
+`synthlab fit` start fast. A SynthlabError (or an OSError) anywhere becomes one line on stderr and
+exit code 2.
 """
 
 from __future__ import annotations
@@ -19,13 +20,18 @@ _CLICK_ERRORS = (click.ClickException, getattr(typer, "TyperException", click.Cl
 
 
 class _ReadableErrors(TyperGroup):
-    """Turns SynthlabError, and a subcommand's bad option (`--L abc`), into one line and exit code 2."""
+    """Turns SynthlabError, an OSError (naming its file), and a subcommand's bad option (`--L abc`),
+    into one line and exit code 2."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except SynthlabError as err:
             typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=2) from None
+        except OSError as err:  # a file that could not be read or written: name it, no traceback
+            where = f"{err.filename}: " if err.filename else ""
+            typer.echo(f"error: {where}{err.strerror or err}", err=True)
             raise typer.Exit(code=2) from None
         except _CLICK_ERRORS as err:  # a bad option or argument: one line instead of typer's box
             if type(err).__name__ == "NoArgsIsHelpError":  # `synthlab gen` alone prints its help
