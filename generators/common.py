@@ -123,7 +123,9 @@ class TaskSpec:
     help:         one-line help of `synthlab gen NAME`.
     shape:        shape(params) -> TaskShape, without generating the data.
     extra_files:  files the dataset holds beside meta.json, vocab.json, train.jsonl, test.jsonl.
-    group_key:    the field of a test record by which evaluation groups its results.
+    group_key:    the field of a test (and training QA) record by which evaluation groups its
+                  results. Test records marked `"headline": false` count in the per-group
+                  diagnostics only, not in the headline accuracy (Mano's shorter lengths).
     headline:     the results column a plot of this task leads with.
     pack:         whether training packs several examples per row by default.
     data_columns: generator param field -> the results-table column that describes the point

@@ -9,7 +9,12 @@ forward pass. Reported per step t = 1..T (and past the trained depth with `steps
 - exact-match accuracy, and the summed cross-entropy of the answer tokens (nats);
 - the step agreement matrix: the fraction of examples whose predicted answers at steps i and j
   are identical (MISSION.md C9);
-- per group: the bioS attribute, the Mano length, the multihop hop count, the reach distance;
+- per group (the task SPEC's `group_key`: the bioS attribute, the Mano length, the multihop hop
+  count with the one-hop atomic facts, the reach distance, "no" reach queries as their own group
+  `no_distance`), accuracy and answer loss on every held-out test prompt AND on a sample of
+  training prompts (memorised vs generalised): `groups`, flattened into results columns by
+  `group_columns` (`acc_l2`, `train_acc_l1`, ...). Test records marked `"headline": false` (Mano's
+  shorter lengths) count only here; every other number is over the headline test records;
 - bioS also: recall of each attribute inside the training biographies (`biography_recall`), since
   a model trained on biographies alone has never seen a question.
 
@@ -126,18 +131,104 @@ def biography_recall(model, data: Dataset, *, device: torch.device, people: int 
     return {name: {"accuracy": float(np.mean(exact[name])), "loss": float(np.mean(nats[name]))} for name in exact}
 
 
-def split_items(data: Dataset, split: str = "test") -> tuple[list[list[int]], list[list[int]], list]:
-    """(prompts, answers, group of each item) of a split's QA records."""
-    key = TASKS[data.task].group_key
-    prompts, answers, groups = [], [], []
-    for record in data.records(split):
-        prompt, answer = qa_sequence(data, record)
-        prompts.append(prompt)
-        answers.append(answer)
-        groups.append(record.get(key))
+def split_items(data: Dataset, split: str = "test", headline_only: bool = False
+                ) -> tuple[list[list[int]], list[list[int]], list]:
+    """(prompts, answers, group of each item) of a split's QA records (with `headline_only`, the
+    test records that make the headline accuracy: all but those marked `"headline": false`)."""
+    records = [r for r in data.records(split) if r.get("headline", True) or not headline_only]
+    prompts, answers, groups = _qa_items(data, records)
     if not prompts:
-        raise SynthlabError(f"{data.path / 'test.jsonl'} has no records")
+        raise SynthlabError(f"{data.path / f'{split}.jsonl'} has no records")
     return prompts, answers, groups
+
+
+def _qa_items(data: Dataset, records: list[dict]) -> tuple[list[list[int]], list[list[int]], list]:
+    key = TASKS[data.task].group_key
+    pairs = [qa_sequence(data, r) for r in records]
+    return [p for p, _ in pairs], [a for _, a in pairs], [r.get(key) for r in records]
+
+
+def group_label(key: str, value) -> str:
+    """A group's name in results columns: an integer value g of key k is k[0] + g (length 2 -> `l2`,
+    hops 1 -> `h1`, distance 3 -> `d3`), a missing value `no_<key>` (reach's "no" queries have no
+    distance), any other value itself (`birth_date`)."""
+    if value is None:
+        return f"no_{key}"
+    return f"{key[0]}{value}" if isinstance(value, int) else str(value)
+
+
+def _group_stats(correct: np.ndarray, loss: np.ndarray, groups: list, key: str) -> dict[str, dict]:
+    """label -> {"n", "accuracy", "answer_loss"} of one split's last-step scores, groups in order."""
+    members: dict = defaultdict(list)
+    for i, group in enumerate(groups):
+        members[group].append(i)
+    order = sorted(members, key=lambda g: (g is None, not isinstance(g, int), g if isinstance(g, int) else str(g)))
+    return {group_label(key, g): {"n": len(members[g]), "accuracy": float(correct[members[g]].mean()),
+                                  "answer_loss": float(loss[members[g]].mean())} for g in order}
+
+
+def group_columns(groups: dict[str, dict[str, dict]], prefix: str = "") -> dict[str, float]:
+    """`groups` ({"heldout"|"train": {label: stats}}) as flat columns: acc_<label>,
+    answer_loss_<label>, n_<label>, and the same with train_ for the training sample."""
+    out = {}
+    for split, stats in groups.items():
+        head = prefix + ("train_" if split == "train" else "")
+        for label, s in stats.items():
+            out.update({f"{head}acc_{label}": s["accuracy"], f"{head}answer_loss_{label}": s["answer_loss"],
+                        f"{head}n_{label}": s["n"]})
+    return out
+
+
+def _sample_by_group(records: list[dict], key: str, per_group: int, rng: np.random.Generator) -> list[dict]:
+    """Up to `per_group` records of each group, drawn without replacement, in file order."""
+    members: dict = defaultdict(list)
+    for i, record in enumerate(records):
+        members[record.get(key)].append(i)
+    picked = [i for group in members.values()
+              for i in (group if len(group) <= per_group else rng.choice(group, per_group, replace=False))]
+    return [records[i] for i in sorted(picked)]
+
+
+def _train_qa(data: Dataset) -> list[dict]:
+    """The training split's QA records (not bioS biographies or reach edge statements), one per
+    distinct prompt: how many of the prompts it was trained on a model gets right."""
+    distinct = {}
+    for r in data.records("train"):
+        if "answer" in r and ("prompt" in r or "question" in r):
+            distinct.setdefault(r.get("prompt", r.get("question")), r)
+    return list(distinct.values())
+
+
+class GroupProbe:
+    """Per-group scores on fixed samples of held-out and training prompts (up to `per_group` of
+    each group, drawn once from `seed`): the learning curve `train.eval_every` logs."""
+
+    def __init__(self, data: Dataset, *, per_group: int = 256, seed: int = 0, batch_size: int = 256):
+        key = TASKS[data.task].group_key
+        rng = np.random.default_rng(seed)
+        self.key, self.pad_id, self.batch_size = key, data.pad_id, batch_size
+        self.items = {split: _qa_items(data, _sample_by_group(records, key, per_group, rng))
+                      for split, records in (("heldout", data.records("test")), ("train", _train_qa(data)))}
+
+    def groups(self, model, device: torch.device, steps: int | None = None) -> dict[str, dict[str, dict]]:
+        """{"heldout"|"train": {label: {"n", "accuracy", "answer_loss"}}} at the last step."""
+        out = {}
+        for split, (prompts, answers, groups) in self.items.items():
+            if prompts:
+                scores = score_answers(model, prompts, answers, pad_id=self.pad_id, device=device, steps=steps,
+                                       batch_size=self.batch_size)
+                out[split] = _group_stats(scores.correct[-1], scores.loss[-1], groups, self.key)
+        return out
+
+    def __call__(self, model, device: torch.device) -> dict[str, float]:
+        """Columns prefixed `eval/` (`eval/acc_l1`, `eval/train_acc_l1`, ...) for a metrics record;
+        the model is scored in eval mode and put back in the mode it was in."""
+        was_training = model.training
+        model.eval()
+        try:
+            return group_columns(self.groups(model, device), prefix="eval/")
+        finally:
+            model.train(was_training)
 
 
 def _per_group(values: np.ndarray, groups: list) -> dict[str, float]:
@@ -149,8 +240,10 @@ def _per_group(values: np.ndarray, groups: list) -> dict[str, float]:
 
 def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, steps: int | None = None,
                  exit_rule: str | None = None, kv: str | None = None, batch_size: int = 256,
-                 device: str = "auto") -> dict:
-    """Score a run on a test split; writes RUN_DIR/eval/<name>.json and returns the same dict."""
+                 device: str = "auto", train_sample: int = 500, seed: int = 0) -> dict:
+    """Score a run on a test split; writes RUN_DIR/eval/<name>.json and returns the same dict.
+
+    train_sample: training prompts scored per group (drawn from `seed`)."""
     run_dir = Path(run_dir)
     if exit_rule is not None:
         parse_exit_rule(exit_rule)  # fail before any work on a malformed rule
@@ -161,7 +254,7 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
     data = load_dataset(data_dir or trained_data(run_dir, run, derived), run.train.task)
     if len(data.tokenizer) != run.model.vocab_size:
         raise SynthlabError(f"--data {data.path}: vocabulary of {len(data.tokenizer)} tokens, the model was trained on {run.model.vocab_size}")
-    prompts, answers, groups = split_items(data)
+    prompts, answers, groups = split_items(data, headline_only=True)
     trained = run.model.loops
     scores = score_answers(model, prompts, answers, pad_id=data.pad_id, device=dev, steps=steps, batch_size=batch_size)
     n_steps = scores.correct.shape[0]
@@ -177,9 +270,8 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
         "answer_loss_per_step": scores.loss.mean(1).tolist(),
         "agreement": scores.agreement.tolist(),
         "group_key": TASKS[data.task].group_key,
-        "accuracy_per_group": _per_group(scores.correct[-1], groups),
-        "answer_loss_per_group": _per_group(scores.loss[-1], groups),
     }
+    result.update(_diagnostics(model, data, scores, groups, dev, steps, batch_size, train_sample, seed))
     if "spans" in data.records("train")[0]:  # texts with marked values (bioS): recall inside them
         result["biography_recall"] = biography_recall(model, data, device=dev, steps=steps)
     name = f"steps{n_steps}" + (f"_data-{data.path.name}" if data_dir is not None else "")
@@ -193,6 +285,28 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
     (run_dir / "eval").mkdir(exist_ok=True)
     atomic_write_text(run_dir / result["file"], json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _diagnostics(model, data: Dataset, scores: AnswerScores, groups: list, device, steps, batch_size,
+                 train_sample: int, seed: int) -> dict:
+    """Per-group scores on every held-out prompt (the headline ones already scored) and on a
+    sample of training prompts; groups present in training only are named."""
+    key = TASKS[data.task].group_key
+    extra = _qa_items(data, [r for r in data.records("test") if not r.get("headline", True)])
+    correct, loss, all_groups = scores.correct[-1], scores.loss[-1], list(groups)
+    if extra[0]:
+        more = score_answers(model, extra[0], extra[1], pad_id=data.pad_id, device=device, steps=steps,
+                             batch_size=batch_size)
+        correct, loss = np.concatenate([correct, more.correct[-1]]), np.concatenate([loss, more.loss[-1]])
+        all_groups += extra[2]
+    out = {"heldout": _group_stats(correct, loss, all_groups, key)}
+    train = _qa_items(data, _sample_by_group(_train_qa(data), key, train_sample, np.random.default_rng(seed)))
+    if train[0]:
+        ts = score_answers(model, train[0], train[1], pad_id=data.pad_id, device=device, steps=steps,
+                           batch_size=batch_size)
+        out["train"] = _group_stats(ts.correct[-1], ts.loss[-1], train[2], key)
+    return {"accuracy_per_group": _per_group(correct, all_groups), "answer_loss_per_group": _per_group(loss, all_groups),
+            "groups": out, "train_only_groups": [g for g in out.get("train", {}) if g not in out["heldout"]]}
 
 
 def _answer_batches(prompts, answers, pad_id, device, batch_size):

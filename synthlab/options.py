@@ -63,6 +63,8 @@ class TrainConfig:
     init_from: str | None = option(None, "Start from the weights of this run directory's checkpoint (e.g. stage II after stage I).")
     checkpoint_every: int = option(1000, "Write a checkpoint every K steps.")
     log_every: int = option(10, "Append to metrics.jsonl every K steps.")
+    eval_every: int = option(0, "Every K steps, log per-group accuracy and answer loss on fixed samples of held-out "
+                                "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).")
     device: str = option("auto", "auto (CUDA with bf16 if present, else CPU fp32), cpu or cuda.")
     compile: bool = option(False, "torch.compile the model.")
 
@@ -81,6 +83,8 @@ class TrainConfig:
         for name in ("batch_size", "checkpoint_every", "log_every"):
             if getattr(self, name) < 1:
                 raise SynthlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_every < 0:
+            raise SynthlabError(f"train.eval_every must be >= 0 (0: off), got {self.eval_every}")
         if self.seq_len is not None and self.seq_len < 2:
             raise SynthlabError(f"train.seq_len must be >= 2, got {self.seq_len}")
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:

@@ -20,6 +20,7 @@ from synthlab.results import RESULTS, factor_column
 
 STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
 AGREE_COLUMN = re.compile(r"^agree_(\d+)_(\d+)$")
+LENGTH_COLUMN = re.compile(r"^(train_)?acc_l(\d+)$")  # Mano per-length accuracy (synthlab.evaluate.group_columns)
 
 
 def read_results(sweep_dir: str | Path) -> pd.DataFrame:
@@ -111,7 +112,33 @@ def plot_mano(table: pd.DataFrame, out: Path) -> list[Path]:
     sns.heatmap(grid, annot=True, fmt=".1f", vmin=0, vmax=100, cmap="viridis", ax=ax,
                 cbar_kws={"label": "exact-match accuracy at l = L (%)"})
     ax.set(xlabel="L (operators in the test expression)", ylabel="model (layers x loops)", title="Mano")
-    return _save(fig, out, "mano")
+    paths = _save(fig, out, "mano")
+    if any(LENGTH_COLUMN.match(c) for c in table.columns):  # per-length diagnostics recorded
+        paths += plot_lengths(table, out)
+    return paths
+
+
+def plot_lengths(table: pd.DataFrame, out: Path) -> list[Path]:
+    """Mano accuracy per expression length l = 1..L, held-out (solid) and training prompts
+    (dashed), one panel per L, one colour per model: which lengths a model has learned. Drawn
+    with the Mano figure when results.csv has per-length columns (acc_l<l>, train_acc_l<l>)."""
+    columns = [c for c in table.columns if LENGTH_COLUMN.match(c)]
+    plt, sns = _pyplot()
+    long = table.melt(id_vars=["model", "L"], value_vars=columns, var_name="column", value_name="acc").dropna(
+        subset=["acc"])
+    parts = long["column"].str.extract(LENGTH_COLUMN)
+    long = long.assign(length=parts[1].astype(int), acc=100 * long["acc"],
+                       prompts=np.where(parts[0].notna(), "training", "held-out"))
+    panels = sorted(long["L"].unique())
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
+    order = sorted(long["model"].unique(), key=_layers_loops)
+    for ax, L in zip(axes[0], panels):
+        sns.lineplot(data=long[long["L"] == L], x="length", y="acc", hue="model", hue_order=order, style="prompts",
+                     style_order=["held-out", "training"], markers=True, errorbar=None, ax=ax,
+                     legend=ax is axes[0][-1])
+        ax.set(xlabel="l (operators in the expression)", ylabel="exact-match accuracy (%)", ylim=(-2, 102),
+               title=f"Mano L = {L}", xticks=range(1, int(L) + 1))
+    return _save(fig, out, "mano_lengths")
 
 
 def plot_multihop(table: pd.DataFrame, out: Path) -> list[Path]:

@@ -11,8 +11,13 @@ Columns of a row, by who writes them:
   last logged 10% of steps), `train_s`; sizes and cost (`synthlab.cost.size_metrics`): `params`,
   `params_nonemb`, `train_flops`;
 - eval (`eval_metrics`): `accuracy`, `accuracy_at_trained_depth`, `answer_loss`, `eval_steps`,
-  `n_test`, `acc_step_<t>`, `agree_<i>_<j>`; with an exit rule `strategy`, `threshold`,
-  `mean_exit_step` (`accuracy` is then the exit accuracy); with a KV strategy `kv`, `kv_bytes`;
+  `n_test`, `acc_step_<t>`, `agree_<i>_<j>`; per group of the task's group key (teacher forced,
+  last step; `synthlab.evaluate.group_columns` names them): `acc_<g>`, `answer_loss_<g>`, `n_<g>`
+  on held-out prompts and `train_acc_<g>`, `train_answer_loss_<g>`, `train_n_<g>` on a sample of
+  training prompts, <g> e.g. `l2` (Mano length 2), `h1` (one-hop facts), `d3`, `no_distance`,
+  `birth_date`; a group with no held-out prompt has train columns only; with an exit rule
+  `strategy`, `threshold`, `mean_exit_step` (`accuracy` is then the exit accuracy); with a KV
+  strategy `kv`, `kv_bytes`;
 - gate (Ouro stage II): `gate_steps`, `gate_loss`, `gate_s`; capacity (`capacity_metrics`): `p1`,
   `p2`, `bits`, `max_bits`, `bits_per_param`, `fraction_of_max`, `params_capacity`.
 
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.errors import SynthlabError
+from synthlab.evaluate import group_columns
 from synthlab.files import atomic_write_text, file_lock
 from synthlab.runs import read_metrics
 from synthlab_generators import TASKS
@@ -122,6 +128,7 @@ def eval_metrics(result: dict[str, Any], options) -> dict[str, Any]:
            "answer_loss": result["answer_loss_per_step"][-1], "eval_steps": result["eval_steps"],
            "n_test": result.get("n_examples")}
     out.update({f"acc_step_{t}": a for t, a in enumerate(result["accuracy_per_step"], 1)})
+    out.update(group_columns(result.get("groups", {})))
     if options.agreement:
         for i, row in enumerate(result["agreement"], 1):
             out.update({f"agree_{i}_{j}": a for j, a in enumerate(row, 1)})

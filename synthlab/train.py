@@ -4,7 +4,8 @@ A run directory describes itself:
 - `config.json`: the fully resolved RunConfig (model + train) and what was derived from the data
   (vocabulary size, row length, packing, total steps, device);
 - `metrics.jsonl`: one line every `log_every` steps (step, tokens seen, loss, loss per recurrent
-  step, learning rate, tokens/s);
+  step, learning rate, tokens/s); with `eval_every` K, every K steps also the per-group accuracy
+  and answer loss on fixed samples of held-out and training prompts (`eval/acc_l1`, ...);
 - `checkpoint.pt`: model, optimizer, scheduler, torch RNG states, data position, step; written
   atomically (temporary sibling + rename) every `checkpoint_every` steps, at the end, and when
   SIGINT or SIGTERM arrives;
@@ -35,6 +36,7 @@ import torch
 from synthlab import config as configlib
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, training_examples
 from synthlab.errors import SynthlabError
+from synthlab.evaluate import GroupProbe
 from synthlab.files import atomic_write_text
 from synthlab.models import build_model
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
@@ -192,7 +194,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
         if resume:
             trainer.load_state(ckpt)
             _truncate_metrics(run_dir / "metrics.jsonl", trainer.step)
-        return trainer.run(progress)
+        return trainer.run(progress, GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
@@ -267,7 +269,8 @@ class _Trainer:
         self.tokens_seen += batch_tokens
         return objective, per_step, batch_tokens, lr
 
-    def run(self, progress: bool) -> TrainResult:
+    def run(self, progress: bool, probe: GroupProbe | None = None) -> TrainResult:
+        """Train to the end (or a signal); `probe` scores per-group accuracy every `eval_every` steps."""
         cfg, total = self.cfg, self.total
         self.forward = model_forward(self.model, cfg.compile)
         self.model.train()
@@ -277,7 +280,8 @@ class _Trainer:
         with _StopOnSignal() as stop, open(self.run_dir / "metrics.jsonl", "a") as metrics:
             while self.step < total and stop.signum is None:
                 done = self.step + 1
-                log_now = done % cfg.log_every == 0 or done == total
+                eval_now = probe is not None and done % cfg.eval_every == 0
+                log_now = done % cfg.log_every == 0 or done == total or eval_now
                 save_now = done % cfg.checkpoint_every == 0 or done == total
                 objective, per_step, batch_tokens, lr = self.train_step(log_now, log_now or save_now)
                 window_tokens += batch_tokens
@@ -289,6 +293,9 @@ class _Trainer:
                     record = {"step": self.step, "tokens": self.tokens_seen, "loss": float(objective.detach()),
                               "loss_per_step": per_step.detach().float().cpu().tolist(), "lr": lr,
                               "tokens_per_s": speed}
+                    if eval_now:
+                        record.update(probe(self.model, self.device))
+                        window_start = time.perf_counter()  # the probe's time is not training time
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
                     bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{speed:,.0f}")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from synthlab.data import load_dataset
-from synthlab.evaluate import evaluate_run, score_answers, split_items
+from synthlab.evaluate import GroupProbe, evaluate_run, group_label, score_answers, split_items
 from synthlab.models import ModelConfig, build_model
 from synthlab.cli.train import resolve_run_config
 from synthlab.train import train
@@ -108,6 +108,37 @@ def test_eval_options_agree_with_each_other(mano_run):
     assert static["exit_accuracy"] == pytest.approx(static["accuracy_per_step"][1])
     assert static["accuracy"] == pytest.approx(deep["accuracy_per_step"][1])
     written = json.loads((mano_run / static["file"]).read_text())
-    assert written["accuracy_per_group"] == {"3": static["accuracy"]}  # every test item has l = L
+    # the headline numbers are over l = L alone; shorter held-out lengths only in the groups
+    assert written["accuracy_per_group"]["3"] == static["accuracy"] and written["n_examples"] == 60
+    assert written["groups"]["heldout"]["l3"]["n"] == 60
+    assert written["groups"]["heldout"]["l3"]["accuracy"] == static["accuracy"]
     diag = np.diag(np.array(deep["agreement"]))
     assert (diag == 1).all()
+
+
+def test_group_probe_matches_independent_answers(mano_data):
+    """Per-group accuracy of the oracle (right at step 2, right on even values at step 1) is the
+    share of even values among the sampled prompts, re-derived from the prompts themselves."""
+    data = load_dataset(mano_data)
+    probe = GroupProbe(data, per_group=25, seed=3)
+    oracle, cpu = ManoOracle(data.tokenizer), torch.device("cpu")
+    sources = {"heldout": {r["prompt"] for r in data.records("test")},
+               "train": {r["prompt"] for r in data.records("train")}}
+    first, last = probe.groups(oracle, cpu, steps=1), probe.groups(oracle, cpu)
+    for split, (prompts, answers, groups) in probe.items.items():
+        texts = [data.tokenizer.decode(p) for p in prompts]
+        assert set(texts) <= sources[split] and len(set(texts)) == len(texts)
+        for length in set(groups):
+            mine = [t for t, g in zip(texts, groups) if g == length]
+            values = [prefix_value(t.split()[2:-1]) for t in mine]
+            available = {p for p in sources[split] if p.split()[1] == f"<len_{length}>"}
+            assert len(mine) == min(25, len(available))
+            label = group_label("length", length)
+            assert first[split][label]["accuracy"] == pytest.approx(np.mean([v % 2 == 0 for v in values]))
+            assert last[split][label]["accuracy"] == 1.0 and last[split][label]["n"] == len(mine)
+    assert probe.items["heldout"][0] == GroupProbe(data, per_group=25, seed=3).items["heldout"][0]
+
+
+def test_group_labels():
+    assert [group_label("length", 2), group_label("hops", 1), group_label("distance", None),
+            group_label("attribute", "birth_date")] == ["l2", "h1", "no_distance", "birth_date"]

@@ -1,0 +1,115 @@
+"""What a model has learned, end to end: per-group accuracy on held-out and training prompts in
+`synthlab eval`, the learning curve of `--eval-every` in metrics.jsonl, the sweep's columns, the
+per-length figure and the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from synthlab import experiments, plots, stages, sweep
+from synthlab.cli import app
+from synthlab.report import write_report
+from synthlab.results import RESULTS, read_rows
+
+FIXTURE = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
+runner = CliRunner()
+
+
+def invoke(*args: str) -> None:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="module")
+def mano_run(tmp_path_factory):
+    """L = 2, mod 5: the 75 one-operator prompts are all in train (no held-out l = 1)."""
+    root = tmp_path_factory.mktemp("diag")
+    invoke("gen", "mano", "--L", "2", "--mod", "5", "--n-train", "2000", "--n-test", "40", "--out", str(root / "data"))
+    invoke("train", "--data", str(root / "data"), "--n-layers", "1", "--d-model", "32", "--n-heads", "2",
+           "--max-seq-len", "16", "--steps", "36", "--batch-size", "16", "--warmup-steps", "2", "--lr", "3e-3",
+           "--log-every", "5", "--eval-every", "12", "--device", "cpu", "--out", str(root / "run"))
+    return root
+
+
+def test_eval_every_logs_per_group_accuracy_at_its_steps(mano_run):
+    records = [json.loads(line) for line in (mano_run / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == sorted({*range(5, 36, 5), 12, 24, 36})
+    evaluated = [r for r in records if any(k.startswith("eval/") for k in r)]
+    assert [r["step"] for r in evaluated] == [12, 24, 36]
+    for r in evaluated:
+        keys = {k for k in r if k.startswith("eval/")}
+        assert {"eval/acc_l2", "eval/train_acc_l1", "eval/train_acc_l2", "eval/answer_loss_l2",
+                "eval/train_answer_loss_l1"} <= keys and "eval/acc_l1" not in keys  # l = 1: train only
+        assert r["eval/n_l2"] == 40 and r["eval/train_n_l1"] == 75  # all there are (at most 256)
+        assert all(0 <= r[k] <= 1 for k in keys if "/acc_" in k or "/train_acc_" in k)
+    assert all("loss" in r and "tokens" in r for r in records)  # eval lines are whole log lines
+
+
+def test_eval_json_has_held_out_and_training_accuracy_per_length(mano_run):
+    invoke("eval", str(mano_run / "run"), "--device", "cpu")
+    result = json.loads((mano_run / "run" / "eval" / "steps1.json").read_text())
+    groups = result["groups"]
+    assert list(groups["heldout"]) == ["l2"] and list(groups["train"]) == ["l1", "l2"]
+    assert result["train_only_groups"] == ["l1"]
+    assert groups["heldout"]["l2"]["n"] == result["n_examples"] == 40
+    assert groups["heldout"]["l2"]["accuracy"] == result["accuracy"]  # the headline is l = L
+    assert groups["train"]["l1"]["n"] == 75
+    # the last learning-curve point scored the same final model on the same prompts
+    last = json.loads((mano_run / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["eval/acc_l2"] == pytest.approx(groups["heldout"]["l2"]["accuracy"])
+    assert last["eval/train_acc_l1"] == pytest.approx(groups["train"]["l1"]["accuracy"])
+    assert last["eval/train_answer_loss_l1"] == pytest.approx(groups["train"]["l1"]["answer_loss"], rel=1e-5)
+
+
+def test_bad_eval_every_is_one_error_line(tmp_path):
+    result = runner.invoke(app, ["train", "--data", str(tmp_path), "--steps", "5", "--eval-every", "-1",
+                                 "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "train.eval_every" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_sweep_results_figure_and_report_carry_the_per_length_columns(tmp_path):
+    sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=stages, progress=False)
+    rows = read_rows(tmp_path / RESULTS)
+    assert len(rows) == 2
+    for row in rows:
+        for column in ("acc_l2", "answer_loss_l2", "n_l2", "train_acc_l1", "train_acc_l2", "train_answer_loss_l1",
+                       "train_n_l1", "train_n_l2"):
+            assert row[column] != "", column
+        assert float(row["acc_l2"]) == float(row["accuracy"]) and int(row["n_l2"]) == int(row["n_test"]) == 50
+    paths = plots.plot("mano", plots.read_results(tmp_path), tmp_path / "figures")
+    assert {p.name for p in paths} == {"mano.png", "mano.svg", "mano_lengths.png", "mano_lengths.svg"}
+    report = write_report([tmp_path], tmp_path / "report" / "README.md").read_text()
+    assert "train_acc_l1" in report and "mano_lengths.png" in report
+
+
+@pytest.mark.parametrize("task, params, heldout, train", [
+    ("reach", dict(nodes=24, max_diameter=3, n_train=200, n_test=40, edge_repeats=2),
+     ["d1", "d2", "d3", "no_distance"], ["d1", "d2", "d3", "no_distance"]),
+    # every atomic fact is a training question: one-hop is a training-only group
+    ("multihop", dict(hops=2, layers=3, per_layer=5, relations=2, n_test=10, train_fraction=0.5), ["h2"], ["h1", "h2"]),
+])
+def test_groups_of_the_other_tasks(tmp_path, task, params, heldout, train):
+    import torch
+
+    from synthlab.data import load_dataset
+    from synthlab.evaluate import GroupProbe
+    from synthlab.models import ModelConfig, build_model
+    from synthlab_generators import TASKS, write_dataset
+
+    spec = TASKS[task]
+    data = load_dataset(write_dataset(spec, spec.params_cls(**params), 0, tmp_path / task))
+    model = build_model(ModelConfig(vocab_size=len(data.tokenizer), d_model=16, n_heads=2, n_layers=1,
+                                    max_seq_len=128, loops=1))
+    groups = GroupProbe(data, per_group=16).groups(model, torch.device("cpu"))
+    assert list(groups["heldout"]) == heldout and list(groups["train"]) == train
+    key = spec.group_key
+    for split, records in (("heldout", data.records("test")), ("train", data.records("train"))):
+        for label, stats in groups[split].items():
+            members = {r.get("prompt", r.get("question")) for r in records if "answer" in r
+                       and (f"no_{key}" if r.get(key) is None else f"{key[0]}{r[key]}") == label}
+            assert stats["n"] == min(16, len(members))
