@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from synthlab import config as configlib
+from synthlab.board import Board, summary_writer
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, training_examples
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
@@ -176,6 +177,8 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     device = resolve_device(cfg.device)
     derived["device"] = device.type
     derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
+    if cfg.tensorboard:
+        summary_writer()  # a missing tensorboard package fails before anything is written
     if not resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps({**configlib.to_dict(run), "derived": derived}, indent=2) + "\n")
@@ -275,6 +278,7 @@ class _Trainer:
         self.forward = model_forward(self.model, cfg.compile)
         self.model.train()
         record: dict[str, Any] = {}
+        board = Board(self.run_dir) if cfg.tensorboard else None
         window_tokens, window_start = 0, time.perf_counter()
         bar = Progress(total, initial=self.step, enabled=progress, desc=f"train {cfg.task}", unit="step")
         with _StopOnSignal() as stop, open(self.run_dir / "metrics.jsonl", "a") as metrics:
@@ -298,12 +302,16 @@ class _Trainer:
                         window_start = time.perf_counter()  # the probe's time is not training time
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
+                    if board is not None:
+                        board.log(record)
                     bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{speed:,.0f}")
                 if save_now:
                     self.save()
             if stop.signum is not None:
                 self.save()
         bar.close()
+        if board is not None:
+            board.close()
         interrupted = self.step < total
         if not interrupted and record:
             save_weights(self.run_dir, self.model)  # the weights alone, for load_model

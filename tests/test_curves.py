@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import sys
 
 import pytest
 from typer.testing import CliRunner
 
 from synthlab.cli import app
 from synthlab.cli.train import resolve_run_config
+from synthlab.errors import SynthlabError
 from synthlab.train import train
 from synthlab_generators import TASKS, write_dataset
 
@@ -67,3 +70,30 @@ def test_a_sweep_folder_draws_its_runs_grouped_by_a_factor(runs, tmp_path):
     assert result.exit_code == 2 and "--by depth" in result.output and "loops" in result.output
     result = runner.invoke(app, ["curves", str(tmp_path)])
     assert result.exit_code == 2 and "neither a run folder" in result.output
+
+
+def _tiny(data, **train_options):
+    return resolve_run_config({}, {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": 2},
+                              {"task": "mano", "data": str(data), "steps": 4, "batch_size": 8, "log_every": 2,
+                               **train_options})
+
+
+def test_tensorboard_logs_the_metrics_records(runs, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(tmp_path / "run", _tiny(runs[0].parent / "data", tensorboard=True), progress=False)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    for tag, values in (("loss", [r["loss"] for r in records]), ("loss_per_step/2", [r["loss_per_step"][1] for r in records])):
+        logged = events.Scalars(tag)
+        assert [e.step for e in logged] == [r["step"] for r in records]
+        assert [e.value for e in logged] == pytest.approx(values, rel=1e-6)
+
+
+def test_tensorboard_without_the_package_is_one_line_and_writes_nothing(runs, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were not installed
+    with pytest.raises(SynthlabError, match=r"^train.tensorboard needs the tensorboard package: pip install"):
+        train(tmp_path / "run", _tiny(runs[0].parent / "data", tensorboard=True), progress=False)
+    assert not (tmp_path / "run").exists()
