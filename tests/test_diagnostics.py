@@ -19,9 +19,10 @@ FIXTURE = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
 runner = CliRunner()
 
 
-def invoke(*args: str) -> None:
+def invoke(*args: str) -> str:
     result = runner.invoke(app, list(args))
     assert result.exit_code == 0, result.output
+    return result.output
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def test_eval_every_logs_per_group_accuracy_at_its_steps(mano_run):
 
 
 def test_eval_json_has_held_out_and_training_accuracy_per_length(mano_run):
-    invoke("eval", str(mano_run / "run"), "--device", "cpu")
+    output = invoke("eval", str(mano_run / "run"), "--device", "cpu")
     result = json.loads((mano_run / "run" / "eval" / "steps1.json").read_text())
     groups = result["groups"]
     assert list(groups["heldout"]) == ["l2"] and list(groups["train"]) == ["l1", "l2"]
@@ -63,6 +64,8 @@ def test_eval_json_has_held_out_and_training_accuracy_per_length(mano_run):
     assert last["eval/acc_l2"] == pytest.approx(groups["heldout"]["l2"]["accuracy"])
     assert last["eval/train_acc_l1"] == pytest.approx(groups["train"]["l1"]["accuracy"])
     assert last["eval/train_answer_loss_l1"] == pytest.approx(groups["train"]["l1"]["answer_loss"], rel=1e-5)
+    shown = f"per length, accuracy held-out/training prompts: l1 -/{groups['train']['l1']['accuracy']:.3f}, l2 "
+    assert shown in output
 
 
 def test_bad_eval_every_is_one_error_line(tmp_path):

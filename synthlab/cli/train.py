@@ -124,6 +124,13 @@ def evaluate(
     result = evaluate_run(run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size, device=device)
     per_step = " ".join(f"{a:.3f}" for a in result["accuracy_per_step"])
     typer.echo(f"{result['task']}: accuracy {result['accuracy']:.4f} on {result['n_examples']} test items; per step: {per_step}")
+    held, trained = result["groups"]["heldout"], result["groups"].get("train", {})
+
+    def share(stats: dict, group: str) -> str:
+        return f"{stats[group]['accuracy']:.3f}" if group in stats else "-"
+
+    cells = [f"{g} {share(held, g)}/{share(trained, g)}" for g in dict.fromkeys([*trained, *held])]
+    typer.echo(f"per {result['group_key']}, accuracy held-out/training prompts: {', '.join(cells)}")
     for key in ("exit_accuracy", "mean_exit_step", "kv_accuracy"):
         if key in result:
             typer.echo(f"{key}: {result[key]:.4f}")
@@ -132,6 +139,7 @@ def evaluate(
 
 def capacity(
     run_dir: Path = typer.Argument(..., help="Run directory of a model trained on bios."),
+    data: Optional[Path] = typer.Option(None, help="The run's dataset at its new place, if it moved (checked to be the same data)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole report as JSON."),
     steps: Optional[int] = typer.Option(None, help="Recurrent steps to read the model at (default: the trained loops)."),
     batch_size: int = typer.Option(64, help="Biographies per forward pass."),
@@ -142,7 +150,7 @@ def capacity(
         raise SynthlabError(f"--steps must be >= 1, got {steps}")
     from synthlab.capacity import estimate_capacity
 
-    report = estimate_capacity(run_dir, batch_size=batch_size, device=device, steps=steps)
+    report = estimate_capacity(run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
