@@ -43,6 +43,8 @@ class TrainConfig:
     data: str = option("", "Dataset folder written by `synthlab gen`.")
     seed: int = option(0, "Seed of the initial weights and the data order.")
     batch_size: int = option(64, "Rows per batch.")
+    grad_accum: int = option(1, "Split each batch into this many micro-batches, gradients accumulated (same "
+                                "loss as one batch, less memory); batch_size must divide by it.")
     seq_len: int | None = option(None, "Row length when packing (default: the model's max_seq_len).")
     pack: bool | None = option(None, "Pack several examples per row with document masking (default: the task's choice, bios only).")
     steps: int | None = option(None, "Optimizer steps (or use exposures).")
@@ -67,8 +69,6 @@ class TrainConfig:
                                 "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).")
     device: str = option("auto", "auto (CUDA with bf16 if present, else CPU fp32), cpu or cuda.")
     compile: bool = option(False, "torch.compile the model.")
-    tensorboard: bool = option(False, "Also log the metrics to RUN_DIR/tensorboard (needs the tensorboard package: "
-                                      "pip install 'synthlab[tensorboard]').")
 
     def __post_init__(self) -> None:
         if self.task not in ("", *TASKS):
@@ -82,11 +82,13 @@ class TrainConfig:
             raise SynthlabError(f"train.steps must be >= 1, got {self.steps}")
         if self.exposures is not None and self.exposures <= 0:
             raise SynthlabError(f"train.exposures must be > 0, got {self.exposures}")
-        for name in ("batch_size", "checkpoint_every", "log_every"):
+        for name in ("batch_size", "grad_accum", "checkpoint_every", "log_every"):
             if getattr(self, name) < 1:
                 raise SynthlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_every < 0:
             raise SynthlabError(f"train.eval_every must be >= 0 (0: off), got {self.eval_every}")
+        if self.batch_size % self.grad_accum:
+            raise SynthlabError(f"train.grad_accum {self.grad_accum} must divide train.batch_size {self.batch_size}")
         if self.seq_len is not None and self.seq_len < 2:
             raise SynthlabError(f"train.seq_len must be >= 2, got {self.seq_len}")
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:

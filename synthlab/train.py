@@ -4,8 +4,7 @@ A run directory describes itself:
 - `config.json`: the fully resolved RunConfig (model + train) and what was derived from the data
   (vocabulary size, row length, packing, total steps, device);
 - `metrics.jsonl`: one line every `log_every` steps (step, tokens seen, loss, loss per recurrent
-  step, learning rate, tokens/s); with `eval_every` K, every K steps also the per-group accuracy
-  and answer loss on fixed samples of held-out and training prompts (`eval/acc_l1`, ...);
+  step, learning rate, tokens/s);
 - `checkpoint.pt`: model, optimizer, scheduler, torch RNG states, data position, step; written
   atomically (temporary sibling + rename) every `checkpoint_every` steps, at the end, and when
   SIGINT or SIGTERM arrives;
@@ -24,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -34,10 +34,9 @@ from typing import Any
 import torch
 
 from synthlab import config as configlib
-from synthlab.board import Board, summary_writer
+from synthlab import distributed
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, training_examples
 from synthlab.errors import SynthlabError
-from synthlab.evaluate import GroupProbe
 from synthlab.files import atomic_write_text
 from synthlab.models import build_model
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
@@ -177,27 +176,46 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     device = resolve_device(cfg.device)
     derived["device"] = device.type
     derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
-    if cfg.tensorboard:
-        summary_writer()  # a missing tensorboard package fails before anything is written
-    if not resume:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / "config.json", json.dumps({**configlib.to_dict(run), "derived": derived}, indent=2) + "\n")
+    # Under torchrun every process gets here; joining the group waits for all, so each has checked
+    # the folder above before rank 0 writes into it. Rank 0 alone writes the run's files.
+    with distributed.process_group(device) as (world, device):
+        distributed.check_split(cfg.batch_size, world, cfg.grad_accum)
+        if world.main and not resume:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(run_dir / "config.json", json.dumps({**configlib.to_dict(run), "derived": derived}, indent=2) + "\n")
+        # Weights come from build_model's own seeded generator; torch's global RNG only drives dropout.
+        # It is forked so that training can seed and checkpoint it without touching the caller's state.
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            trainer = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
+            try:
+                return trainer.run(progress)
+            except RuntimeError as err:
+                if not distributed.lost_peer(err):
+                    raise
+                raise SynthlabError(f"process {world.rank} of {world.size} lost contact with the others at step "
+                                    f"{trainer.step + 1}; the last checkpoint in {run_dir} is kept "
+                                    f"(continue with: synthlab train --resume {run_dir})") from None
 
-    # Weights come from build_model's own seeded generator; torch's global RNG only drives dropout.
-    # It is forked so that training can seed and checkpoint it without touching the caller's state.
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(cfg.seed)
-        model = build_model(run.model, seed=cfg.seed).to(device)
-        if cfg.init_from is not None and not resume:
-            load_weights(model, cfg.init_from, device)
-        if cfg.loss == "ouro_stage2":  # Ouro stage II: the LM is frozen, only the exit gate learns
-            for name, p in model.named_parameters():
-                p.requires_grad_(name.startswith("exit_gate."))
-        trainer = _Trainer(run_dir, cfg, derived["total_steps"], model, batcher, device)
-        if resume:
-            trainer.load_state(ckpt)
+
+def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: torch.device,
+           world: distributed.World, ckpt: dict[str, Any] | None) -> _Trainer:
+    """The trainer with its model, fresh (global RNG seeded) or restored from the checkpoint `ckpt`."""
+    cfg = run.train
+    torch.manual_seed(cfg.seed)
+    model = build_model(run.model, seed=cfg.seed).to(device)
+    if cfg.init_from is not None and ckpt is None:
+        load_weights(model, cfg.init_from, device)
+    if cfg.loss == "ouro_stage2":  # Ouro stage II: the LM is frozen, only the exit gate learns
+        for name, p in model.named_parameters():
+            p.requires_grad_(name.startswith("exit_gate."))
+    elif cfg.loss in ("last", "mean") and model.exit_gate is not None:  # no gradient reaches the gate (DDP
+        model.exit_gate.requires_grad_(False)  # expects one for every parameter that requires it)
+    trainer = _Trainer(run_dir, cfg, total, model, batcher, device, world)
+    if ckpt is not None:
+        trainer.load_state(ckpt)
+        if world.main:
             _truncate_metrics(run_dir / "metrics.jsonl", trainer.step)
-        return trainer.run(progress, GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
+    return trainer
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
@@ -211,8 +229,9 @@ class _Trainer:
     """The state of one training run (model, optimizer, schedule, data position, RNGs) and its loop."""
 
     def __init__(self, run_dir: Path, cfg: TrainConfig, total: int, model: torch.nn.Module, batcher: Batcher,
-                 device: torch.device):
+                 device: torch.device, world: distributed.World):
         self.run_dir, self.cfg, self.total, self.model, self.batcher, self.device = run_dir, cfg, total, model, batcher, device
+        self.world = world
         # draws inside the model (sampled depth, random initial state) come from this generator
         self.generator = torch.Generator().manual_seed(cfg.seed + 1)
         self.optimizer = build_optimizer(model, cfg)
@@ -244,24 +263,34 @@ class _Trainer:
         self.step, self.tokens_seen = ckpt["step"], ckpt["tokens_seen"]
 
     def save(self) -> None:
-        save_checkpoint(self.run_dir, self.state())
+        if self.world.main:
+            save_checkpoint(self.run_dir, self.state())
 
     def train_step(self, log_now: bool, check: bool) -> tuple[torch.Tensor, torch.Tensor, int, float]:
         """One optimizer step: (objective, per-step losses, real tokens in the batch, lr used).
 
-        With `check` (logging and checkpoint steps) a non-finite loss stops the run with one error
-        line before anything is written; checking every step would cost a device sync on a GPU.
+        Every process draws the same batch and runs its share (`distributed.share`) as
+        `grad_accum` micro-batches; the accumulated gradient is the whole batch's (see
+        `micro_step`). The losses returned are the whole batch's on `check` steps (logging and
+        checkpoint steps), when a non-finite loss also stops the run with one error line before
+        anything is written; checking every step would cost a device sync on a GPU.
         """
         rows = self.batcher.next_batch()
-        inputs, targets, mask, doc_ids = to_device(rows, self.device)
-        with autocast(self.device):
-            objective, per_step = step_losses(self.forward, inputs, targets, mask, doc_ids, self.cfg,
-                                              self.generator, log_now)
-        if check and not torch.isfinite(objective):
-            raise SynthlabError(f"training diverged at step {self.step + 1}: the loss is {float(objective)} "
-                                f"(lr {self.cfg.lr}); the last good checkpoint in {self.run_dir} is kept")
+        targets_total = max(int(rows.loss_mask.sum()), 1)
+        mine, parts = distributed.share(rows, self.world.rank, self.world.size), self.cfg.grad_accum
         self.optimizer.zero_grad(set_to_none=True)
-        objective.backward()
+        draws = self.generator.get_state()
+        objective = per_step = 0.0
+        for i in range(parts):
+            self.generator.set_state(draws)  # the model's draws (sampled depth) are the step's, in every micro-batch
+            with distributed.no_sync(self.parallel, sync=i == parts - 1):
+                micro_objective, micro_per_step = self.micro_step(distributed.share(mine, i, parts), targets_total, log_now)
+            objective, per_step = objective + micro_objective, per_step + micro_per_step
+        if check:
+            objective, per_step = distributed.sum_over(self.world, objective, per_step)
+        if check and not torch.isfinite(objective):
+            raise SynthlabError(f"training diverged at step {self.step + 1}: the loss is {float(objective.detach())} "
+                                f"(lr {self.cfg.lr}); the last good checkpoint in {self.run_dir} is kept")
         if self.cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         lr = self.scheduler.get_last_lr()[0]
@@ -272,20 +301,32 @@ class _Trainer:
         self.tokens_seen += batch_tokens
         return objective, per_step, batch_tokens, lr
 
-    def run(self, progress: bool, probe: GroupProbe | None = None) -> TrainResult:
-        """Train to the end (or a signal); `probe` scores per-group accuracy every `eval_every` steps."""
+    def micro_step(self, rows: Rows, targets_total: int, log_now: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward of one micro-batch: (objective, per-step losses) weighted by its
+        share of the whole batch's target tokens, so that the parts sum to the whole batch's
+        masked means (every objective is a masked mean over target tokens)."""
+        inputs, targets, mask, doc_ids = to_device(rows, self.device)
+        with autocast(self.device):
+            objective, per_step = step_losses(self.forward, inputs, targets, mask, doc_ids, self.cfg,
+                                              self.generator, log_now)
+        weight = int(rows.loss_mask.sum()) / targets_total
+        (objective * (weight * self.world.size)).backward()  # DDP averages over the processes: undo its 1/K
+        return objective.detach() * weight, per_step.detach() * weight
+
+    def run(self, progress: bool) -> TrainResult:
         cfg, total = self.cfg, self.total
-        self.forward = model_forward(self.model, cfg.compile)
+        self.parallel = distributed.wrap(self.model, self.world, self.device)
+        self.forward = model_forward(self.parallel, cfg.compile)
         self.model.train()
         record: dict[str, Any] = {}
-        board = Board(self.run_dir) if cfg.tensorboard else None
         window_tokens, window_start = 0, time.perf_counter()
-        bar = Progress(total, initial=self.step, enabled=progress, desc=f"train {cfg.task}", unit="step")
-        with _StopOnSignal() as stop, open(self.run_dir / "metrics.jsonl", "a") as metrics:
-            while self.step < total and stop.signum is None:
+        bar = Progress(total, initial=self.step, enabled=progress and self.world.main, desc=f"train {cfg.task}", unit="step")
+        metrics_path = self.run_dir / "metrics.jsonl" if self.world.main else os.devnull  # rank 0 writes the log
+        with _StopOnSignal() as stop, open(metrics_path, "a") as metrics:
+            # a signal reaching any process stops all of them at the same step
+            while self.step < total and not distributed.any_of(self.world, stop.signum is not None, self.device):
                 done = self.step + 1
-                eval_now = probe is not None and done % cfg.eval_every == 0
-                log_now = done % cfg.log_every == 0 or done == total or eval_now
+                log_now = done % cfg.log_every == 0 or done == total
                 save_now = done % cfg.checkpoint_every == 0 or done == total
                 objective, per_step, batch_tokens, lr = self.train_step(log_now, log_now or save_now)
                 window_tokens += batch_tokens
@@ -297,23 +338,16 @@ class _Trainer:
                     record = {"step": self.step, "tokens": self.tokens_seen, "loss": float(objective.detach()),
                               "loss_per_step": per_step.detach().float().cpu().tolist(), "lr": lr,
                               "tokens_per_s": speed}
-                    if eval_now:
-                        record.update(probe(self.model, self.device))
-                        window_start = time.perf_counter()  # the probe's time is not training time
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
-                    if board is not None:
-                        board.log(record)
                     bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{speed:,.0f}")
                 if save_now:
                     self.save()
-            if stop.signum is not None:
+            if self.step < total:  # stopped by a signal
                 self.save()
         bar.close()
-        if board is not None:
-            board.close()
         interrupted = self.step < total
-        if not interrupted and record:
+        if not interrupted and record and self.world.main:
             save_weights(self.run_dir, self.model)  # the weights alone, for load_model
             atomic_write_text(self.run_dir / "summary.json", json.dumps(record, indent=2) + "\n")
         elif not record and (self.run_dir / "summary.json").is_file():  # resumed a finished run: nothing to do

@@ -1,0 +1,122 @@
+"""Data-parallel training across processes: `torchrun --nproc-per-node K -m synthlab train ...`.
+
+torchrun starts K copies of the command and tells each its place through the environment
+(`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`). `process_group` joins them
+(gloo on CPU, NCCL on CUDA, one GPU per process); without torchrun it is one process and nothing
+changes. Every process builds the same batcher and draws the same global batch; `share` gives
+process r its contiguous slice of rows, so K processes together train on exactly the batch one
+process would, and DDP averages their gradients. Only the main process (rank 0) writes files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from synthlab.data import Rows
+from synthlab.errors import SynthlabError
+
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the training processes."""
+
+    rank: int = 0
+    size: int = 1
+
+    @property
+    def main(self) -> bool:
+        """The process that writes the run's files."""
+        return self.rank == 0
+
+
+@contextlib.contextmanager
+def process_group(device: torch.device) -> Iterator[tuple[World, torch.device]]:
+    """(World, this process's device) for the duration of a run.
+
+    Under torchrun with more than one process this joins the process group (and leaves it at the
+    end); on CUDA each process takes the GPU of its LOCAL_RANK. A group someone else started is
+    used as it is. After an error the group is left to the process's exit: leaving it waits on
+    the others, and one of them may be gone.
+    """
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size == 1:
+        yield World(), device
+        return
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    yield World(dist.get_rank(), dist.get_world_size()), device
+    if started:
+        dist.destroy_process_group()
+
+
+def lost_peer(err: BaseException) -> bool:
+    """Whether an error is a collective failing because another process died or stopped
+    answering (NCCL raises DistError; gloo a RuntimeError from its transport)."""
+    return isinstance(err, dist.DistError) or (isinstance(err, RuntimeError) and "gloo" in str(err))
+
+
+def check_split(batch_size: int, world: World, grad_accum: int) -> None:
+    """The batch must split evenly into processes x micro-batches."""
+    if batch_size % (world.size * grad_accum):
+        raise SynthlabError(f"train.batch_size {batch_size} does not split into {world.size} processes x "
+                            f"{grad_accum} micro-batches (train.grad_accum); make it a multiple of "
+                            f"{world.size * grad_accum}")
+
+
+def share(rows: Rows, index: int, parts: int) -> Rows:
+    """Part `index` of `parts` equal contiguous slices of the rows (a process's share of a batch,
+    or a micro-batch of it)."""
+    n = len(rows) // parts
+    return rows.take(np.arange(index * n, (index + 1) * n))
+
+
+def wrap(model: torch.nn.Module, world: World, device: torch.device) -> torch.nn.Module:
+    """The model as the processes run it: DDP across processes (it averages the gradients in
+    backward), the model itself in one process. Checkpoints keep the unwrapped model's state.
+    Every parameter that requires a gradient must get one in each step (the trainer freezes
+    what its objective does not reach).
+    """
+    if world.size == 1:
+        return model
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def no_sync(wrapped: torch.nn.Module, sync: bool):
+    """Skip the gradient all-reduce in backward unless `sync` (the last micro-batch of a step)."""
+    if sync or not hasattr(wrapped, "no_sync"):
+        return contextlib.nullcontext()
+    return wrapped.no_sync()
+
+
+def sum_over(world: World, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """Each tensor summed over all processes (the tensors themselves in one process)."""
+    if world.size == 1:
+        return list(tensors)
+    out = []
+    for t in tensors:
+        t = t.detach().clone()
+        dist.all_reduce(t)
+        out.append(t)
+    return out
+
+
+def any_of(world: World, flag: bool, device: torch.device) -> bool:
+    """True on every process when `flag` is true on any (e.g. a stop signal reached one of them)."""
+    if world.size == 1:
+        return flag
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())

@@ -1,0 +1,122 @@
+"""Data-parallel training (synthlab.distributed) on CPU with gloo, 2 processes: the same losses as
+one process on the same global batch, resume from a 2-process run with 1 process, and a process
+that dies stops the others with one error line and nothing half written."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import socket
+
+import pytest
+import torch
+
+from synthlab.errors import SynthlabError
+from synthlab.runs import load_checkpoint
+from synthlab.train import train
+from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
+
+STEPS = 20
+# the exit gate with the `last` loss leaves parameters without gradient: DDP must be told
+MODEL = {"loops": 2, "exit_gate": True}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _process(rank, size, port, run_dir, run, event_at, event, errors):
+    """One training process as torchrun starts it; at batch `event_at` rank 0 gets SIGTERM
+    (event "stop") or rank 1 dies (event "die")."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(size),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    batcher = train.__globals__["Batcher"]
+    next_batch, calls = batcher.next_batch, [0]
+
+    def counted(self):
+        calls[0] += 1
+        if calls[0] == event_at and (event, rank) in (("stop", 0), ("die", 1)):
+            os.kill(os.getpid(), signal.SIGTERM if event == "stop" else signal.SIGKILL)
+        return next_batch(self)
+
+    batcher.next_batch = counted
+    try:
+        train(run_dir, run, progress=False)
+    except SynthlabError as err:
+        errors.put((rank, str(err)))
+        raise SystemExit(2)
+
+
+def run_processes(run_dir, run, size=2, event_at=0, event="", timeout=120):
+    """Train `run` in `size` processes; (exit codes by rank, [(rank, error line)])."""
+    ctx = multiprocessing.get_context("spawn")
+    errors = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_process, args=(rank, size, port, run_dir, run, event_at, event, errors))
+             for rank in range(size)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    codes = [p.exitcode for p in procs]
+    return codes, [errors.get() for _ in range(errors.qsize())] if not errors.empty() else []
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, datasets):
+    """The reference: one process, the whole batch at once."""
+    run_dir = tmp_path_factory.mktemp("one") / "run"
+    train(run_dir, run_config(datasets("mano"), "mano", MODEL, steps=STEPS, device="cpu"), progress=False)
+    return run_dir
+
+
+def assert_same_curve(run_dir, reference):
+    got, want = losses_of(run_dir), losses_of(reference)
+    assert len(got) == len(want) == STEPS
+    for a, b in zip(got, want):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+
+
+def test_two_processes_follow_the_one_process_curve(tmp_path, datasets, one_process):
+    run_dir = tmp_path / "two"
+    run = run_config(datasets("mano"), "mano", MODEL, steps=STEPS, device="cpu", grad_accum=2)
+    codes, errors = run_processes(run_dir, run)
+    assert codes == [0, 0] and not errors
+    assert_same_curve(run_dir, one_process)
+    ref, got = load_checkpoint(one_process)["model"], load_checkpoint(run_dir)["model"]
+    assert all(torch.allclose(ref[k], got[k], rtol=1e-4, atol=1e-6) for k in ref)
+
+
+def test_a_two_process_run_resumes_in_one_process(tmp_path, datasets, one_process):
+    run_dir = tmp_path / "two"
+    run = run_config(datasets("mano"), "mano", MODEL, steps=STEPS, device="cpu", checkpoint_every=100)
+    codes, errors = run_processes(run_dir, run, event_at=10, event="stop")  # rank 0 alone gets the signal
+    assert codes == [0, 0] and not errors
+    assert load_checkpoint(run_dir)["step"] == 10  # both stopped after step 10; rank 0 wrote its checkpoint
+    assert not (run_dir / "summary.json").exists()
+    result = train(run_dir, None, progress=False)
+    assert (result.step, result.interrupted) == (STEPS, False)
+    assert_same_curve(run_dir, one_process)
+
+
+def test_a_killed_process_stops_the_others_with_one_line(tmp_path, datasets):
+    run_dir = tmp_path / "two"
+    run = run_config(datasets("mano"), "mano", steps=STEPS, device="cpu", checkpoint_every=2)
+    codes, errors = run_processes(run_dir, run, event_at=7, event="die")  # rank 1 dies in step 7
+    assert codes == [2, -signal.SIGKILL]
+    [(rank, line)] = errors
+    assert rank == 0 and "\n" not in line and "lost contact with the others at step" in line
+    step = load_checkpoint(run_dir)["step"]
+    assert step in (4, 6)  # the last checkpoint before the death, whole
+    assert all(not p.name.startswith(".") and "tmp" not in p.name for p in run_dir.iterdir())
+    assert [r["step"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+    result = train(run_dir, None, progress=False)  # and the run goes on in one process
+    assert (result.step, result.interrupted) == (STEPS, False)
