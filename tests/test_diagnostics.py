@@ -100,7 +100,7 @@ def test_groups_of_the_other_tasks(tmp_path, task, params, heldout, train):
     import torch
 
     from synthlab.data import load_dataset
-    from synthlab.evaluate import GroupProbe
+    from synthlab.evaluate import GroupProbe, group_columns
     from synthlab.models import ModelConfig, build_model
     from synthlab_generators import TASKS, write_dataset
 
@@ -108,7 +108,14 @@ def test_groups_of_the_other_tasks(tmp_path, task, params, heldout, train):
     data = load_dataset(write_dataset(spec, spec.params_cls(**params), 0, tmp_path / task))
     model = build_model(ModelConfig(vocab_size=len(data.tokenizer), d_model=16, n_heads=2, n_layers=1,
                                     max_seq_len=128, loops=1))
-    groups = GroupProbe(data, per_group=16).groups(model, torch.device("cpu"))
+    probe = GroupProbe(data, per_group=16)
+    groups = probe.groups(model, torch.device("cpu"))
+    # during training: the same numbers as columns, no random draw, the model left in training mode
+    model.train()
+    rng = torch.get_rng_state()
+    columns = probe(model, torch.device("cpu"))
+    assert model.training and torch.equal(torch.get_rng_state(), rng)
+    assert columns == {f"eval/{k}": v for k, v in group_columns(groups).items()}
     assert list(groups["heldout"]) == heldout and list(groups["train"]) == train
     key = spec.group_key
     for split, records in (("heldout", data.records("test")), ("train", data.records("train"))):
