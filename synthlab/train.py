@@ -156,6 +156,7 @@ class TrainResult:
     total_steps: int
     final_loss: float
     interrupted: bool
+    main: bool = True  # the process that wrote the run (rank 0 under torchrun): the one that reports
 
 
 def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool = True,
@@ -352,4 +353,4 @@ class _Trainer:
             atomic_write_text(self.run_dir / "summary.json", json.dumps(record, indent=2) + "\n")
         elif not record and (self.run_dir / "summary.json").is_file():  # resumed a finished run: nothing to do
             record = json.loads((self.run_dir / "summary.json").read_text())
-        return TrainResult(self.step, total, record.get("loss", float("nan")), interrupted)
+        return TrainResult(self.step, total, record.get("loss", float("nan")), interrupted, self.world.main)

@@ -79,9 +79,11 @@ def _train(**kwargs) -> None:
         result = run_training(out, run, progress=progress)
         run_dir = out
     if result.interrupted:
-        typer.echo(f"interrupted at step {result.step}/{result.total_steps}; checkpoint written; continue with: synthlab train --resume {run_dir}", err=True)
+        if result.main:
+            typer.echo(f"interrupted at step {result.step}/{result.total_steps}; checkpoint written; continue with: synthlab train --resume {run_dir}", err=True)
         raise typer.Exit(code=130)
-    typer.echo(f"done: {result.step} steps, final loss {result.final_loss:.4f}, run in {run_dir}")
+    if result.main:
+        typer.echo(f"done: {result.step} steps, final loss {result.final_loss:.4f}, run in {run_dir}")
 
 
 def _train_command():
