@@ -131,10 +131,10 @@ def used_token_ids(data) -> set[int]:
     return set(np.unique(training_examples(data).tokens).tolist())
 
 
-def estimate_capacity(run_dir: str | Path, *, batch_size: int = 64, device: str = "auto",
-                      steps: int | None = None) -> dict:
+def estimate_capacity(run_dir: str | Path, *, data_dir: str | Path | None = None, batch_size: int = 64,
+                      device: str = "auto", steps: int | None = None) -> dict:
     """The capacity report of a bioS run; written to RUN_DIR/capacity.json (capacity_steps{T}.json
-    when read at `steps` recurrent steps) and returned."""
+    when read at `steps` recurrent steps) and returned. `data_dir`: the run's dataset if it moved."""
     from synthlab.data import load_dataset
     from synthlab.files import atomic_write_text
     from synthlab.models import count_params
@@ -145,7 +145,7 @@ def estimate_capacity(run_dir: str | Path, *, batch_size: int = 64, device: str 
     model, run, derived = open_run(run_dir, dev)
     if run.train.task != "bios":
         raise SynthlabError(f"capacity needs a run trained on bios; {run_dir} was trained on {run.train.task}")
-    data = load_dataset(trained_data(run_dir, run, derived), "bios")
+    data = load_dataset(trained_data(run_dir, run, derived, moved_to=data_dir), "bios")
     losses = person_losses(model, data, device=dev, batch_size=batch_size, steps=steps)
     report = capacity_report(losses, count_params(model, used_token_ids=used_token_ids(data)))
     report.update({

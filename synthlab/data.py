@@ -80,9 +80,25 @@ class Dataset:
             self._cache[name] = read_jsonl(self.path / f"{name}.jsonl")
         return self._cache[name]
 
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text`'s tokens; an unknown token is a SynthlabError naming the file and line of
+        the record it comes from."""
+        try:
+            return self.tokenizer.encode(text)
+        except SynthlabError as err:
+            raise SynthlabError(f"{self._where(text)}: {err}; the vocabulary is {self.path / 'vocab.json'}") from None
+
+    def _where(self, text: str) -> str:
+        """`file:line` of the first record read so far with `text` in a field (else the folder)."""
+        for name, records in self._cache.items():
+            for number, record in enumerate(records, 1):  # the writer writes no blank lines
+                if any(text in str(value) for value in record.values()):
+                    return f"{self.path / (name + '.jsonl')}:{number}"
+        return str(self.path)
+
     def encode_text(self, text: str) -> list[int]:
         """A plain text as one document: `<bos>` first (added unless present), `<eos>` last."""
-        ids = self.tokenizer.encode(text)
+        ids = self.encode(text)
         if not ids or ids[0] != self.bos_id:
             ids = [self.bos_id, *ids]
         if ids[-1] != self.eos_id:
@@ -91,7 +107,7 @@ class Dataset:
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """A QA prompt (ends with `<ans>`), `<bos>` first unless present."""
-        ids = self.tokenizer.encode(prompt)
+        ids = self.encode(prompt)
         return ids if ids and ids[0] == self.bos_id else [self.bos_id, *ids]
 
 
@@ -133,7 +149,7 @@ class Examples:
 def qa_sequence(ds: Dataset, record: dict[str, Any]) -> tuple[list[int], list[int]]:
     """(prompt ids, answer ids) of a QA record (`prompt` or `question`, plus `answer`)."""
     prompt = record.get("prompt", record.get("question"))
-    return ds.encode_prompt(prompt), ds.tokenizer.encode(str(record["answer"]))
+    return ds.encode_prompt(prompt), ds.encode(str(record["answer"]))
 
 
 def training_examples(ds: Dataset) -> Examples:

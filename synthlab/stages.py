@@ -1,11 +1,12 @@
 """The lab's point runner: data (cached) -> train (resumable) -> [gate] -> eval / generate -> capacity.
 
-A point runner is a module with three functions the sweep engine (synthlab.sweep) calls:
+A point runner is a module with the functions the sweep engine (synthlab.sweep) calls:
 - `parse(config) -> point`: the resolved config dict of a grid point, checked and typed once
   (here: `synthlab.options.PointConfig`); the engine does this in the driver, before any work;
 - `run_point(point, run_dir, *, cache_dir) -> dict`: do the work, return the row's metrics
   (columns: synthlab.results);
-- `estimate_seconds(point, *, finished) -> float` (optional): the cost `--dry-run` shows.
+- `estimate_seconds(point, *, finished) -> float` (optional): the cost `--dry-run` shows;
+- `columns(point) -> list[str]` (optional): the columns its finished row fills (else it reruns).
 
 The model is trained in `run_dir/model` (a synthlab.train run directory): an existing checkpoint
 is resumed, a finished run is reused by every point that evaluates it.
@@ -25,12 +26,22 @@ from synthlab.files import cached_dir
 from synthlab.options import PointConfig, parse_point
 from synthlab.results import capacity_metrics, describe, eval_metrics, train_metrics
 
-__all__ = ["estimate_seconds", "parse", "run_point"]
+__all__ = ["columns", "estimate_seconds", "parse", "run_point"]
 
 
 def parse(config: dict[str, Any]) -> PointConfig:
     """The point's options, typed (raises SynthlabError naming the section and field)."""
     return parse_point(config)
+
+
+# the columns each stage fills in a point's row (training always runs)
+_STAGE_COLUMNS = {"train": ("loss", "params"), "gate": ("gate_loss",), "eval": ("accuracy",),
+                  "generate": ("accuracy",), "capacity": ("bits",)}
+
+
+def columns(point: PointConfig) -> list[str]:
+    """The columns a finished row of `point` fills: a row missing one makes the sweep run it again."""
+    return list(dict.fromkeys(c for stage in ("train", *point.stages) for c in _STAGE_COLUMNS[stage]))
 
 
 def dataset(point: PointConfig, cache_dir: Path) -> Path:
@@ -75,15 +86,15 @@ def train_gate(point: PointConfig, model_dir: Path, run_dir: Path) -> tuple[Path
 
 
 def _train_or_resume(run_dir: Path, new_run) -> None:
-    """Reuse a finished run, resume one from its checkpoint, or start `new_run()` (a RunConfig) afresh."""
+    """Reuse a finished run, resume a started one, or start `new_run()` (a RunConfig) afresh."""
     from synthlab.train import train
 
     if (run_dir / "summary.json").is_file():
         return
-    if (run_dir / "checkpoint.pt").is_file():
-        result = train(run_dir, progress=False)  # resume from the last checkpoint
+    if (run_dir / "config.json").is_file():
+        result = train(run_dir, progress=False)  # resume from the last checkpoint (or step 0 before one)
     else:
-        shutil.rmtree(run_dir, ignore_errors=True)  # killed before its first checkpoint
+        shutil.rmtree(run_dir, ignore_errors=True)  # killed before its config was written
         result = train(run_dir, new_run(), progress=False)
     if result.interrupted:
         raise KeyboardInterrupt(f"training in {run_dir} interrupted by a signal (checkpoint written)")

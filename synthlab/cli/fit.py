@@ -102,7 +102,10 @@ def fit(
     --n-col "Model Size" --tokens-from-flops "Training FLOP" --drop-top-loss 5
     """
     from synthlab import scaling
+    from synthlab.files import check_writable
 
+    if plot is not None:
+        check_writable(plot, "--plot")
     fitted = scaling.fit_table(
         table, law, n_col=n_col, d_col=d_col, t_col=t_col, tm_col=tm_col, x_col=x_col, loss_col=loss_col,
         tokens_from_flops=tokens_from_flops, drop_top_loss=drop_top_loss, bootstrap=bootstrap, level=level,

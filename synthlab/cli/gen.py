@@ -12,6 +12,7 @@ import difflib
 import hashlib
 import inspect
 import json
+import shutil
 import signal
 import typing
 from pathlib import Path
@@ -53,6 +54,29 @@ def default_out(task: str, params, seed: int) -> Path:
     return Path("data") / f"{task}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
+# Bytes on disk per training token, lowest and highest over the tasks (measured on their
+# defaults: extra files, test splits and JSON syntax included); tokens come from the task's shape.
+BYTES_PER_TOKEN = (7.0, 30.0)
+
+
+def check_size(spec: TaskSpec, params, out: Path) -> None:
+    """State a big generation's expected size (over ~1 GB: records, tokens, bytes) and refuse one
+    that cannot fit on the disk (even at its lowest estimate) before anything is written."""
+    shape = spec.shape(params)
+    tokens = shape.tokens_per_record * shape.train_records
+    low, high = (tokens * b / 1e9 for b in BYTES_PER_TOKEN)
+    if high < 1:
+        return
+    typer.echo(f"gen {spec.name}: {shape.train_records:,} training records, about {tokens:,.0f} tokens: "
+               f"expect {low:.1f}-{high:.1f} GB on disk", err=True)
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free / 1e9
+    if low > free:
+        raise SynthlabError(f"--out {out}: the dataset needs at least {low:.1f} GB but {folder} has {free:.1f} GB free")
+
+
 def _raise_exit(signum: int, frame) -> None:
     raise SystemExit(128 + signum)
 
@@ -81,6 +105,7 @@ def _command(spec: TaskSpec):
         seed, out, overwrite = kwargs.pop("seed"), kwargs.pop("out"), kwargs.pop("overwrite")
         params = spec.params_cls(**kwargs)
         out = out if out is not None else default_out(spec.name, params, seed)
+        check_size(spec, params, Path(out))
         # SIGTERM (kill, a scheduler) as an exception, so the temporary folder is removed too
         previous = signal.signal(signal.SIGTERM, _raise_exit)
         try:

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from synthlab.errors import SynthlabError
+from synthlab.files import check_writable
 
 
 def sweep(
@@ -74,8 +75,10 @@ def plot(
     from synthlab import experiments, plots
 
     kind = experiments.load(name).plot if name in experiments.available() or name.endswith(".toml") else name
+    out = out or Path(sweep_dir) / "figures"
+    check_writable(out)
     table = plots.read_results(sweep_dir)
-    for path in plots.plot(kind, table, out or Path(sweep_dir) / "figures"):
+    for path in plots.plot(kind, table, out):
         typer.echo(str(path))
 
 
@@ -113,5 +116,6 @@ def report(
         raise SynthlabError("report needs at least one sweep directory")
     if notes is not None and not notes.is_file():
         raise SynthlabError(f"--notes file not found: {notes}")
+    check_writable(out)
     path = reporting.write_report(sweep_dirs, out, copy_results=copy_results, notes=notes, title=title)
     typer.echo(str(path))

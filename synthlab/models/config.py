@@ -114,6 +114,8 @@ class ModelConfig:
         need(self.positions != "rope" or (self.d_model // self.n_heads) % 2 == 0, "n_heads",
              "head size must be even (RoPE)")
         need(self.d_ff is None or self.d_ff >= 1, "d_ff", "must be positive")
+        for name in ("rope_base", "dropout", "init_std", "state_init_std", "step_sigma", "lora_alpha"):
+            need(math.isfinite(getattr(self, name)), name, f"must be a finite number, got {getattr(self, name)}")
         need(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
         need(self.rope_base > 1.0, "rope_base", "must be > 1")
         need(self.init_std > 0 and self.state_init_std > 0, "init_std", "must be positive")
