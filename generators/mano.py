@@ -73,18 +73,28 @@ def distinct_prompts(length: int, n_ops: int, mod: int) -> int:
 
 
 def valid_prompts(max_length: int, n_ops: int, mod: int) -> list[int]:
-    """Number of distinct expressions with l = 0..max_length operators that never divide by 0
-    (equal to `distinct_prompts` without division), by dynamic programming over (l, value)."""
-    flat = _operator_table(mod)[:n_ops].reshape(n_ops, -1)
-    where = [[np.flatnonzero(table == v) for v in range(mod)] for table in flat]
-    count = [np.ones(mod, dtype=object)]  # count[l][v]: expressions of l operators with value v
-    for size in range(1, max_length + 1):
-        total = np.zeros(mod, dtype=object)
-        for left in range(size):
-            pairs = np.multiply.outer(count[left], count[size - 1 - left]).ravel()
-            total += np.array([sum(pairs[i].sum() for i in op) for op in zip(*where)], dtype=object)
-        count.append(total)
-    return [int(c.sum()) for c in count]
+    """Number of distinct expressions with l = 0..max_length operators that never divide by 0.
+
+    Without division every expression is valid (`distinct_prompts`). With it, by dynamic
+    programming over (l, value) in float64: exact below 2^53 (where a count can be compared with a
+    training set's size), approximate above, the upper bound `distinct_prompts` past float range.
+    """
+    if n_ops < len(OPERATORS["asmd"]):
+        return [distinct_prompts(length, n_ops, mod) for length in range(max_length + 1)]
+    flat = _operator_table(mod).reshape(n_ops, -1)
+    results = [table[table >= 0] for table in flat]   # value of each valid operand pair
+    valid = [table >= 0 for table in flat]
+    count = [np.ones(mod)]  # count[l][v]: expressions of l operators with value v
+    with np.errstate(over="ignore", invalid="ignore"):
+        for size in range(1, max_length + 1):
+            total = np.zeros(mod)
+            for left in range(size):
+                pairs = np.multiply.outer(count[left], count[size - 1 - left]).ravel()
+                for result, ok in zip(results, valid):
+                    total += np.bincount(result, weights=pairs[ok], minlength=mod)
+            count.append(total)
+    return [int(c.sum()) if np.isfinite(c.sum()) else distinct_prompts(length, n_ops, mod)
+            for length, c in enumerate(count)]
 
 
 def tokens(params: ManoParams) -> list[str]:
@@ -223,7 +233,8 @@ def generate(params: ManoParams, rng: np.random.Generator) -> Dataset:
             exprs, values = _draw(length, need - len(lines), params, names, rng)
             kept = [(e, v) for e, v in zip(exprs, values.tolist()) if e not in test]
             lines += [_line(length, e, v) for e, v in kept]
-            seen.setdefault(length, set()).update(e for e, _ in kept)
+            if length < params.L:  # the shorter lengths' held-out prompts must avoid these
+                seen.setdefault(length, set()).update(e for e, _ in kept)
         by_length[length] = lines[::-1]  # popped from the end below, in draw order
     train_lines = [by_length[length].pop() for length in lengths.tolist()]
 
