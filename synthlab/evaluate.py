@@ -12,9 +12,12 @@ forward pass. Reported per step t = 1..T (and past the trained depth with `steps
 - per group (the task SPEC's `group_key`: the bioS attribute, the Mano length, the multihop hop
   count with the one-hop atomic facts, the reach distance, "no" reach queries as their own group
   `no_distance`), accuracy and answer loss on every held-out test prompt AND on a sample of
-  training prompts (memorised vs generalised): `groups`, flattened into results columns by
-  `group_columns` (`acc_l2`, `train_acc_l1`, ...). Test records marked `"headline": false` (Mano's
-  shorter lengths) count only here; every other number is over the headline test records;
+  training prompts (memorised vs generalised; bioS trains on biographies, not questions: its
+  training side is `biography_recall`): `groups`, flattened into results columns by
+  `group_columns` (`acc_l2`, `train_acc_l1`, ...); `train_only_groups` names the groups with no
+  held-out prompt (Mano's l = 1 when every one-operator prompt is in train, multihop's facts).
+  Test records marked `"headline": false` (Mano's shorter lengths) count only here; every other
+  number is over the headline test records;
 - bioS also: recall of each attribute inside the training biographies (`biography_recall`), since
   a model trained on biographies alone has never seen a question.
 
