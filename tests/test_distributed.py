@@ -9,10 +9,16 @@ import multiprocessing
 import os
 import signal
 import socket
+import subprocess
+import sys
+
+import numpy as np
 
 import pytest
 import torch
 
+from synthlab.data import Rows
+from synthlab.distributed import World, check_split, share
 from synthlab.errors import SynthlabError
 from synthlab.runs import load_checkpoint
 from synthlab.train import train
@@ -68,6 +74,26 @@ def run_processes(run_dir, run, size=2, event_at=0, event="", timeout=120):
             p.kill()
     codes = [p.exitcode for p in procs]
     return codes, [errors.get() for _ in range(errors.qsize())] if not errors.empty() else []
+
+
+@pytest.mark.parametrize("parts", [1, 2, 4])
+def test_shares_are_contiguous_and_cover_the_batch(parts):
+    ids = np.arange(8 * 3).reshape(8, 3)
+    rows = Rows(ids, ids + 1, ids % 2 == 0, ids // 3)
+    pieces = [share(rows, i, parts) for i in range(parts)]
+    for field in ("inputs", "targets", "loss_mask", "doc_ids"):
+        assert np.array_equal(np.concatenate([getattr(p, field) for p in pieces]), getattr(rows, field))
+
+
+def test_a_batch_that_does_not_split_is_one_line():
+    check_split(8, World(1, 2), 4)
+    with pytest.raises(SynthlabError, match="batch_size 12 does not split into 2 processes x 4 micro-batches"):
+        check_split(12, World(0, 2), 4)
+
+
+def test_python_dash_m_runs_the_cli():  # what `torchrun ... -m synthlab train` starts
+    out = subprocess.run([sys.executable, "-m", "synthlab", "version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip()
 
 
 @pytest.fixture(scope="module")
