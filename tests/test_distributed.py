@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -146,3 +147,17 @@ def test_a_killed_process_stops_the_others_with_one_line(tmp_path, datasets):
     assert [r["step"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
     result = train(run_dir, None, progress=False)  # and the run goes on in one process
     assert (result.step, result.interrupted) == (STEPS, False)
+
+
+@pytest.mark.slow
+def test_the_readme_torchrun_lines_run_as_written(tmp_path):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Running bigger", 1)[1].split("```", 2)[1]
+    lines = [line for line in section.splitlines() if line.startswith(("synthlab gen mano", "torchrun "))]
+    assert len(lines) == 2
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for line in lines:
+        out = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("done:") == 1  # rank 0 alone reports
+    assert (tmp_path / "runs" / "mano-ddp" / "summary.json").is_file()
