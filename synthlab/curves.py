@@ -4,7 +4,10 @@ One figure (PNG + SVG) of three panels, every run overlaid:
 - the training objective over optimizer steps (log scale);
 - the loss read out after each recurrent step t = 1..T at the end of training (the mean over the
   last logged 10% of steps, as `synthlab steps` takes it): what each extra loop buys;
-- the learning rate over optimizer steps.
+- the learning rate over optimizer steps;
+and, for runs trained with `eval_every`, a second figure (`<name>_groups`): the accuracy per
+group (Mano length, hops, distance, attribute) on held-out and training prompts over the steps,
+one panel per run: when each length is learned.
 
 Runs are coloured by group: each run its own, or, for the runs of a sweep folder (one with
 results.csv), the value of a factor (`by`, e.g. loops), so seeds of one setting share a colour.
@@ -12,6 +15,7 @@ results.csv), the value of a factor (`by`, e.g. loops), so seeds of one setting 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +25,8 @@ from synthlab.errors import SynthlabError
 from synthlab.plots import _pyplot, _save, read_results
 from synthlab.results import RESULTS, _model_dir
 from synthlab.runs import read_metrics
+
+EVAL_ACCURACY = re.compile(r"^eval/(train_)?acc_(.+)$")  # train.eval_every's records (synthlab.evaluate.GroupProbe)
 
 
 @dataclass(frozen=True)
@@ -95,4 +101,33 @@ def plot_curves(curves: list[Curve], out: str | Path, name: str = "curves") -> l
     sns.lineplot(data=training, x="step", y="lr", ax=axes[2], **{**style, "legend": "auto"})
     axes[2].set(xlabel="optimizer step", ylabel="learning rate", title="schedule")
     axes[2].legend(title=None, fontsize="small", loc="best")
+    paths = _save(fig, Path(out), name)
+    learning = _learning(curves)
+    if not learning.empty:
+        paths += plot_learning(learning, out, f"{name}_groups")
+    return paths
+
+
+def _learning(curves: list[Curve]) -> pd.DataFrame:
+    """One row per run, evaluated step, group and prompt kind (held-out or training)."""
+    rows = []
+    for curve in curves:
+        for r in read_metrics(curve.run_dir):
+            for key, value in r.items():
+                if match := EVAL_ACCURACY.match(key):
+                    rows.append({"run": curve.label, "step": r["step"], "group": match[2], "acc": 100 * value,
+                                 "prompts": "training" if match[1] else "held-out"})
+    return pd.DataFrame(rows)
+
+
+def plot_learning(learning: pd.DataFrame, out: str | Path, name: str) -> list[Path]:
+    """Accuracy per group over optimizer steps, held-out solid and training dashed, one panel per run."""
+    plt, sns = _pyplot()
+    runs = list(dict.fromkeys(learning["run"]))
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.5 * len(runs), 3.8), squeeze=False, sharey=True)
+    for ax, run in zip(axes[0], runs):
+        sns.lineplot(data=learning[learning["run"] == run], x="step", y="acc", hue="group",
+                     hue_order=list(dict.fromkeys(learning["group"])), style="prompts",
+                     style_order=["held-out", "training"], marker="o", ax=ax, legend=ax is axes[0][-1])
+        ax.set(xlabel="optimizer step", ylabel="exact-match accuracy (%)", ylim=(-2, 102), title=run)
     return _save(fig, Path(out), name)

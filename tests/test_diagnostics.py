@@ -123,3 +123,15 @@ def test_groups_of_the_other_tasks(tmp_path, task, params, heldout, train):
             members = {r.get("prompt", r.get("question")) for r in records if "answer" in r
                        and (f"no_{key}" if r.get(key) is None else f"{key[0]}{r[key]}") == label}
             assert stats["n"] == min(16, len(members))
+
+
+def test_curves_draw_the_learning_curve_of_each_group(mano_run, tmp_path):
+    from synthlab import curves
+
+    runs = curves.collect([mano_run / "run"])
+    learning = curves._learning(runs)
+    assert sorted(set(learning["step"])) == [12, 24, 36]
+    assert set(zip(learning["group"], learning["prompts"])) == {("l2", "held-out"), ("l1", "training"),
+                                                                ("l2", "training")}
+    names = {p.name for p in curves.plot_curves(runs, tmp_path)}
+    assert {"curves.png", "curves_groups.png", "curves_groups.svg"} <= names
