@@ -64,6 +64,7 @@ class TrainConfig:
     entropy_beta: float = option(0.05, "Ouro stage I entropy weight.")
     init_from: str | None = option(None, "Start from the weights of this run directory's checkpoint (e.g. stage II after stage I).")
     checkpoint_every: int = option(1000, "Write a checkpoint every K steps.")
+    keep_checkpoints: int = option(2, "Checkpoints kept, the newest K (a damaged newest one falls back to an older one).")
     log_every: int = option(10, "Append to metrics.jsonl every K steps.")
     eval_every: int = option(0, "Every K steps, log per-group accuracy and answer loss on fixed samples of held-out "
                                 "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).")
@@ -82,7 +83,7 @@ class TrainConfig:
             raise SynthlabError(f"train.steps must be >= 1, got {self.steps}")
         if self.exposures is not None and self.exposures <= 0:
             raise SynthlabError(f"train.exposures must be > 0, got {self.exposures}")
-        for name in ("batch_size", "grad_accum", "checkpoint_every", "log_every"):
+        for name in ("batch_size", "grad_accum", "checkpoint_every", "keep_checkpoints", "log_every"):
             if getattr(self, name) < 1:
                 raise SynthlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_every < 0:

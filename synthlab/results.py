@@ -29,12 +29,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import group_columns
-from synthlab.files import atomic_write_text, file_lock
+from synthlab.files import atomic_write_text, file_lock, warn
 from synthlab.runs import read_metrics
 from synthlab_generators import TASKS
 
@@ -52,27 +53,66 @@ def factor_column(axis: str) -> str:
     return _AXIS_COLUMNS.get(axis, axis)
 
 
-def read_rows(path: str | Path) -> list[dict[str, str]]:
-    """The rows of a results table as strings, exactly as written (none if there is no file yet)."""
+def read_rows(path: str | Path, *, warn_damaged: bool = True) -> list[dict[str, str]]:
+    """The whole rows of a results table as strings, exactly as written (none if there is no file yet).
+
+    A row that is not whole (cut short by a crash or a copy: fewer or more cells than the header,
+    the file's last line without its line end, no point_id) is left out, with a warning unless
+    `warn_damaged` is false: its point counts as unfinished, and the next write drops it.
+    """
     path = Path(path)
     if not path.is_file():
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    text = path.read_text(encoding="utf-8")
+    records = _parse_csv(text)
+    if not records:
+        return []
+    header, rows, damaged = records[0], [], []
+    for number, cells in enumerate(records[1:], 2):
+        whole = len(cells) == len(header) and (number < len(records) or text.endswith("\n"))
+        row = dict(zip(header, cells))
+        if whole and row.get("point_id"):
+            rows.append(row)
+        else:
+            damaged.append(str(number))
+    if not text.endswith("\n") and len(records) == 1:
+        damaged.append("1 (the header)")
+    if damaged and warn_damaged:
+        warn(f"{path}: line {', '.join(damaged)} is not a whole row (cut short?); its point counts as unfinished")
+    return rows
 
 
-def append_rows(path: Path, rows: list[dict[str, Any]]) -> int:
-    """Add rows whose point_id is not in the table yet; returns how many were added.
+def _parse_csv(text: str) -> list[list[str]]:
+    """The records of a CSV text; a record cut inside a quoted cell (at the end) is left out."""
+    while text:
+        try:
+            return [cells for cells in csv.reader(io.StringIO(text)) if cells]
+        except csv.Error:
+            text = text[: text.rstrip("\n").rfind("\n") + 1]
+    return []
+
+
+def missing_columns(row: dict[str, str], columns: Iterable[str]) -> list[str]:
+    """The columns of `columns` that `row` leaves blank (a point's stages write every one of them)."""
+    return [c for c in columns if row.get(c) in (None, "")]
+
+
+def append_rows(path: Path, rows: list[dict[str, Any]], replace: Collection[str] = ()) -> int:
+    """Add rows whose point_id is not in the table yet (or is in `replace`: those rows are replaced);
+    returns how many were added.
 
     The whole table is rewritten (old rows byte-for-byte as strings, new columns appended at the
-    right) and renamed into place under a lock, so concurrent writers and kill -9 are safe.
+    right; rows that are not whole are dropped) and renamed into place under a lock, so
+    concurrent writers and kill -9 are safe.
     """
     with file_lock(path.with_name(path.name + ".lock")):
-        old = read_rows(path)
-        seen = {r["point_id"] for r in old}
+        old = read_rows(path, warn_damaged=False)
+        seen = {r["point_id"] for r in old} - set(replace)
         new = [r for r in rows if r["point_id"] not in seen]
         if not new:
             return 0
+        replaced = {r["point_id"] for r in new}
+        old = [r for r in old if r["point_id"] not in replaced]
         columns = list(old[0].keys()) if old else []
         for row in new:
             columns += [c for c in row if c not in columns]

@@ -4,7 +4,9 @@ A run directory (written by `synthlab.train`) describes itself:
 - `config.json`: the resolved `RunConfig` (model + train) and what was derived from the data
   (vocabulary size, row length, packing, total steps, device) under "derived";
 - `metrics.jsonl`: one JSON line per logged step;
-- `checkpoint.pt`: the training state (model, optimizer, scheduler, RNG states, data position);
+- `checkpoint-<step>.pt`: the training state (model, optimizer, scheduler, RNG states, data
+  position), the newest `keep_checkpoints`, each with its sha256 in `checkpoint-<step>.pt.sha256`;
+  `checkpoint.pt` is the newest under a fixed name; readers fall back from a damaged one;
 - `model.safetensors`: the weights alone, written when training finished (`load_model` reads them);
 - `summary.json`: final numbers, written when training finished.
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +29,13 @@ import torch
 
 from synthlab import config as configlib
 from synthlab.errors import SynthlabError
-from synthlab.files import atomic_write
+from synthlab.files import atomic_write, atomic_write_text, sha256_file, warn
 from synthlab.models import ModelConfig, build_model
 from synthlab.options import TrainConfig
 
 
 WEIGHTS = "model.safetensors"
+CHECKPOINT = "checkpoint.pt"  # the newest checkpoint-<step>.pt under a fixed name
 
 
 @dataclass
@@ -67,23 +72,88 @@ def load_run(run_dir: str | Path) -> tuple[RunConfig, dict[str, Any]]:
     return configlib.from_dict(RunConfig, data), derived
 
 
-def load_checkpoint(run_dir: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """The run's checkpoint; a missing or unreadable one is a SynthlabError (nothing is touched)."""
-    path = Path(run_dir) / "checkpoint.pt"
-    if not path.is_file():
-        raise SynthlabError(f"no checkpoint in {run_dir} (checkpoint.pt missing)")
+def checkpoint_files(run_dir: str | Path) -> list[Path]:
+    """The run's checkpoints, newest first: checkpoint-<step>.pt (or, from a run written before
+    checkpoints were numbered, checkpoint.pt alone)."""
+    numbered = [(int(path.stem[len("checkpoint-"):]), path) for path in Path(run_dir).glob("checkpoint-*.pt")
+                if path.stem[len("checkpoint-"):].isdigit()]
+    if numbered:
+        return [path for _, path in sorted(numbered, reverse=True)]
+    legacy = Path(run_dir) / CHECKPOINT
+    return [legacy] if legacy.is_file() else []
+
+
+def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
+    """One checkpoint file, checked against the sha256 written beside it; ValueError(why) if damaged."""
+    checksum = path.with_name(path.name + ".sha256")
+    if checksum.is_file() and checksum.read_text().strip() != sha256_file(path):
+        raise ValueError("checksum mismatch")
     try:
         ckpt = torch.load(path, map_location=device, weights_only=False)
     except Exception as err:  # torch raises many types for a damaged file
-        raise SynthlabError(f"corrupt checkpoint {path}: {type(err).__name__}") from None
+        raise ValueError(f"unreadable, {type(err).__name__}") from None
     if not isinstance(ckpt, dict) or not {"model", "step"} <= ckpt.keys():
-        raise SynthlabError(f"corrupt checkpoint {path}: missing model state")
+        raise ValueError("no model state")
     return ckpt
 
 
-def save_checkpoint(run_dir: str | Path, state: dict[str, Any]) -> None:
-    """Write a training state as the run's checkpoint (atomically: the old one or the new one)."""
-    atomic_write(Path(run_dir) / "checkpoint.pt", lambda tmp: torch.save(state, tmp))
+def load_checkpoint(run_dir: str | Path, device: torch.device | str = "cpu", *,
+                    missing_ok: bool = False) -> dict[str, Any] | None:
+    """The run's newest intact checkpoint; a damaged newer one is skipped with a warning on stderr.
+
+    No checkpoint at all is a SynthlabError, or None with `missing_ok` (a run stopped before its
+    first checkpoint); none intact is a SynthlabError naming each file. Nothing is touched.
+    """
+    paths = checkpoint_files(run_dir)
+    if not paths:
+        if missing_ok:
+            return None
+        raise SynthlabError(f"no checkpoint in {run_dir} (no checkpoint-<step>.pt)")
+    damaged = []
+    for path in paths:
+        try:
+            ckpt = _read_checkpoint(path, device)
+        except ValueError as why:
+            damaged.append(f"{path} ({why})")
+            continue
+        if damaged:
+            warn(f"damaged checkpoint {', '.join(damaged)}; using {path.name} (step {ckpt['step']})")
+        return ckpt
+    raise SynthlabError(f"corrupt checkpoint: no intact checkpoint in {run_dir}: {'; '.join(damaged)}")
+
+
+def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int = 2) -> None:
+    """Write a training state as checkpoint-<step>.pt with its sha256 beside it (atomically: a
+    reader sees the old files or the new ones), point checkpoint.pt at it, keep the newest `keep`.
+
+    checkpoint.pt is a hard link to the newest (a copy where the file system has no links); the
+    numbered files past this step (damaged ones a resume fell back from) are removed.
+    """
+    run_dir, step = Path(run_dir), int(state["step"])
+    path = run_dir / f"checkpoint-{step}.pt"
+    checksum = path.with_name(path.name + ".sha256")
+    checksum.unlink(missing_ok=True)  # a stale one, of a step written again after a fallback
+    digest: list[str] = []
+
+    def write(tmp: Path) -> None:
+        torch.save(state, tmp)
+        digest.append(sha256_file(tmp))
+
+    atomic_write(path, write)
+    atomic_write_text(checksum, digest[0] + "\n")
+
+    def link(tmp: Path) -> None:
+        tmp.unlink(missing_ok=True)  # a leftover must not be written through
+        try:
+            os.link(path, tmp)
+        except OSError:
+            shutil.copyfile(path, tmp)
+
+    atomic_write(run_dir / CHECKPOINT, link)
+    older = [p for p in checkpoint_files(run_dir) if int(p.stem[len("checkpoint-"):]) <= step]
+    for old in [p for p in checkpoint_files(run_dir) if p not in older] + older[keep:]:
+        old.unlink(missing_ok=True)
+        old.with_name(old.name + ".sha256").unlink(missing_ok=True)
 
 
 def save_weights(run_dir: str | Path, model: torch.nn.Module) -> None:

@@ -19,8 +19,9 @@ checkpoint in its run dir); a point killed after it gets its row on the next run
 The engine does not know what a point does: a runner module does the work. It defines
 `parse(config: dict) -> point` (check and type a point's resolved config; called once per point,
 in the driver, so a bad grid fails before anything runs), `run_point(point, run_dir: Path, *,
-cache_dir: Path) -> dict[str, float | str]` and optionally `estimate_seconds(point, *, finished)`
-for `--dry-run`. The lab's runner is `synthlab.stages` (generate, train, evaluate); tests pass a
+cache_dir: Path) -> dict[str, float | str]`, optionally `estimate_seconds(point, *, finished)`
+for `--dry-run` and `columns(point)`, the columns a finished row of the point fills (a row that
+misses one, or is not whole, counts as unfinished: the point runs again). The lab's runner is `synthlab.stages` (generate, train, evaluate); tests pass a
 cheap one. Workers (spawn processes, Ray tasks) import the runner module by name.
 Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), or Ray tasks (`executor="ray"`);
 the rows are always added by the driver, as each model's points finish.
@@ -41,9 +42,9 @@ from typing import Any
 
 from synthlab.errors import SynthlabError
 from synthlab.experiments import Experiment, Point
-from synthlab.files import atomic_write_text, check_writable, file_lock
+from synthlab.files import atomic_write_text, check_writable, file_lock, warn
 from synthlab.progress import Progress
-from synthlab.results import RESULTS, append_rows, factor_column, read_rows
+from synthlab.results import RESULTS, append_rows, factor_column, missing_columns, read_rows
 
 
 # --- work units: one trained model and the points evaluated on it --------------------------
@@ -83,6 +84,23 @@ def parse_points(runner: ModuleType, experiment: Experiment, preset: str, points
     return parsed
 
 
+def finished_points(runner: ModuleType, experiment: Experiment, preset: str, points: list[Point],
+                    path: Path) -> tuple[set[str], set[str]]:
+    """(ids of the points with a whole row in the table, ids of those whose row misses a column the
+    runner's optional `columns(point)` names: they run again, with a warning, and their new row
+    replaces the old one)."""
+    rows = {r["point_id"]: r for r in read_rows(path)}
+    columns = getattr(runner, "columns", None)
+    listed = [p for p in points if p.point_id in rows]
+    stale = set()
+    for point, typed in zip(listed, parse_points(runner, experiment, preset, listed) if columns else []):
+        missing = missing_columns(rows[point.point_id], columns(typed))
+        if missing:
+            warn(f"{path}: the row of point {point.point_id} has no {', '.join(missing)}; running the point again")
+            stale.add(point.point_id)
+    return set(rows) - stale, stale
+
+
 def run_unit(unit: Unit) -> list[dict[str, Any]]:
     """Run (or recover) every point of a unit; returns their result rows. Used by every executor."""
     if unit.threads:
@@ -97,9 +115,11 @@ def run_unit(unit: Unit) -> list[dict[str, Any]]:
     with file_lock(run_dir / ".lock"):
         for p in unit.points:
             done = run_dir / "points" / f"{p['point_id']}.json"
-            if done.is_file():
-                record = json.loads(done.read_text())
-            else:
+            try:
+                record = json.loads(done.read_text()) if done.is_file() else None
+            except ValueError:  # cut short: the point runs again
+                record = None
+            if record is None or missing_columns(record["metrics"], p.get("columns", ())):
                 start = time.perf_counter()
                 metrics = runner.run_point(p["point"], run_dir, cache_dir=Path(unit.cache_dir))
                 record = {"metrics": metrics, "wall_s": time.perf_counter() - start}
@@ -122,7 +142,8 @@ def make_units(experiment: Experiment, preset: str, points: list[Point], parsed:
                  points=[], threads=threads),
         )
         unit.points.append({"point_id": point.point_id, "factors": point.factors, "point": typed,
-                            "experiment": experiment.name, "preset": preset})
+                            "experiment": experiment.name, "preset": preset,
+                            "columns": list(runner.columns(typed)) if hasattr(runner, "columns") else []})
     return list(units.values())
 
 
@@ -175,7 +196,7 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
         raise SynthlabError(f"--executor must be 'local' or 'ray', got '{executor}'")
     check_writable(out)
     points = experiment.points(preset)
-    finished = {r["point_id"] for r in read_rows(Path(out) / RESULTS)}
+    finished, stale = finished_points(runner, experiment, preset, points, Path(out) / RESULTS)
     todo = [p for p in points if p.point_id not in finished]
     parsed = parse_points(runner, experiment, preset, todo)  # fail early, in the driver, on a bad grid
     out = Path(out)
@@ -191,7 +212,7 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
                    unit="point")
 
     def on_done(rows: list[dict[str, Any]]) -> None:
-        append_rows(results, rows)
+        append_rows(results, rows, replace=stale)
         bar.update(len(rows))
 
     try:

@@ -5,13 +5,15 @@ A run directory describes itself:
   (vocabulary size, row length, packing, total steps, device);
 - `metrics.jsonl`: one line every `log_every` steps (step, tokens seen, loss, loss per recurrent
   step, learning rate, tokens/s);
-- `checkpoint.pt`: model, optimizer, scheduler, torch RNG states, data position, step; written
-  atomically (temporary sibling + rename) every `checkpoint_every` steps, at the end, and when
-  SIGINT or SIGTERM arrives;
+- `checkpoint-<step>.pt` (+ its sha256; `checkpoint.pt` is the newest): model, optimizer,
+  scheduler, torch RNG states, data position, step; written atomically (temporary sibling +
+  rename) every `checkpoint_every` steps, at the end, and when SIGINT or SIGTERM arrives; the
+  newest `keep_checkpoints` are kept (`synthlab.runs.save_checkpoint`);
 - `model.safetensors`: the weights alone, written at the end (`synthlab.load_model` reads them);
 - `summary.json`: final numbers, written at the end.
 
-Resuming replays nothing: the batcher's state is (epoch, cursor) and the torch RNG states are
+Resuming a run stopped before its first checkpoint starts it again from step 0. Resuming replays
+nothing: the batcher's state is (epoch, cursor) and the torch RNG states are
 restored, so on CPU a resumed run produces the same losses as an uninterrupted one, bit for bit.
 
 Objectives (`TrainConfig.loss`), all over the task's loss mask: the last step's loss, the mean of
@@ -37,7 +39,7 @@ from synthlab import config as configlib
 from synthlab import distributed
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, training_examples
 from synthlab.errors import SynthlabError
-from synthlab.files import atomic_write_text
+from synthlab.files import atomic_write_text, check_writable
 from synthlab.models import build_model
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
 from synthlab.optim import adamw, lr_factor
@@ -168,9 +170,13 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     if resume:
         run, recorded = load_run(run_dir)
         run.train.data = str(trained_data(run_dir, run, recorded, moved_to=data))
-        ckpt = load_checkpoint(run_dir)
+        ckpt = load_checkpoint(run_dir, missing_ok=True)  # None: stopped before its first checkpoint
     elif run_dir.exists() and any(run_dir.iterdir()):
         raise SynthlabError(f"--out {run_dir} is not empty; choose a new folder or --resume it")
+    check_writable(run_dir)
+    if not resume and run.train.init_from is not None:  # a bad --init-from fails before the folder exists
+        load_run(run.train.init_from)
+        load_weights(build_model(run.model), run.train.init_from)
     data = load_dataset(run.train.data, run.train.task or None)
     derived, batcher = prepare_run(run, data)
     cfg = run.train
@@ -214,8 +220,8 @@ def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: 
     trainer = _Trainer(run_dir, cfg, total, model, batcher, device, world)
     if ckpt is not None:
         trainer.load_state(ckpt)
-        if world.main:
-            _truncate_metrics(run_dir / "metrics.jsonl", trainer.step)
+    if world.main:  # lines logged after the checkpoint, or (resumed from step 0) all of them
+        _truncate_metrics(run_dir / "metrics.jsonl", trainer.step)
     return trainer
 
 
@@ -264,8 +270,13 @@ class _Trainer:
         self.step, self.tokens_seen = ckpt["step"], ckpt["tokens_seen"]
 
     def save(self) -> None:
+        """Checkpoint the state, unless the last update left non-finite weights (then stop, keeping
+        the last good checkpoint: the loss checked before the update could not see it)."""
+        if not bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all()):
+            raise SynthlabError(f"training diverged at step {self.step}: the weights are not finite "
+                                f"(lr {self.cfg.lr}); the last good checkpoint in {self.run_dir} is kept")
         if self.world.main:
-            save_checkpoint(self.run_dir, self.state())
+            save_checkpoint(self.run_dir, self.state(), keep=self.cfg.keep_checkpoints)
 
     def train_step(self, log_now: bool, check: bool) -> tuple[torch.Tensor, torch.Tensor, int, float]:
         """One optimizer step: (objective, per-step losses, real tokens in the batch, lr used).
