@@ -4,7 +4,8 @@ A run directory describes itself:
 - `config.json`: the fully resolved RunConfig (model + train) and what was derived from the data
   (vocabulary size, row length, packing, total steps, device);
 - `metrics.jsonl`: one line every `log_every` steps (step, tokens seen, loss, loss per recurrent
-  step, learning rate, tokens/s);
+  step, learning rate, tokens/s); with `eval_every` K, every K steps also the per-group accuracy
+  and answer loss on fixed samples of held-out and training prompts (`eval/acc_l1`, ...);
 - `checkpoint-<step>.pt` (+ its sha256; `checkpoint.pt` is the newest): model, optimizer,
   scheduler, torch RNG states, data position, step; written atomically (temporary sibling +
   rename) every `checkpoint_every` steps, at the end, and when SIGINT or SIGTERM arrives; the
@@ -39,6 +40,7 @@ from synthlab import config as configlib
 from synthlab import distributed
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, training_examples
 from synthlab.errors import SynthlabError
+from synthlab.evaluate import GroupProbe
 from synthlab.files import atomic_write_text, check_writable
 from synthlab.models import build_model
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
@@ -195,7 +197,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             trainer = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
             try:
-                return trainer.run(progress)
+                return trainer.run(progress, GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
             except RuntimeError as err:
                 if not distributed.lost_peer(err):
                     raise
@@ -325,7 +327,8 @@ class _Trainer:
         (objective * (weight * self.world.size)).backward()  # DDP averages over the processes: undo its 1/K
         return objective.detach() * weight, per_step.detach() * weight
 
-    def run(self, progress: bool) -> TrainResult:
+    def run(self, progress: bool, probe: GroupProbe | None = None) -> TrainResult:
+        """Train to the end (or a signal); `probe` scores per-group accuracy every `eval_every` steps."""
         cfg, total = self.cfg, self.total
         self.parallel = distributed.wrap(self.model, self.world, self.device)
         self.forward = model_forward(self.parallel, cfg.compile)
@@ -338,7 +341,8 @@ class _Trainer:
             # a signal reaching any process stops all of them at the same step
             while self.step < total and not distributed.any_of(self.world, stop.signum is not None, self.device):
                 done = self.step + 1
-                log_now = done % cfg.log_every == 0 or done == total
+                eval_now = probe is not None and done % cfg.eval_every == 0
+                log_now = done % cfg.log_every == 0 or done == total or eval_now
                 save_now = done % cfg.checkpoint_every == 0 or done == total
                 objective, per_step, batch_tokens, lr = self.train_step(log_now, log_now or save_now)
                 window_tokens += batch_tokens
@@ -350,6 +354,9 @@ class _Trainer:
                     record = {"step": self.step, "tokens": self.tokens_seen, "loss": float(objective.detach()),
                               "loss_per_step": per_step.detach().float().cpu().tolist(), "lr": lr,
                               "tokens_per_s": speed}
+                    if eval_now and self.world.main:
+                        record.update(probe(self.model, self.device))
+                        window_start = time.perf_counter()  # the probe's time is not training time
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
                     bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{speed:,.0f}")
