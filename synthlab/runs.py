@@ -62,6 +62,22 @@ def autocast(device: torch.device):
     return contextlib.nullcontext()
 
 
+@contextlib.contextmanager
+def float32_matmul(device: torch.device, tf32: bool = True):
+    """While the block runs: TF32 tensor cores for float32 matmuls on CUDA (`tf32`) or full float32
+    (the parts autocast leaves in float32: norms' neighbours, gates, the OUROBOROS trainables).
+    The previous setting comes back afterwards; on the CPU nothing changes."""
+    if device.type != "cuda":
+        yield
+        return
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
 def load_run(run_dir: str | Path) -> tuple[RunConfig, dict[str, Any]]:
     """(RunConfig, derived settings) from a run directory's config.json."""
     path = Path(run_dir) / "config.json"

@@ -166,13 +166,20 @@ def _execute_local(units: list[Unit], jobs: int, on_done) -> None:
             on_done(future.result())
 
 
+def ray_resources(unit: Unit, cluster_gpus: float) -> dict[str, float]:
+    """What one point asks Ray for: its CPU threads, and one GPU when the cluster has any (a task
+    that asks for none gets CUDA_VISIBLE_DEVICES="" from Ray and would train on the CPU)."""
+    return {"num_cpus": max(1, unit.threads), "num_gpus": 1 if cluster_gpus > 0 else 0}
+
+
 def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
     import ray
 
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False)
     remote = ray.remote(run_unit)
-    pending = [remote.options(num_cpus=max(1, unit.threads)).remote(unit) for unit in units]
+    gpus = ray.cluster_resources().get("GPU", 0)
+    pending = [remote.options(**ray_resources(unit, gpus)).remote(unit) for unit in units]
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
         on_done(ray.get(ready[0]))

@@ -47,8 +47,8 @@ from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_los
 from synthlab.optim import adamw, lr_factor
 from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
-from synthlab.runs import (RunConfig, autocast, load_checkpoint, load_run, load_weights, resolve_device,
-                           save_checkpoint, save_weights, data_sha256, trained_data)
+from synthlab.runs import (RunConfig, autocast, float32_matmul, load_checkpoint, load_run, load_weights,
+                           resolve_device, save_checkpoint, save_weights, data_sha256, trained_data)
 from synthlab_generators import TASKS
 
 
@@ -194,7 +194,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
             atomic_write_text(run_dir / "config.json", json.dumps({**configlib.to_dict(run), "derived": derived}, indent=2) + "\n")
         # Weights come from build_model's own seeded generator; torch's global RNG only drives dropout.
         # It is forked so that training can seed and checkpoint it without touching the caller's state.
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), float32_matmul(device, cfg.tf32):
             trainer = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
             try:
                 return trainer.run(progress, GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)

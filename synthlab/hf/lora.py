@@ -46,7 +46,8 @@ def lora_bases(residual: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.T
 
     With M = U S V^T: B = U_r S_r^(1/2), A = S_r^(1/2) V_r^T, so B A is the best rank-r
     approximation of M and delta = 1 reproduces it (the split of S keeps A and B at one scale).
-    A matrix of rank below r gets zero-padded bases (those directions stay dead).
+    A matrix of rank below r gets zero-padded bases (those directions stay dead). Computed and
+    returned on the residual's device (a CUDA SVD stays on the GPU; nothing mixes devices).
     """
     out_features, in_features = residual.shape
     if residual.is_meta:  # shapes only: counting a config-built model
@@ -54,10 +55,10 @@ def lora_bases(residual: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.T
     u, s, vh = torch.linalg.svd(residual.float(), full_matrices=False)
     kept = min(rank, s.numel())
     root = s[:kept].sqrt()
-    a = torch.zeros(rank, in_features)
-    b = torch.zeros(out_features, rank)
-    a[:kept] = root[:, None] * vh[:kept].cpu()
-    b[:, :kept] = u[:, :kept].cpu() * root
+    a = torch.zeros(rank, in_features, device=residual.device)  # on the weights' device, float32
+    b = torch.zeros(out_features, rank, device=residual.device)
+    a[:kept] = root[:, None] * vh[:kept]
+    b[:, :kept] = u[:, :kept] * root
     return a, b
 
 

@@ -126,7 +126,7 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
             load_trainable(model, run_dir / variant / CHECKPOINT)
         for name, seqs in corpora.items():
             for depth in variant_depths:
-                loss = evaluate(model, seqs, depth, batch_size)
+                loss = evaluate(model, seqs, depth, batch_size, train_config.tf32)
                 listed = depths if variant not in LOOPED_VARIANTS else [depth]
                 rows += [{"variant": variant, "corpus": name, "depth": d, "loss": loss,
                           "sequences": len(seqs)} for d in listed]

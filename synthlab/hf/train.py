@@ -16,6 +16,7 @@ import torch
 from synthlab.errors import SynthlabError
 from synthlab.hf.system import OuroborosLM, lm_loss
 from synthlab.optim import adamw, lr_factor
+from synthlab.runs import float32_matmul
 
 
 @dataclass
@@ -36,6 +37,7 @@ class OuroborosTrainConfig:
     heldout_fraction: float = 0.05
     checkpoint_every: int = 0  # 0: only at the end
     seed: int = 0
+    tf32: bool = True  # on CUDA, TF32 tensor cores for the float32 gate / controller matmuls
 
     def __post_init__(self) -> None:
         for name in ("steps", "seq_len", "batch_size", "grad_accum"):
@@ -81,11 +83,16 @@ def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainCon
     config.seed + 1 (depths), so a run is reproducible. `on_checkpoint(step)` is called every
     `checkpoint_every` steps and at the end.
     """
-    from tqdm import tqdm
-
     if max(config.depths) > model.config.max_steps:
         raise SynthlabError(f"depths {config.depths} exceed the model's max_steps {model.config.max_steps}")
     device = next(p for p in model.parameters() if p.requires_grad).device
+    with float32_matmul(device, config.tf32):
+        return _train(model, sequences, config, device, on_checkpoint, progress)
+
+
+def _train(model, sequences, config, device, on_checkpoint, progress) -> list[dict]:
+    from tqdm import tqdm
+
     data_gen = torch.Generator().manual_seed(config.seed)
     depth_gen = torch.Generator().manual_seed(config.seed + 1)
     optimizer = make_optimizer(model, config)
@@ -97,7 +104,7 @@ def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainCon
         lr = learning_rate(step, config)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        total = 0.0
+        total = torch.zeros((), device=device)  # summed on the device: no host sync per micro-batch
         for _ in range(config.grad_accum):
             if cursor + config.batch_size > len(order):  # new epoch, new order
                 order, cursor = torch.randperm(len(sequences), generator=data_gen), 0
@@ -105,10 +112,11 @@ def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainCon
             cursor += config.batch_size
             loss = lm_loss(model(batch, depth), batch) / config.grad_accum
             loss.backward()
-            total += loss.item()
+            total += loss.detach()
         norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        total = float(total)  # one sync per optimiser step, for the log
         log.append({"step": step, "depth": depth, "loss": total, "lr": lr, "grad_norm": float(norm)})
         bar.set_postfix(loss=f"{total:.3f}", depth=depth)
         last = step + 1 == config.steps
@@ -119,18 +127,19 @@ def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainCon
 
 
 @torch.no_grad()
-def evaluate(model: OuroborosLM, sequences: torch.Tensor, depth: int, batch_size: int) -> float:
+def evaluate(model: OuroborosLM, sequences: torch.Tensor, depth: int, batch_size: int, tf32: bool = True) -> float:
     """Mean next-token loss over every predicted token of `sequences` at `depth` (batch means
     weighted by their token counts, so a short last batch counts for what it holds)."""
     model.eval()
     device = next(model.parameters()).device
-    total, count = 0.0, 0
-    for start in range(0, len(sequences), batch_size):
-        batch = sequences[start: start + batch_size].to(device)
-        tokens = batch.shape[0] * (batch.shape[1] - 1)
-        total += lm_loss(model(batch, depth), batch).item() * tokens
-        count += tokens
-    return total / count
+    total, count = torch.zeros((), dtype=torch.float64, device=device), 0
+    with float32_matmul(device, tf32):
+        for start in range(0, len(sequences), batch_size):
+            batch = sequences[start: start + batch_size].to(device)
+            tokens = batch.shape[0] * (batch.shape[1] - 1)
+            total += lm_loss(model(batch, depth), batch).double() * tokens
+            count += tokens
+    return float(total) / count
 
 
 def plot_loss_vs_depth(table, path: str | Path) -> None:

@@ -64,6 +64,19 @@ def ouro_stage2_loss(step_losses: torch.Tensor, exit_lambdas: torch.Tensor,
     losses = step_losses.detach()
     improvement = (losses[:-1] - losses[1:]).clamp_min(0.0)  # (T-1, B, S): step t vs t-1
     w = torch.sigmoid(k * (improvement - tau))
-    continue_prob = 1.0 - exit_lambdas[1:]
-    bce = F.binary_cross_entropy(continue_prob.float(), w.float(), reduction="none")
+    bce = F.binary_cross_entropy_with_logits(continue_logit(exit_lambdas[1:]), w.float(), reduction="none")
     return masked_mean(bce, mask)
+
+
+def continue_logit(exit_lambdas: torch.Tensor) -> torch.Tensor:
+    """The logit of the continue probability 1 - lambda, in float32: log(1 - lambda) - log(lambda).
+
+    BCE-with-logits on it equals F.binary_cross_entropy(1 - lambda, w) in float32 (CUDA autocast
+    rejects the latter; the logits form is allowed), and is more exact near lambda = 0, where
+    1 - lambda rounds. Lambda is first clamped to [smallest normal float32, largest float32 below
+    1]: a saturated gate (sigmoid's output is exactly 0 or 1, common in bf16) then gives a finite
+    loss and a zero gradient instead of log(0)'s infinities (F.binary_cross_entropy clamps its logs
+    at -100 instead; both pass zero gradient back through the saturated sigmoid).
+    """
+    lambdas = exit_lambdas.float().clamp(torch.finfo(torch.float32).tiny, 1.0 - 2.0**-24)
+    return torch.log1p(-lambdas) - torch.log(lambdas)

@@ -58,14 +58,36 @@ class Injection(nn.Module):
 
 def initial_state(kind: str, e: torch.Tensor, std: float,
                   generator: torch.Generator | None) -> torch.Tensor:
-    """h0 (B, S, D). `normal` draws from `generator` (a fixed seed-0 one when None: deterministic)."""
+    """h0 (B, S, D). `normal` draws from `generator` (a fixed seed-0 one when None: deterministic).
+
+    The noise is drawn on e's device, never copied from the host: from `generator` itself when it
+    lives there, else from a generator on e's device seeded by one draw from `generator` (a host
+    draw, no device sync), so the run stays reproducible from `generator`'s state alone.
+    """
     if kind == "zero":
         return torch.zeros_like(e)
     if kind == "input":
         return e
-    generator = generator if generator is not None else torch.Generator().manual_seed(0)
-    noise = torch.randn(e.shape, generator=generator, device=generator.device)
-    return (noise * std).to(device=e.device, dtype=e.dtype)
+    if generator is None or not _same_device(generator.device, e.device):
+        generator = _generator_on(e.device, generator)
+    noise = torch.randn(e.shape, generator=generator, device=e.device, dtype=torch.float32)
+    return (noise * std).to(e.dtype)
+
+
+@torch.compiler.disable  # a host draw and a new generator: run eagerly, one clean graph break
+def _generator_on(device: torch.device, source: torch.Generator | None) -> torch.Generator:
+    """A generator on `device` seeded by one draw from `source` (seed 0 when None)."""
+    seed = 0 if source is None else int(torch.randint(0, 2**62, (), generator=source, device=source.device))
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """'cuda' and 'cuda:0' name one device when the current one is 0."""
+
+    def index(d: torch.device) -> int:
+        return d.index if d.index is not None else (torch.cuda.current_device() if d.type == "cuda" else 0)
+
+    return a.type == b.type and index(a) == index(b)
 
 
 def sample_steps(mean: float, sigma: float, generator: torch.Generator) -> int:

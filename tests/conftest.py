@@ -1,0 +1,30 @@
+"""Tests run on the CPU unless marked `cuda`.
+
+On a GPU machine `device = auto` would switch unmarked tests to CUDA with bf16 autocast, where
+bit-identical resume is not guaranteed (non-deterministic attention backward). So every test not
+marked `cuda` sees no GPU (torch.cuda.is_available() is False here, CUDA_VISIBLE_DEVICES is empty
+for the processes it starts), and `cuda` tests are skipped where there is no GPU:
+`pytest -m cuda` runs them on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def cpu_unless_marked_cuda(request, monkeypatch):
+    if request.node.get_closest_marker("cuda") is None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    yield
