@@ -7,6 +7,8 @@ and an output folder, saves the figure as PNG and SVG, and returns the paths. Ax
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +18,7 @@ import pandas as pd
 
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write
-from synthlab.results import RESULTS, factor_column
+from synthlab.results import RESULTS, factor_column, read_rows
 
 STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
 AGREE_COLUMN = re.compile(r"^agree_(\d+)_(\d+)$")
@@ -24,12 +26,20 @@ LENGTH_COLUMN = re.compile(r"^(train_)?acc_l(\d+)$")  # Mano per-length accuracy
 
 
 def read_results(sweep_dir: str | Path) -> pd.DataFrame:
-    """A sweep's results.csv; a grid-axis column that duplicates a descriptor (`model.loops` beside
-    `loops`, written by older versions) is dropped."""
+    """A sweep's results.csv, its whole rows only (one cut short is left out, with a warning); a
+    grid-axis column that duplicates a descriptor (`model.loops` beside `loops`, written by older
+    versions) is dropped."""
     path = Path(sweep_dir) / RESULTS
     if not path.is_file():
         raise SynthlabError(f"no results.csv in {sweep_dir} (run `synthlab sweep` first)")
-    table = pd.read_csv(path)
+    rows = read_rows(path)
+    if not rows:
+        raise SynthlabError(f"{path} has no whole row (run `synthlab sweep` again to finish it)")
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    table = pd.read_csv(io.StringIO(text.getvalue()))  # pandas infers each column's type as from the file
     return table.drop(columns=[c for c in table if factor_column(c) != c and factor_column(c) in table])
 
 

@@ -57,7 +57,7 @@ def read_rows(path: str | Path, *, warn_damaged: bool = True) -> list[dict[str, 
     """The whole rows of a results table as strings, exactly as written (none if there is no file yet).
 
     A row that is not whole (cut short by a crash or a copy: fewer or more cells than the header,
-    the file's last line without its line end, no point_id) is left out, with a warning unless
+    the file's last line without its line end, a blank point_id) is left out, with a warning unless
     `warn_damaged` is false: its point counts as unfinished, and the next write drops it.
     """
     path = Path(path)
@@ -71,7 +71,7 @@ def read_rows(path: str | Path, *, warn_damaged: bool = True) -> list[dict[str, 
     for number, cells in enumerate(records[1:], 2):
         whole = len(cells) == len(header) and (number < len(records) or text.endswith("\n"))
         row = dict(zip(header, cells))
-        if whole and row.get("point_id"):
+        if whole and (row.get("point_id") or "point_id" not in header):  # a table made elsewhere may have none
             rows.append(row)
         else:
             damaged.append(str(number))
