@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from synthlab.errors import SynthlabError
+from synthlab.files import check_writable
 
 app = typer.Typer(
     help="OUROBOROS on a local Qwen2/Qwen2.5 checkpoint: a controller rewrites one recurrent layer per step.",
@@ -64,6 +65,7 @@ def build(
 
     if (base is None) == (base_config is None):
         raise SynthlabError("give exactly one of --base PATH or --base-config CONFIG.json")
+    check_writable(out)
     config = _ouroboros_config(variant, prelude_layers, recurrent_layer, coda_layers, rank, alpha,
                                controller_hidden, max_steps)
     if base is not None:
@@ -113,6 +115,7 @@ def train(
     from synthlab.hf.runs import train_run
     from synthlab.hf.train import OuroborosTrainConfig
 
+    check_writable(out)
     train_config = cfgio.load(OuroborosTrainConfig, config) if config else OuroborosTrainConfig()
     train_config = cfgio.merge(train_config, {
         "steps": steps, "seq_len": seq_len, "batch_size": batch_size, "grad_accum": grad_accum, "lr": lr,
