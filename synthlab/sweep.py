@@ -201,7 +201,9 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
         raise SynthlabError(f"--threads must be >= 1, got {threads}")
     if executor not in ("local", "ray"):
         raise SynthlabError(f"--executor must be 'local' or 'ray', got '{executor}'")
-    check_writable(out)
+    for path, option in ((out, "--out"), (cache_dir, "--cache"), (runs_dir, "--runs")):
+        if path is not None:
+            check_writable(path, option)
     points = experiment.points(preset)
     finished, stale = finished_points(runner, experiment, preset, points, Path(out) / RESULTS)
     todo = [p for p in points if p.point_id not in finished]
