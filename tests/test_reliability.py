@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -113,6 +117,22 @@ def test_a_run_with_a_config_and_no_checkpoint_resumes_from_step_0(tmp_path, man
     result = invoke("train", "--resume", killed, "--no-progress")
     assert result.exit_code == 0, result.output
     assert losses(killed) == losses(tmp_path / "fresh")  # same seed, same run, each step once
+
+
+def test_kill_9_before_the_first_checkpoint_then_resume_gives_the_fresh_run(tmp_path, mano):
+    args = ["--data", mano, "--steps", 300, "--log-every", 1, "--checkpoint-every", 300, "--threads", 1, *TINY]
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "synthlab"), "train", "--out", str(killed),
+                             *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log, deadline = killed / "metrics.jsonl", time.time() + 120
+    while not (log.is_file() and log.stat().st_size) and time.time() < deadline:  # a step logged
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not checkpoint_files(killed) and (killed / "config.json").is_file()
+    assert invoke("train", "--resume", killed, "--no-progress").exit_code == 0
+    assert invoke("train", "--out", tmp_path / "fresh", *args).exit_code == 0
+    assert losses(killed) == losses(tmp_path / "fresh")
 
 
 def test_a_bad_init_from_creates_no_run_folder(tmp_path, mano):
