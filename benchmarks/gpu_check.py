@@ -127,14 +127,14 @@ class RefGPT(nn.Module):
 
 
 def mano_gpu_shape(dry: bool):
-    """(ModelConfig of the gpu preset's 2 x 6 point at its largest L, TrainConfig, row length);
+    """(ModelConfig of the gpu preset's most looped point at its largest L, TrainConfig, row length);
     dry: 1 x 2 layers of d = 32, 2 rows of 16."""
     from synthlab import experiments
     from synthlab.stages import parse
 
-    exp = experiments.load("mano")
-    points = [p for p in exp.points("gpu") if p.factors["arch"] == "2x6"]
-    point = parse(max(points, key=lambda p: p.factors["data.L"]).config)
+    points = [parse(p.config) for p in experiments.load("mano").points("gpu")]
+    # the most looped point (2 x 6 today), at its largest L
+    point = max(points, key=lambda p: (p.model.loops, p.model.n_layers * p.model.loops, p.data.L))
     model, train = point.model, point.train
     seq = point.spec.shape(point.data).row_len
     if dry:

@@ -76,9 +76,9 @@ def test_tf32_is_on_during_cuda_training_and_restored(tmp_path, mano_data, monke
     seen = []
     original = train.__globals__["_Trainer"].run
 
-    def run(self, progress):
+    def run(self, *args, **kwargs):
         seen.append(torch.get_float32_matmul_precision())
-        return original(self, progress)
+        return original(self, *args, **kwargs)
 
     monkeypatch.setattr(train.__globals__["_Trainer"], "run", run)
     before = torch.get_float32_matmul_precision()
