@@ -325,6 +325,7 @@ def report(args) -> None:
     parts = {}
     for path in sorted((args.out / "parts").glob("*.json")):
         parts[path.stem] = json.loads(path.read_text())
+    parts["exit_codes"] = {path.stem: int(path.read_text()) for path in sorted(args.out.glob("*.rc"))}
     pytest_log = args.out / "pytest.log"
     if pytest_log.is_file():
         tail = pytest_log.read_text().strip().splitlines()
@@ -332,7 +333,8 @@ def report(args) -> None:
     (args.out / "gpu_check.json").write_text(json.dumps(parts, indent=1) + "\n")
     lines = ["# GPU check", ""]
     for name, data in parts.items():
-        lines += [f"## {name}" + ("" if data.get("done") else " (cut short or failed: see its log)"), ""]
+        done = data.get("done", name == "exit_codes")
+        lines += [f"## {name}" + ("" if done else " (cut short or failed: see its log)"), ""]
         for key, value in data.items():
             if key not in ("part", "done"):
                 lines.append(f"- **{key}**: `{json.dumps(value)}`")

@@ -37,9 +37,14 @@ mkdir -p "$SITE"
 ln -s "$REPO/generators" "$SITE/synthlab_generators"
 ln -s "$REPO/experiments" "$SITE/synthlab_experiments"
 if ! "$PY" -c "import tomli_w" 2>/dev/null; then  # a pure-python wheel: unpacking it installs it
-  for whl in "$REPO"/.whl/tomli_w-*.whl; do "$PY" -m zipfile -e "$whl" "$SITE" && echo "tomli_w from $whl"; done
-  "$PY" -c "import sys; sys.path.insert(0, '$SITE'); import tomli_w" 2>/dev/null \
-    || echo "warning: tomli_w missing and not in .whl/ (writing TOML will fail)"
+  for whl in "$REPO"/.whl/tomli_w-*.whl; do
+    [ -f "$whl" ] && "$PY" -m zipfile -e "$whl" "$SITE" && echo "tomli_w from $whl"
+  done
+  if ! "$PY" -c "import sys; sys.path.insert(0, '$SITE'); import tomli_w" 2>/dev/null; then
+    # no wheel carried: a stand-in that imports (synthlab.config does) and fails only if TOML is written
+    echo "warning: tomli_w missing and not in .whl/: a stand-in that cannot write TOML is used"
+    printf 'def dumps(obj):\n    raise RuntimeError("tomli_w is not installed")\n' > "$SITE/tomli_w.py"
+  fi
 fi
 export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
 
