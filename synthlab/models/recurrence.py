@@ -68,17 +68,17 @@ def initial_state(kind: str, e: torch.Tensor, std: float,
         return torch.zeros_like(e)
     if kind == "input":
         return e
-    if generator is None or not _same_device(generator.device, e.device):
-        generator = _generator_on(e.device, generator)
-    noise = torch.randn(e.shape, generator=generator, device=e.device, dtype=torch.float32)
-    return (noise * std).to(e.dtype)
+    return (_normal_noise(e.shape, e.device, generator) * std).to(e.dtype)
 
 
-@torch.compiler.disable  # a host draw and a new generator: run eagerly, one clean graph break
-def _generator_on(device: torch.device, source: torch.Generator | None) -> torch.Generator:
-    """A generator on `device` seeded by one draw from `source` (seed 0 when None)."""
-    seed = 0 if source is None else int(torch.randint(0, 2**62, (), generator=source, device=source.device))
-    return torch.Generator(device=device).manual_seed(seed)
+@torch.compiler.disable  # a draw from a generator (and maybe a host draw): eager, one clean graph break
+def _normal_noise(shape: torch.Size, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
+    """N(0, 1) float32 noise on `device`: from `generator` when it lives there, else from a new
+    generator on `device` seeded by one draw from `generator` (seed 0 when None)."""
+    if generator is None or not _same_device(generator.device, device):
+        seed = 0 if generator is None else int(torch.randint(0, 2**62, (), generator=generator, device=generator.device))
+        generator = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
