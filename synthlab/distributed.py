@@ -11,6 +11,7 @@ process would, and DDP averages their gradients. Only the main process (rank 0) 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -59,6 +60,7 @@ def process_group(device: torch.device) -> Iterator[tuple[World, torch.device]]:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     yield World(dist.get_rank(), dist.get_world_size()), device
     if started:
+        gc.collect()  # a DDP wrapper freed later, by chance, would wait on the others where they are not
         dist.destroy_process_group()
 
 

@@ -204,6 +204,8 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
                 raise SynthlabError(f"process {world.rank} of {world.size} lost contact with the others at step "
                                     f"{trainer.step + 1}; the last checkpoint in {run_dir} is kept "
                                     f"(continue with: synthlab train --resume {run_dir})") from None
+            finally:
+                trainer.parallel = trainer.forward = None  # DDP is freed as the group closes (see process_group)
 
 
 def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: torch.device,

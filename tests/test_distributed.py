@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +28,7 @@ from synthlab.train import train
 from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
 STEPS = 20
-# the exit gate with the `last` loss leaves parameters without gradient: DDP must be told
+# the exit gate gets no gradient under the `last` loss: the trainer must freeze it for DDP
 MODEL = {"loops": 2, "exit_gate": True}
 
 
@@ -36,11 +38,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _process(rank, size, port, run_dir, run, event_at, event, errors):
-    """One training process as torchrun starts it; at batch `event_at` rank 0 gets SIGTERM
-    (event "stop") or rank 1 dies (event "die")."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(size),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _serve(rank, size, jobs, results):
+    """A training process as torchrun starts one, running jobs (port, run_dir, run, event_at, event)
+    until None; at batch `event_at` rank 0 gets SIGTERM (event "stop") or rank 1 dies ("die")."""
     torch.set_num_threads(1)
     batcher = train.__globals__["Batcher"]
     next_batch, calls = batcher.next_batch, [0]
@@ -52,29 +52,52 @@ def _process(rank, size, port, run_dir, run, event_at, event, errors):
         return next_batch(self)
 
     batcher.next_batch = counted
-    try:
-        train(run_dir, run, progress=False)
-    except SynthlabError as err:
-        errors.put((rank, str(err)))
-        raise SystemExit(2)
+    while (job := jobs.get()) is not None:
+        port, run_dir, run, event_at, event = job
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(size),
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        calls[0] = 0
+        try:
+            train(run_dir, run, progress=False)
+            results.put((rank, ""))
+        except SynthlabError as err:
+            results.put((rank, str(err)))
+        except Exception as err:  # the test fails with it instead of waiting
+            results.put((rank, f"{type(err).__name__}: {err}"))
 
 
-def run_processes(run_dir, run, size=2, event_at=0, event="", timeout=120):
-    """Train `run` in `size` processes; (exit codes by rank, [(rank, error line)])."""
+@pytest.fixture(scope="module")
+def processes():
+    """run(run_dir, run, event_at, event) -> [(rank, error line or "")] of the ranks that finished.
+
+    Two processes serve the whole module (starting one costs seconds); a job that kills one must
+    be the module's last."""
     ctx = multiprocessing.get_context("spawn")
-    errors = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_process, args=(rank, size, port, run_dir, run, event_at, event, errors))
-             for rank in range(size)]
+    jobs, results = [ctx.Queue() for _ in range(2)], ctx.Queue()
+    procs = [ctx.Process(target=_serve, args=(rank, 2, jobs[rank], results)) for rank in range(2)]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(timeout)
-    for p in procs:
+
+    def run(run_dir, run, event_at=0, event=""):
+        port = _free_port()
+        for q in jobs:
+            q.put((port, run_dir, run, event_at, event))
+        got, deadline = [], time.monotonic() + 300
+        while len(got) < (1 if event == "die" else 2):
+            try:
+                got.append(results.get(timeout=1))
+            except queue.Empty:
+                gone = [r for r, p in enumerate(procs) if not p.is_alive() and (r, event) != (1, "die")]
+                assert not gone and time.monotonic() < deadline, f"training process {gone} died or hangs"
+        return sorted(got)
+
+    yield run, procs
+    for q, p in zip(jobs, procs):
+        if p.is_alive():
+            q.put(None)
+        p.join(30)
         if p.is_alive():
             p.kill()
-    codes = [p.exitcode for p in procs]
-    return codes, [errors.get() for _ in range(errors.qsize())] if not errors.empty() else []
 
 
 @pytest.mark.parametrize("parts", [1, 2, 4])
@@ -112,21 +135,20 @@ def assert_same_curve(run_dir, reference):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
 
 
-def test_two_processes_follow_the_one_process_curve(tmp_path, datasets, one_process):
+def test_two_processes_follow_the_one_process_curve(tmp_path, datasets, processes, one_process):
     run_dir = tmp_path / "two"
     run = run_config(datasets("mano"), "mano", MODEL, steps=STEPS, device="cpu", grad_accum=2)
-    codes, errors = run_processes(run_dir, run)
-    assert codes == [0, 0] and not errors
+    assert processes[0](run_dir, run) == [(0, ""), (1, "")]
     assert_same_curve(run_dir, one_process)
     ref, got = load_checkpoint(one_process)["model"], load_checkpoint(run_dir)["model"]
     assert all(torch.allclose(ref[k], got[k], rtol=1e-4, atol=1e-6) for k in ref)
 
 
-def test_a_two_process_run_resumes_in_one_process(tmp_path, datasets, one_process):
+def test_a_two_process_run_resumes_in_one_process(tmp_path, datasets, processes, one_process):
     run_dir = tmp_path / "two"
     run = run_config(datasets("mano"), "mano", MODEL, steps=STEPS, device="cpu", checkpoint_every=100)
-    codes, errors = run_processes(run_dir, run, event_at=10, event="stop")  # rank 0 alone gets the signal
-    assert codes == [0, 0] and not errors
+    # rank 0 alone gets the signal
+    assert processes[0](run_dir, run, event_at=10, event="stop") == [(0, ""), (1, "")]
     assert load_checkpoint(run_dir)["step"] == 10  # both stopped after step 10; rank 0 wrote its checkpoint
     assert not (run_dir / "summary.json").exists()
     result = train(run_dir, None, progress=False)
@@ -134,12 +156,13 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path, datasets, one_proces
     assert_same_curve(run_dir, one_process)
 
 
-def test_a_killed_process_stops_the_others_with_one_line(tmp_path, datasets):
+def test_a_killed_process_stops_the_others_with_one_line(tmp_path, datasets, processes):
+    run, procs = processes
     run_dir = tmp_path / "two"
-    run = run_config(datasets("mano"), "mano", steps=STEPS, device="cpu", checkpoint_every=2)
-    codes, errors = run_processes(run_dir, run, event_at=7, event="die")  # rank 1 dies in step 7
-    assert codes == [2, -signal.SIGKILL]
-    [(rank, line)] = errors
+    [(rank, line)] = run(run_dir, run_config(datasets("mano"), "mano", steps=STEPS, device="cpu", checkpoint_every=2),
+                         event_at=7, event="die")  # rank 1 dies in step 7
+    procs[1].join(30)
+    assert procs[1].exitcode == -signal.SIGKILL
     assert rank == 0 and "\n" not in line and "lost contact with the others at step" in line
     step = load_checkpoint(run_dir)["step"]
     assert step in (4, 6)  # the last checkpoint before the death, whole
