@@ -70,6 +70,8 @@ class TrainConfig:
                                 "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).")
     device: str = option("auto", "auto (CUDA with bf16 if present, else CPU fp32), cpu or cuda.")
     compile: bool = option(False, "torch.compile the model.")
+    tensorboard: bool = option(False, "Also log the metrics to RUN_DIR/tensorboard (needs the tensorboard package: "
+                                      "pip install 'synthlab[tensorboard]').")
     tf32: bool = option(True, "On CUDA, TF32 tensor cores for the float32 matmuls autocast leaves (false: full float32).")
 
     def __post_init__(self) -> None:

@@ -38,6 +38,7 @@ import torch
 
 from synthlab import config as configlib
 from synthlab import distributed
+from synthlab.board import Board, summary_writer
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, training_examples
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
@@ -185,6 +186,8 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     device = resolve_device(cfg.device)
     derived["device"] = device.type
     derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
+    if cfg.tensorboard:
+        summary_writer()  # a missing tensorboard package fails before anything is written
     # Under torchrun every process gets here; joining the group waits for all, so each has checked
     # the folder above before rank 0 writes into it. Rank 0 alone writes the run's files.
     with distributed.process_group(device) as (world, device):
@@ -336,6 +339,7 @@ class _Trainer:
         self.forward = model_forward(self.parallel, cfg.compile)
         self.model.train()
         record: dict[str, Any] = {}
+        board = Board(self.run_dir) if cfg.tensorboard and self.world.main else None
         window_tokens, window_start = 0, time.perf_counter()
         bar = Progress(total, initial=self.step, enabled=progress and self.world.main, desc=f"train {cfg.task}", unit="step")
         metrics_path = self.run_dir / "metrics.jsonl" if self.world.main else os.devnull  # rank 0 writes the log
@@ -361,12 +365,16 @@ class _Trainer:
                         window_start = time.perf_counter()  # the probe's time is not training time
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
+                    if board is not None:
+                        board.log(record)
                     bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{speed:,.0f}")
                 if save_now:
                     self.save()
             if self.step < total:  # stopped by a signal
                 self.save()
         bar.close()
+        if board is not None:
+            board.close()
         interrupted = self.step < total
         if not interrupted and record and self.world.main:
             save_weights(self.run_dir, self.model)  # the weights alone, for load_model
