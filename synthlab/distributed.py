@@ -25,7 +25,6 @@ from synthlab.data import Rows
 from synthlab.errors import SynthlabError
 
 
-
 @dataclass(frozen=True)
 class World:
     """This process's place among the training processes."""
