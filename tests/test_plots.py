@@ -125,6 +125,11 @@ def test_report_has_tables_figures_commands_and_verdicts(tmp_path):
     assert all(f"| {a:.4g} |" in text for a in table["accuracy"])
     copied = pd.read_csv(out.parent / "mano" / "results.csv")
     assert list(copied["run_dir"]) == [f"r{i}" for i in range(len(table))]  # no absolute paths committed
+    # regenerating the report changes no byte: committed results do not churn
+    before = {p: p.read_bytes() for p in out.parent.rglob("*") if p.is_file()}
+    again = CliRunner().invoke(app, ["report", str(tmp_path / "runs" / "mano"), str(tmp_path / "runs" / "kv"),
+                                     "--out", str(out), "--copy", "--notes", str(notes)])
+    assert again.exit_code == 0 and {p: p.read_bytes() for p in out.parent.rglob("*") if p.is_file()} == before
 
 
 def test_capacity_plot_marks_empty_models_and_the_data_limit(tmp_path):
