@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from synthlab_generators import TASKS, write_dataset
+
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
@@ -28,3 +30,10 @@ def cpu_unless_marked_cuda(request, monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     yield
+
+
+@pytest.fixture(scope="module")
+def mano(tmp_path_factory):
+    """A tiny Mano dataset (L = 2, mod 5, 200 training records) for the CLI tests of a module."""
+    spec = TASKS["mano"]
+    return write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, tmp_path_factory.mktemp("d") / "mano")

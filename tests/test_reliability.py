@@ -33,12 +33,6 @@ TINY = ["--d-model", 32, "--n-heads", 2, "--n-layers", 1, "--max-seq-len", 32, "
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def mano(tmp_path_factory):
-    spec = TASKS["mano"]
-    return write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, tmp_path_factory.mktemp("d") / "mano")
-
-
 def invoke(*args):
     return runner.invoke(app, [str(a) for a in args])
 

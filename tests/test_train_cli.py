@@ -14,15 +14,8 @@ import torch
 from typer.testing import CliRunner
 
 from synthlab.cli import app
-from synthlab_generators import TASKS, write_dataset
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def mano(tmp_path_factory):
-    spec = TASKS["mano"]
-    return write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, tmp_path_factory.mktemp("d") / "mano")
 
 
 def invoke(*args):
