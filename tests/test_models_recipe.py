@@ -25,6 +25,8 @@ OPTIONS = {
     "init_gpt2_depth": dict(init="gpt2_depth"),
     "bias_rmsnorm": dict(bias=True),
     "layernorm": dict(norm_type="layernorm"),
+    "qkv_bias": dict(qkv_bias=True),
+    "qwen2_block": dict(mlp="swiglu", qkv_bias=True, tie_head=False),  # what `synthlab export` needs
     "reference_gpt": dict(positions="learned", tie_head=False, init="torch", bias=True,
                           norm_type="layernorm"),
 }
@@ -95,6 +97,7 @@ def test_options_round_trip_through_json_and_toml(option, tmp_path):
 @pytest.mark.parametrize("bad, field", [
     (dict(positions="alibi"), "positions"), (dict(init="xavier"), "init"),
     (dict(tie_head="no"), "tie_head"), (dict(bias=1), "bias"), (dict(norm_type="batch"), "norm_type"),
+    (dict(qkv_bias="yes"), "qkv_bias"),
     (dict(d_model=12, n_heads=4), "n_heads"),  # head size 3: odd, RoPE needs it even
 ])
 def test_options_reject_bad_values_naming_the_field(bad, field):
@@ -188,10 +191,12 @@ def test_count_params_is_the_sum_of_unique_parameter_numels(option, topology):
 @pytest.mark.parametrize("option", list(OPTIONS))
 def test_parameter_count_is_re_derived(option):
     c = ModelConfig(**{**BASE, **OPTIONS[option]})
-    d, f, L, P = 32, 128, 2, 64
+    d, L, P = 32, 2, 64
+    f = 128 if c.mlp == "gelu" else 88  # 4 d; 8/3 d rounded up to a multiple of 8
+    mlp_in = 2 * f if c.mlp == "swiglu" else f  # SwiGLU: gate and up
     ln_bias = c.norm_type == "layernorm" and c.bias
-    per_layer = 4 * d * d + 2 * d * f + 2 * d  # qkv + o, MLP up + down, two norm gains
-    per_layer += (3 * d + d + f + d if c.bias else 0) + (2 * d if ln_bias else 0)
+    per_layer = 4 * d * d + (mlp_in + f) * d + 2 * d  # qkv + o, MLP in + down, two norm gains
+    per_layer += (3 * d + d + mlp_in + d if c.bias else 3 * d if c.qkv_bias else 0) + (2 * d if ln_bias else 0)
     vocab_tables = 1 if c.tie_head else 2
     embedding = vocab_tables * V * d + (P * d if c.positions == "learned" else 0)
     expected = embedding + L * per_layer + d + (d if ln_bias else 0)  # + final norm

@@ -64,6 +64,10 @@ from synthlab.cli import curves as _curves  # noqa: E402
 
 app.command("curves")(_curves.curves)
 
+from synthlab.cli import export as _export  # noqa: E402
+
+app.command("export")(_export.export)
+
 from synthlab.cli import fit as _fit  # noqa: E402
 
 app.command("fit")(_fit.fit)

@@ -15,7 +15,8 @@ config.py      ModelConfig: every option below; JSON/TOML round trip via synthla
 layers.py      the GPT-2-style base: RMSNorm / LayerNorm (`norm_type`), pre-norm or sandwich norm
                (`norm`), RoPE (`Rotary`, `positions = "rope"`), causal attention through
                scaled_dot_product_attention with document masking (`attention_mask`) and a KV
-               cache, GELU / SwiGLU MLP (`mlp`), optional bias (`bias`).
+               cache, GELU / SwiGLU MLP (`mlp`), optional bias (`bias`, or q/k/v only:
+               `qkv_bias`, as Qwen2).
 model.py       LoopedGPT, `build_model`. Token embedding tied to the head (`LoopedGPT.head`) or a
                separate `lm_head` (`tie_head`); learned absolute positions (`pos_embed`,
                `positions = "learned"`) or none; init schemes gpt2 / gpt2_depth / torch (`init`).

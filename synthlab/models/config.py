@@ -54,6 +54,7 @@ class ModelConfig:
     norm_type: str = option("rmsnorm", "Every norm (blocks, sandwich, final): rmsnorm or layernorm.")
     bias: bool = option(False, "Biases in the attention (qkv, o), MLP and concat-injection linears and in LayerNorm "
                                "(RMSNorm has none either way; the head never has one).")
+    qkv_bias: bool = option(False, "Biases on the q, k and v projections only (Qwen2's attention); `bias` also sets them.")
     positions: str = option("rope", "Position signal: rope (rotary, relative, in every attention layer), learned "
                                     "(absolute table added to the token embedding at the input) or none (causal mask only).")
     rope_base: float = option(10000.0, "RoPE base (positions = rope only).")
@@ -107,7 +108,7 @@ class ModelConfig:
                                ("controller", CONTROLLERS), ("lora_bases", LORA_BASES),
                                ("positions", POSITIONS), ("init", INITS)):
             choice(field, options)
-        for name in ("bias", "tie_head"):
+        for name in ("bias", "qkv_bias", "tie_head"):
             need(isinstance(getattr(self, name), bool), name,
                  f"must be true or false, got {getattr(self, name)!r}")
         need(self.d_model % self.n_heads == 0, "n_heads", f"must divide d_model={self.d_model}")

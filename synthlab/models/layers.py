@@ -77,7 +77,8 @@ class Attention(nn.Module):
         super().__init__()
         d = config.d_model
         self.n_heads, self.head_dim, self.dropout = config.n_heads, config.head_dim, config.dropout
-        self.qkv = nn.Linear(d, 3 * d, bias=config.bias)  # fused: one matmul for q, k and v
+        # fused: one matmul for q, k and v
+        self.qkv = nn.Linear(d, 3 * d, bias=config.bias or config.qkv_bias)
         self.o = nn.Linear(d, d, bias=config.bias)
 
     def forward(self, x, rope, mask=None, past=None, mod=None):

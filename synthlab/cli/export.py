@@ -1,0 +1,25 @@
+"""`synthlab export RUN --format qwen2 --out DIR`: a trained model as a checkpoint other tools load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from synthlab.files import check_writable
+
+
+def export(
+    run_dir: Path = typer.Argument(..., help="Run directory of a trained loops = 1 model."),
+    out: Path = typer.Option(..., "--out", help="Checkpoint folder to write (replaced if it exists)."),
+    fmt: str = typer.Option("qwen2", "--format", help="Checkpoint format: qwen2 (Qwen2ForCausalLM + tokenizer)."),
+    data: Optional[Path] = typer.Option(None, help="The run's dataset at its new place, if it moved (its vocabulary "
+                                                   "becomes the tokenizer)."),
+) -> None:
+    """Write the model as a Qwen2ForCausalLM folder with a WordLevel tokenizer (transformers loads both)."""
+    from synthlab.hf.export import export_run
+
+    check_writable(out)
+    path = export_run(run_dir, out, fmt, data)
+    typer.echo(f"{run_dir} -> {path} ({fmt}: AutoModelForCausalLM / PreTrainedTokenizerFast.from_pretrained)")

@@ -1,0 +1,142 @@
+"""`synthlab export`: a trained synthlab model as a Qwen2 checkpoint folder that transformers loads.
+
+The folder is what `Qwen2ForCausalLM.save_pretrained` and `PreTrainedTokenizerFast.save_pretrained`
+write (config.json, model.safetensors, tokenizer.json, tokenizer_config.json, ...), so
+`AutoModelForCausalLM.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)` load it with no
+synthlab code. Only a model whose computation is Qwen2's block stack can be exported: loops = 1 and
+no recurrence module, SwiGLU MLP, pre-norm RMSNorm, RoPE, no bias besides q / k / v (`qkv_bias`;
+a model without them gets zero biases), the head tied or not. Every other model is refused with
+one line naming the option (`qwen2_refusal`).
+
+Weight mapping, layer by layer (prelude, core, coda in order; a loops = 1 sandwich with injection
+none and state init input is the same stack):
+    attn_norm -> input_layernorm            mlp_norm -> post_attention_layernorm
+    attn.qkv (rows q | k | v) -> q_proj, k_proj, v_proj (+ biases)
+    attn.o -> o_proj                        mlp.up (rows gate | up) -> gate_proj, up_proj
+    mlp.down -> down_proj                   embed, final_norm, lm_head -> embed_tokens, norm, lm_head
+The tokenizer is the dataset's word vocabulary (vocab.json, same ids) as a `tokenizers` WordLevel
+model over whitespace-split words, decoded by joining with single spaces.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from synthlab.errors import SynthlabError
+from synthlab.models import ModelConfig
+from synthlab.runs import load_run, open_run, trained_data
+from synthlab.tokenizer import WordTokenizer
+
+FORMATS = ("qwen2",)
+RMS_EPS = 1e-5  # synthlab.models.layers.make_norm's
+
+
+def qwen2_refusal(c: ModelConfig) -> str | None:
+    """Why Qwen2 cannot express a model of config `c` (one line), or None when it can."""
+    plain_sandwich = c.injection == "none" and c.state_init == "input"
+    checks = [
+        (c.loops == 1, f"loops = {c.loops}: Qwen2 has no recurrence (export a loops = 1 model)"),
+        (c.topology == "ouro" or plain_sandwich,
+         f"a sandwich with injection = {c.injection}, state_init = {c.state_init} is not a plain layer stack"),
+        (c.mlp == "swiglu", f"mlp = {c.mlp}: Qwen2's MLP is SwiGLU"),
+        (c.positions == "rope", f"positions = {c.positions}: Qwen2 uses RoPE"),
+        (c.norm == "pre", f"norm = {c.norm}: Qwen2 is pre-norm"),
+        (c.norm_type == "rmsnorm", f"norm_type = {c.norm_type}: Qwen2 uses RMSNorm"),
+        (not c.bias, "bias = true: Qwen2 has biases on q, k, v only (train with qkv_bias instead)"),
+        (c.controller == "none", f"controller = {c.controller}: Qwen2 has no LoRA modulation"),
+        (not c.recurrence_gate and not c.step_norm, "a recurrence gate or step norm has no Qwen2 equivalent"),
+        (not c.exit_gate, "exit_gate = true: Qwen2 has no exit gate"),
+    ]
+    return next((f"Qwen2 cannot express this model: {why}" for ok, why in checks if not ok), None)
+
+
+def qwen2_config(c: ModelConfig, tokenizer: WordTokenizer):
+    from transformers import Qwen2Config
+
+    ids = {name: tokenizer.id(tok) if tok in tokenizer.tokens else None
+           for name, tok in (("pad", "<pad>"), ("bos", "<bos>"), ("eos", "<eos>"))}
+    return Qwen2Config(
+        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.ff_dim, num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads, num_key_value_heads=c.n_heads, hidden_act="silu",
+        max_position_embeddings=c.max_seq_len, rms_norm_eps=RMS_EPS, tie_word_embeddings=c.tie_head,
+        rope_parameters={"rope_type": "default", "rope_theta": c.rope_base}, use_sliding_window=False,
+        attention_dropout=0.0, pad_token_id=ids["pad"], bos_token_id=ids["bos"], eos_token_id=ids["eos"])
+
+
+@torch.no_grad()
+def qwen2_state(model) -> dict[str, torch.Tensor]:
+    """The Qwen2ForCausalLM state dict of a loops = 1 synthlab model (float32, CPU)."""
+    c = model.config
+    d, f = c.d_model, c.ff_dim
+    state = {"model.embed_tokens.weight": model.embed.weight, "model.norm.weight": model.final_norm.weight}
+    if model.lm_head is not None:
+        state["lm_head.weight"] = model.lm_head.weight
+    for i, block in enumerate([*model.prelude, *model.core, *model.coda]):
+        p = f"model.layers.{i}."
+        qkv = block.attn.qkv
+        bias = qkv.bias if qkv.bias is not None else torch.zeros(3 * d)
+        for k, name in enumerate(("q_proj", "k_proj", "v_proj")):
+            state[f"{p}self_attn.{name}.weight"] = qkv.weight[k * d:(k + 1) * d]
+            state[f"{p}self_attn.{name}.bias"] = bias[k * d:(k + 1) * d]
+        state[f"{p}self_attn.o_proj.weight"] = block.attn.o.weight
+        state[f"{p}mlp.gate_proj.weight"] = block.mlp.up.weight[:f]
+        state[f"{p}mlp.up_proj.weight"] = block.mlp.up.weight[f:]
+        state[f"{p}mlp.down_proj.weight"] = block.mlp.down.weight
+        state[f"{p}input_layernorm.weight"] = block.attn_norm.weight
+        state[f"{p}post_attention_layernorm.weight"] = block.mlp_norm.weight
+    return {k: v.detach().float().cpu().contiguous() for k, v in state.items()}
+
+
+def hf_tokenizer(tokenizer: WordTokenizer):
+    """The word vocabulary as a PreTrainedTokenizerFast (WordLevel over whitespace-split words)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(tokenizer.tokens)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))  # no <unk> in the vocabulary: unknown words fail
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    special = {name: tok for name, tok in (("pad_token", "<pad>"), ("bos_token", "<bos>"), ("eos_token", "<eos>"))
+               if tok in vocab}
+    extra = [t for t in tokenizer.special_tokens if t not in special.values()]
+    return PreTrainedTokenizerFast(tokenizer_object=core, clean_up_tokenization_spaces=False,
+                                   extra_special_tokens=extra, **special)
+
+
+def export_model(model, tokenizer: WordTokenizer, out: str | Path) -> Path:
+    """Write a synthlab `model` and its vocabulary to `out` as a Qwen2 checkpoint folder (written
+    beside `out` and renamed into place at the end); refuses a model Qwen2 cannot express."""
+    from transformers import Qwen2ForCausalLM
+
+    why = qwen2_refusal(model.config)
+    if why is not None:
+        raise SynthlabError(why)
+    with torch.random.fork_rng(devices=[]):  # HF's init draws from the global generator: left as it was
+        hf = Qwen2ForCausalLM(qwen2_config(model.config, tokenizer))
+    missing, unexpected = hf.load_state_dict(qwen2_state(model), strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"} or (missing and not model.config.tie_head):
+        raise SynthlabError(f"export: weights do not map onto Qwen2 (missing {missing}, unexpected {unexpected})")
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    hf.eval().save_pretrained(tmp)
+    hf_tokenizer(tokenizer).save_pretrained(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def export_run(run_dir: str | Path, out: str | Path, fmt: str = "qwen2", data: str | Path | None = None) -> Path:
+    """The trained model of `run_dir`, with its dataset's vocabulary (`data`: the dataset's new
+    place if it moved), exported to `out` in format `fmt`."""
+    if fmt not in FORMATS:
+        raise SynthlabError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
+    run, derived = load_run(run_dir)
+    why = qwen2_refusal(run.model)  # before reading any weights
+    if why is not None:
+        raise SynthlabError(why)
+    tokenizer = WordTokenizer.from_file(trained_data(run_dir, run, derived, data))
+    return export_model(open_run(run_dir)[0], tokenizer, out)

@@ -1,0 +1,129 @@
+"""`synthlab export --format qwen2`: the exported folder loads in transformers alone and computes
+the same logits as the synthlab model; its tokenizer is the dataset's word vocabulary; models
+Qwen2 cannot express are refused with one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from synthlab.cli import app  # noqa: E402
+from synthlab.errors import SynthlabError  # noqa: E402
+from synthlab.hf.export import export_model, qwen2_refusal  # noqa: E402
+from synthlab.models import ModelConfig, build_model  # noqa: E402
+from synthlab.options import TrainConfig  # noqa: E402
+from synthlab.runs import RunConfig  # noqa: E402
+from synthlab.tokenizer import WordTokenizer  # noqa: E402
+from synthlab_generators import TASKS, write_dataset  # noqa: E402
+
+QWEN2 = dict(d_model=32, n_heads=4, n_layers=3, max_seq_len=96, mlp="swiglu", qkv_bias=True)
+SHAPES = {
+    "tied": dict(),
+    "untied": dict(tie_head=False),
+    "no_qkv_bias": dict(qkv_bias=False, rope_base=500.0),
+    "plain_sandwich": dict(topology="sandwich", n_prelude=1, n_coda=1, injection="none", state_init="input"),
+}
+
+
+@pytest.fixture(scope="module")
+def bios(tmp_path_factory):
+    spec = TASKS["bios"]
+    return write_dataset(spec, spec.params_cls(n_people=40), 0, tmp_path_factory.mktemp("d") / "bios")
+
+
+def _random_model(vocab_size: int, **overrides):
+    """A model whose every weight (biases and norm gains included) is far from its init."""
+    model = build_model(ModelConfig(vocab_size=vocab_size, **{**QWEN2, **overrides}), seed=0)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    return model.eval()
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_exported_logits_equal_synthlabs(shape, bios, tmp_path):
+    tokenizer = WordTokenizer.from_file(bios)
+    model = _random_model(len(tokenizer), **SHAPES[shape])
+    export_model(model, tokenizer, tmp_path / "qwen2")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "qwen2", dtype=torch.float32).eval()
+    assert type(hf).__name__ == "Qwen2ForCausalLM"
+    assert (hf.lm_head.weight is hf.model.embed_tokens.weight) == model.config.tie_head
+    ids = torch.randint(0, len(tokenizer), (3, 40), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ours, theirs = model(ids).logits, hf(ids).logits
+    assert ours.abs().max() > 1.0  # logits far from 0: the comparison below is not vacuous
+    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=2e-5)
+
+
+def test_tokenizer_round_trips_the_datasets_text(bios, tmp_path):
+    tokenizer = WordTokenizer.from_file(bios)
+    export_model(_random_model(len(tokenizer)), tokenizer, tmp_path / "qwen2")
+    # AutoTokenizer is no use here: transformers 5 always rebuilds model_type qwen2's byte-level BPE
+    # (qwen2 is in its MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS); the saved tokenizer.json is read as is.
+    hf_tok = transformers.PreTrainedTokenizerFast.from_pretrained(tmp_path / "qwen2")
+    texts = [json.loads(line)["text"] for line in (bios / "train.jsonl").read_text().splitlines()]
+    assert len(texts) == 40
+    for text in texts:
+        ids = hf_tok(text, add_special_tokens=False)["input_ids"]
+        assert ids == tokenizer.encode(text)
+        assert hf_tok.decode(ids) == text
+    assert (hf_tok.pad_token_id, hf_tok.bos_token_id, hf_tok.eos_token_id) == (
+        tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+    assert hf_tok("<bos> He <ans>")["input_ids"] == tokenizer.encode("<bos> He <ans>")
+
+
+@pytest.mark.parametrize("overrides, culprit", [
+    (dict(loops=2), "loops = 2"),
+    (dict(mlp="gelu"), "mlp = gelu"),
+    (dict(positions="learned"), "positions = learned"),
+    (dict(norm="sandwich"), "norm = sandwich"),
+    (dict(norm_type="layernorm"), "norm_type = layernorm"),
+    (dict(bias=True), "bias = true"),
+    (dict(exit_gate=True), "exit_gate"),
+    (dict(topology="sandwich", n_prelude=1, n_coda=1, injection="add"), "injection = add"),
+])
+def test_models_qwen2_cannot_express_are_refused_with_one_line(overrides, culprit, tmp_path):
+    config = ModelConfig(vocab_size=50, **{**QWEN2, **overrides})
+    why = qwen2_refusal(config)
+    assert why is not None and culprit in why and "\n" not in why
+    with pytest.raises(SynthlabError, match="Qwen2 cannot express"):
+        export_model(build_model(config), WordTokenizer(["<pad>"] + [f"w{i}" for i in range(49)], ["<pad>"]),
+                     tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def _trained_run(data, run_dir, **model):
+    from synthlab.train import train
+
+    config = RunConfig(ModelConfig(vocab_size=len(WordTokenizer.from_file(data)), **{**QWEN2, **model}),
+                       TrainConfig(task="bios", data=str(data), steps=2, batch_size=4, seq_len=96,
+                                   warmup_steps=1, log_every=1))
+    train(run_dir, config, progress=False)
+    return run_dir
+
+
+def test_cli_exports_a_trained_run_and_refuses_a_looped_one(bios, tmp_path):
+    from synthlab.runs import load_model
+
+    run = _trained_run(bios, tmp_path / "run")
+    result = CliRunner().invoke(app, ["export", str(run), "--format", "qwen2", "--out", str(tmp_path / "q")])
+    assert result.exit_code == 0, result.output
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "q", dtype=torch.float32).eval()
+    ids = torch.randint(0, hf.config.vocab_size, (2, 30), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, load_model(run)(ids).logits, rtol=1e-5, atol=2e-5)
+
+    looped = _trained_run(bios, tmp_path / "looped", loops=2)
+    result = CliRunner().invoke(app, ["export", str(looped), "--out", str(tmp_path / "q2")])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [result.output.strip()]
+    assert result.output.startswith("error: Qwen2 cannot express this model: loops = 2")
+    result = CliRunner().invoke(app, ["export", str(run), "--format", "llama", "--out", str(tmp_path / "q3")])
+    assert result.exit_code == 2 and "--format must be one of qwen2" in result.output
