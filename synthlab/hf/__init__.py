@@ -7,6 +7,7 @@ Public API:
     read_texts, pack, split_heldout                         (synthlab.hf.data)
     OuroborosTrainConfig, train, evaluate                   (synthlab.hf.train)
     build_variant, train_run, eval_run                      (synthlab.hf.runs: run folders)
+    export_run, export_model, qwen2_refusal                 (synthlab.hf.export: synthlab -> Qwen2)
 Importing this package imports torch (not transformers, which is loaded by the loaders).
 """
 
