@@ -70,6 +70,10 @@ class TrainConfig:
                                 "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).")
     device: str = option("auto", "auto (CUDA with bf16 if present, else CPU fp32), cpu or cuda.")
     compile: bool = option(False, "torch.compile the model.")
+    activation_checkpointing: bool = option(False, "Activation checkpointing per recurrent step: keep each step's input "
+                                                   "state only and recompute the step (core and readout) in the backward "
+                                                   "pass; the same loss and gradients, far less activation memory for "
+                                                   "about one more forward pass of compute.")
     tensorboard: bool = option(False, "Also log the metrics to RUN_DIR/tensorboard (needs the tensorboard package: "
                                       "pip install 'synthlab[tensorboard]').")
     tf32: bool = option(True, "On CUDA, TF32 tensor cores for the float32 matmuls autocast leaves (false: full float32).")

@@ -72,16 +72,16 @@ def to_device(rows: Rows, device: torch.device) -> tuple[torch.Tensor, ...]:
     return (*tensors, doc_ids)
 
 
-def model_forward(model: torch.nn.Module, compile: bool = False):
+def model_forward(model: torch.nn.Module, compile: bool = False, checkpoint: bool = False):
     """A function (inputs, doc_ids, generator, all_steps) -> (step_logits, exit p(t), exit lambda_t);
-    the last two are None without the exit gate.
+    the last two are None without the exit gate. checkpoint: activation checkpointing per step.
 
     Returning only these keeps torch.compile away from the model output's `logits`, a view of
     `step_logits`: compiled graphs whose outputs alias each other fail at run time (torch 2.13).
     """
 
     def forward(inputs, doc_ids, generator, all_steps):
-        out = model(inputs, doc_ids=doc_ids, generator=generator, all_steps=all_steps)
+        out = model(inputs, doc_ids=doc_ids, generator=generator, all_steps=all_steps, checkpoint=checkpoint)
         return out.step_logits, out.exit_probs, out.exit_lambdas
 
     return torch.compile(forward) if compile else forward
@@ -336,7 +336,7 @@ class _Trainer:
         """Train to the end (or a signal); `probe` scores per-group accuracy every `eval_every` steps."""
         cfg, total = self.cfg, self.total
         self.parallel = distributed.wrap(self.model, self.world, self.device)
-        self.forward = model_forward(self.parallel, cfg.compile)
+        self.forward = model_forward(self.parallel, cfg.compile, cfg.activation_checkpointing)
         self.model.train()
         record: dict[str, Any] = {}
         board = Board(self.run_dir) if cfg.tensorboard and self.world.main else None

@@ -128,6 +128,8 @@ def test_every_objective_evaluation_exit_and_generation_under_the_policy(tmp_pat
     monkeypatch.setattr(evaluate_module, "autocast", lambda device: cuda_autocast_policy())
     for loss in ("last", "mean", "ouro"):
         assert math.isfinite(train(tmp_path / loss, _run(mano_data, loss), progress=False).final_loss), loss
+    checkpointed = _run(mano_data, "mean", activation_checkpointing=True)  # steps recomputed under autocast
+    assert math.isfinite(train(tmp_path / "checkpointed", checkpointed, progress=False).final_loss)
     stage2 = train(tmp_path / "stage2", _run(mano_data, "ouro_stage2", init_from=str(tmp_path / "ouro")), progress=False)
     assert math.isfinite(stage2.final_loss)
     for rule, kv in (("q:0.8", "full"), ("diff:0.01", "mean"), ("kl:0.001", "first")):

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from synthlab.errors import SynthlabError
 from synthlab.models.config import ModelConfig
@@ -200,7 +201,7 @@ class LoopedGPT(InferenceMixin, nn.Module):
     # --- training / evaluation forward ----------------------------------------------------------
     def forward(self, idx: torch.Tensor, doc_ids: torch.Tensor | None = None,
                 steps: int | None = None, generator: torch.Generator | None = None,
-                all_steps: bool = True) -> ModelOutput:
+                all_steps: bool = True, checkpoint: bool = False) -> ModelOutput:
         """idx (B, S) token ids -> ModelOutput.
 
         doc_ids (B, S): packed documents; a token attends (and the controller pools) only over
@@ -211,6 +212,10 @@ class LoopedGPT(InferenceMixin, nn.Module):
         generator: draws the sampled depth and a `normal` initial state (seed 0 when None).
         all_steps: read out (coda, norm, head, gate) after every step; False reads only the last
             step (faster when only the last step's loss is needed; step_logits is then (1, ...)).
+        checkpoint: activation checkpointing per recurrent step (when gradients are on): each
+            step (core and its readout) keeps only its input state and is recomputed in the
+            backward pass (torch.utils.checkpoint, RNG state preserved: the same loss and
+            gradients for about one more forward of compute).
         """
         B, S = idx.shape
         T = self._resolve_steps(steps, generator)
@@ -219,12 +224,21 @@ class LoopedGPT(InferenceMixin, nn.Module):
         h = initial_state(self.config.state_init, e, self.config.state_init_std, generator)
         k = self.config.backprop_last_k
         first_with_grad = T - k if (self.training and k is not None) else 0
+
+        def step(h, t, readout):  # one recurrent step and, if asked, its readout r (B, S, D)
+            h, _, _ = self._core_step(h, e, t, rope, mask, doc_ids)
+            return h, self._readout(h, rope, mask)[0] if readout else None
+
         readouts = []
         for t in range(T):
             with torch.set_grad_enabled(torch.is_grad_enabled() and t >= first_with_grad):
-                h, _, _ = self._core_step(h, e, t, rope, mask, doc_ids)
-                if all_steps or t == T - 1:
-                    readouts.append(self._readout(h, rope, mask)[0])
+                readout = all_steps or t == T - 1
+                if checkpoint and torch.is_grad_enabled():
+                    h, r = torch.utils.checkpoint.checkpoint(step, h, t, readout, use_reentrant=False)
+                else:
+                    h, r = step(h, t, readout)
+                if r is not None:
+                    readouts.append(r)
         r = readouts[0][None] if len(readouts) == 1 else torch.stack(readouts)  # (T, B, S, D)
         step_logits = self.head(r)  # one matmul for every step
         lambdas = probs = None
