@@ -69,7 +69,7 @@ class TrainConfig:
     eval_every: int = option(0, "Every K steps, log per-group accuracy and answer loss on fixed samples of held-out "
                                 "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).")
     device: str = option("auto", "auto (CUDA with bf16 if present, else CPU fp32), cpu or cuda.")
-    compile: bool = option(False, "torch.compile the model.")
+    compile: bool = option(False, "torch.compile the model (with step_sampling: each block, since the depth varies).")
     activation_checkpointing: bool = option(False, "Activation checkpointing per recurrent step: keep each step's input "
                                                    "state only and recompute the step (core and readout) in the backward "
                                                    "pass; the same loss and gradients, far less activation memory for "

@@ -44,6 +44,7 @@ from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
 from synthlab.files import atomic_write_text, check_writable
 from synthlab.models import build_model
+from synthlab.models.layers import Block
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
 from synthlab.optim import adamw, lr_factor
 from synthlab.progress import Progress
@@ -78,13 +79,25 @@ def model_forward(model: torch.nn.Module, compile: bool = False, checkpoint: boo
 
     Returning only these keeps torch.compile away from the model output's `logits`, a view of
     `step_logits`: compiled graphs whose outputs alias each other fail at run time (torch 2.13).
+
+    compile: the whole forward as one graph at a fixed depth. With step_sampling the depth is a
+    host draw per step (from the CPU generator: no device sync), and a whole-forward graph would
+    be traced again for every depth drawn (past torch's recompile limit it falls back to eager):
+    then each decoder block is compiled on its own, once, and the loop over steps runs eagerly.
     """
 
     def forward(inputs, doc_ids, generator, all_steps):
         out = model(inputs, doc_ids=doc_ids, generator=generator, all_steps=all_steps, checkpoint=checkpoint)
         return out.step_logits, out.exit_probs, out.exit_lambdas
 
-    return torch.compile(forward) if compile else forward
+    if not compile:
+        return forward
+    if getattr(model, "module", model).config.step_sampling:  # model: the LoopedGPT or its DDP wrapper
+        for block in model.modules():
+            if isinstance(block, Block):
+                block.compile()
+        return forward
+    return torch.compile(forward)
 
 
 def step_losses(forward, inputs, targets, mask, doc_ids, cfg: TrainConfig, generator: torch.Generator,

@@ -90,6 +90,7 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and index(a) == index(b)
 
 
+@torch.compiler.disable  # a host draw that sets the loop's length: never traced
 def sample_steps(mean: float, sigma: float, generator: torch.Generator) -> int:
     """Huginn's depth draw: Poisson(LogNormal(log(mean) - sigma^2/2, sigma)) + 1.
 
