@@ -5,6 +5,7 @@ HF, SVD bases, training, the 3B-shape parameter count, the CLI."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -270,3 +271,50 @@ def test_gpu_script_runs_its_tiny_path(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "before the edited token 0.00e+00" in out
     assert "depth  2: loss" in out and "truncated" in out and "base" in out
+
+
+def test_training_resumes_bit_identically(checkpoint, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    import synthlab.hf.runs as runs
+    from synthlab.hf.runs import train_run
+
+    config = OuroborosTrainConfig(steps=6, seq_len=16, batch_size=8, grad_accum=2, lr=1e-2, warmup_steps=2,
+                                  depths=(1, 2, 3), checkpoint_every=2)
+    args = (str(checkpoint), str(checkpoint / "train.jsonl"))
+    system = OuroborosConfig(max_steps=4)
+    train_run(*args, tmp_path / "whole", ["controller", "static"], system, config, progress=False)
+
+    real_write, stops = runs.atomic_write, []
+
+    def stop_after_first_state(path, write):  # a kill right after the step-2 checkpoint of each variant
+        real_write(path, write)
+        if path.name == runs.STATE and path.parent.name not in stops:
+            stops.append(path.parent.name)
+            raise KeyboardInterrupt
+
+    real_train, starts = runs.train, []
+
+    def recording_train(model, *a, resume=None, **kw):
+        starts.append((model.config.variant, 0 if resume is None else resume["step"]))
+        return real_train(model, *a, resume=resume, **kw)
+
+    monkeypatch.setattr(runs, "atomic_write", stop_after_first_state)
+    monkeypatch.setattr(runs, "train", recording_train)
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            train_run(*args, tmp_path / "stopped", ["controller", "static"], system, config, progress=False)
+    assert stops == ["controller", "static"]
+    assert torch.load(tmp_path / "stopped" / "static" / runs.STATE, weights_only=True)["step"] == 2
+    train_run(*args, tmp_path / "stopped", ["controller", "static"], system, config, progress=False)
+    # each variant restarted from its step-2 checkpoint; the finished controller was not trained again
+    assert starts == [("controller", 0), ("controller", 2), ("static", 0), ("static", 2)]
+    for variant in ("controller", "static"):
+        whole, resumed = tmp_path / "whole" / variant, tmp_path / "stopped" / variant
+        assert (whole / runs.LOG).read_text() == (resumed / runs.LOG).read_text()
+        a, b = load_file(whole / runs.CHECKPOINT), load_file(resumed / runs.CHECKPOINT)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        assert not (resumed / runs.STATE).exists()
+    with pytest.raises(SynthlabError, match="another OUROBOROS run"):
+        train_run(*args, tmp_path / "stopped", ["controller", "static"], system,
+                  dataclasses.replace(config, lr=2e-2), progress=False)

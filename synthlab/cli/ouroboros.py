@@ -98,6 +98,9 @@ def train(
     warmup_steps: int | None = typer.Option(None, help="Warmup steps (default min(2000, steps // 10))."),
     depths: str | None = typer.Option(None, help="Depths drawn per step, e.g. 4,8,16 (one value: fixed)."),
     seed: int | None = typer.Option(None, help="Seed of the data order, depth draws and controller init."),
+    checkpoint_every: int | None = typer.Option(
+        None, help="Save the whole training state every K steps (default 0: at the end only); rerunning the same "
+                   "command into --out resumes a variant from its last checkpoint."),
     rank: int = typer.Option(32, help="LoRA rank r."),
     alpha: float = typer.Option(16.0, help="LoRA alpha."),
     controller_hidden: int = typer.Option(320, help="Width of the controller MLP."),
@@ -110,7 +113,7 @@ def train(
     dtype: str | None = typer.Option(None, help="Base dtype: bfloat16 (GPU default), float32 (CPU default), float16."),
     attn: str = typer.Option("sdpa", help="Attention implementation: sdpa or eager (always causal-masked)."),
 ) -> None:
-    """Train the looped variants on a local corpus; checkpoints hold the trainable parameters only."""
+    """Train the looped variants on a local corpus (resumes when rerun); checkpoints hold the trainable parameters only."""
     from synthlab import config as cfgio
     from synthlab.hf.runs import train_run
     from synthlab.hf.train import OuroborosTrainConfig
@@ -119,7 +122,7 @@ def train(
     train_config = cfgio.load(OuroborosTrainConfig, config) if config else OuroborosTrainConfig()
     train_config = cfgio.merge(train_config, {
         "steps": steps, "seq_len": seq_len, "batch_size": batch_size, "grad_accum": grad_accum, "lr": lr,
-        "warmup_steps": warmup_steps, "seed": seed,
+        "warmup_steps": warmup_steps, "seed": seed, "checkpoint_every": checkpoint_every,
         "depths": _int_list(depths, "depths") if depths else None,
     })
     ouroboros = _ouroboros_config("controller", prelude_layers, recurrent_layer, coda_layers, rank, alpha,

@@ -4,7 +4,8 @@ Layout of a run directory (what `synthlab ouroboros train` writes and `eval` rea
 
     run.json                        base path, corpus, OuroborosConfig, OuroborosTrainConfig, variants
     <variant>/trainable.safetensors the trainable parameters only (the base is never copied)
-    <variant>/train_log.csv         step, depth, loss, lr, grad_norm
+    <variant>/train_log.csv         step, depth, loss, lr, grad_norm (written when the variant finished)
+    <variant>/state.pt              the last checkpoint's whole training state, while training (resume)
     results.csv, results.json       loss per (variant, corpus, depth)           [eval]
     c11_loss_vs_depth.png           the C11 plot                                [eval]
 """
@@ -27,6 +28,8 @@ from synthlab.hf.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth
 from synthlab.runs import resolve_device
 
 CHECKPOINT = "trainable.safetensors"
+STATE = "state.pt"
+LOG = "train_log.csv"
 
 
 def build_variant(base, config: OuroborosConfig, variant: str, seed: int) -> OuroborosLM:
@@ -74,14 +77,26 @@ def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str],
         "ouroboros": cfgio.to_dict(config), "train": cfgio.to_dict(train_config),
         "sequences": {"train": len(train_seqs), "heldout": len(heldout)},
     }
+    if (out / "run.json").is_file():  # a rerun resumes: it must be the same run
+        if json.loads((out / "run.json").read_text()) != json.loads(json.dumps(run)):
+            raise SynthlabError(f"{out} holds another OUROBOROS run (its run.json differs): use a new --out")
+    else:
+        atomic_write(out / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=2) + "\n"))
     for variant in variants:
-        model = build_variant(base, config, variant, train_config.seed)
         folder = out / variant
+        if (folder / LOG).is_file():  # finished earlier
+            continue
         folder.mkdir(exist_ok=True)
-        log = train(model, train_seqs, train_config, progress=progress,
-                    on_checkpoint=lambda _step, m=model, f=folder: save_trainable(m, f / CHECKPOINT))
-        atomic_write(folder / "train_log.csv", lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
-    atomic_write(out / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=2) + "\n"))
+        model = build_variant(base, config, variant, train_config.seed)
+        resume = torch.load(folder / STATE, weights_only=True) if (folder / STATE).is_file() else None
+
+        def checkpoint(state, m=model, f=folder):
+            save_trainable(m, f / CHECKPOINT)
+            atomic_write(f / STATE, lambda tmp: torch.save(state, tmp))
+
+        log = train(model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume)
+        atomic_write(folder / LOG, lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
+        (folder / STATE).unlink()
     return run
 
 
@@ -117,6 +132,9 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
     for name, texts in docs.items():
         corpora[name] = pack(texts, tokenizer, train_config.seq_len, max_sequences)
 
+    unfinished = [v for v in run["variants"] if not (run_dir / v / LOG).is_file()]
+    if unfinished:
+        raise SynthlabError(f"{run_dir}: {', '.join(unfinished)} did not finish training (rerun train to resume)")
     jobs = [(v, [1]) for v in ("truncated", "base")] + [(v, depths) for v in run["variants"]]
     rows = []
     bar = tqdm(total=sum(len(d) for _, d in jobs) * len(corpora), desc="eval", disable=not progress)

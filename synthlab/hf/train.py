@@ -76,29 +76,38 @@ def make_optimizer(model: OuroborosLM, config: OuroborosTrainConfig) -> torch.op
 
 
 def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainConfig, *,
-          on_checkpoint=None, progress: bool = True) -> list[dict]:
+          on_checkpoint=None, resume: dict | None = None, progress: bool = True) -> list[dict]:
     """Train `model`'s trainable parameters on packed (N, seq_len) `sequences`; a log row per step.
 
     Batches and depths come from two generators seeded with config.seed (data order) and
-    config.seed + 1 (depths), so a run is reproducible. `on_checkpoint(step)` is called every
-    `checkpoint_every` steps and at the end.
+    config.seed + 1 (depths), so a run is reproducible. Every `checkpoint_every` steps and at the
+    end, `on_checkpoint(state)` gets the whole training state (step, trainable parameters,
+    optimiser, both generators, data order and position, log so far); `resume=state` continues
+    from such a state, bit-identically to a run that was never stopped (on the CPU).
     """
     if max(config.depths) > model.config.max_steps:
         raise SynthlabError(f"depths {config.depths} exceed the model's max_steps {model.config.max_steps}")
     device = next(p for p in model.parameters() if p.requires_grad).device
     with float32_matmul(device, config.tf32):
-        return _train(model, sequences, config, device, on_checkpoint, progress)
+        return _train(model, sequences, config, device, on_checkpoint, resume, progress)
 
 
-def _train(model, sequences, config, device, on_checkpoint, progress) -> list[dict]:
+def _train(model, sequences, config, device, on_checkpoint, resume, progress) -> list[dict]:
     from tqdm import tqdm
 
     data_gen = torch.Generator().manual_seed(config.seed)
     depth_gen = torch.Generator().manual_seed(config.seed + 1)
     optimizer = make_optimizer(model, config)
+    order, cursor, log, start = torch.randperm(len(sequences), generator=data_gen), 0, [], 0
+    if resume is not None:
+        model.load_state_dict(resume["model"], strict=False)
+        optimizer.load_state_dict(resume["optimizer"])
+        data_gen.set_state(resume["data_gen"])
+        depth_gen.set_state(resume["depth_gen"])
+        order, cursor, log, start = resume["order"], resume["cursor"], list(resume["log"]), resume["step"]
     model.train()
-    order, cursor, log = torch.randperm(len(sequences), generator=data_gen), 0, []
-    bar = tqdm(range(config.steps), desc=f"train {model.config.variant}", disable=not progress)
+    bar = tqdm(range(start, config.steps), desc=f"train {model.config.variant}", disable=not progress,
+               initial=start, total=config.steps)
     for step in bar:
         depth = config.depths[int(torch.randint(len(config.depths), (1,), generator=depth_gen))]
         lr = learning_rate(step, config)
@@ -121,7 +130,9 @@ def _train(model, sequences, config, device, on_checkpoint, progress) -> list[di
         bar.set_postfix(loss=f"{total:.3f}", depth=depth)
         last = step + 1 == config.steps
         if on_checkpoint is not None and (last or (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0)):
-            on_checkpoint(step + 1)
+            on_checkpoint({"step": step + 1, "model": model.trainable_state(), "optimizer": optimizer.state_dict(),
+                           "data_gen": data_gen.get_state(), "depth_gen": depth_gen.get_state(),
+                           "order": order, "cursor": cursor, "log": log})
     model.eval()
     return log
 
