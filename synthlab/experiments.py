@@ -17,7 +17,9 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
     [base.eval]   ...                # EvalOptions fields (synthlab.options)
     [base.gate]   ...                # GateOptions (stage "gate": Ouro stage II, synthlab.options)
 
-    [presets.smoke.train]            # a preset overrides base sections ...
+    [presets.smoke]                  # a preset overrides base sections, may repeat training over
+    seeds = 3                        # seeds (see below) ...
+    [presets.smoke.train]
     steps = 50
     [presets.smoke.grid]             # ... and defines the grid (a cartesian product of axes)
     "data.L" = [3, 4]                # an axis over one field: "section.field" = [values]
@@ -25,6 +27,19 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
       { label = "2x1", "model.n_layers" = 2, "model.loops" = 1 },
       { label = "1x2", "model.n_layers" = 1, "model.loops" = 2 },
     ]
+
+Seeds: `seeds = 3` (the training seeds 0, 1, 2) or `seeds = [0, 5]` in a preset repeats every grid
+point once per training seed (`train.seed`: the initial weights and the data order) on the same
+dataset; `data_seeds = 2` (or a list) adds the data seed (`data.seed`: a fresh dataset) as its own
+axis. They are the outermost axes, factors `seed` and `data_seed` (results.csv columns of those
+names). A seed equal to the one the preset's sections already give (0 unless `train.seed` /
+`data.seed` is set) sets nothing, so adding `seeds = 3` to a one-seed preset keeps the ids (and the
+finished runs) of its seed-0 points. A grid axis may not set a field a seed key sets. The report
+aggregates over both: mean, standard error and n per remaining grid cell.
+
+Verdicts: `[[verdicts]]` tables state, per claim, the rule that decides it from the results
+(synthlab.verdicts: paired differences over seeds, their confidence interval against 0 or a
+margin); `synthlab report` prints each one in its claims table.
 
 Every definition has the presets `smoke`, `cpu` and `gpu`. `load` checks the structure (keys,
 sections, presets, axes); `validate_points` checks every point of a preset against the real
@@ -54,8 +69,10 @@ SECTIONS = ("data", "model", "train", "eval", "gate")
 ALWAYS_SECTIONS = ("data", "model", "train", "eval")
 PRESETS = ("smoke", "cpu", "gpu")
 STAGES = ("train", "gate", "eval", "generate", "capacity")
-_TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets"}
-_PRESET_KEYS = set(SECTIONS) | {"grid"}
+_TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets", "verdicts"}
+# seed keys of a preset -> (factor name, the section.field each value sets)
+SEED_KEYS = {"seeds": ("seed", "train.seed"), "data_seeds": ("data_seed", "data.seed")}
+_PRESET_KEYS = set(SECTIONS) | {"grid"} | set(SEED_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +104,7 @@ class Experiment:
     presets: dict[str, dict[str, Any]]
     notes: str = ""
     source: str = ""
+    verdicts: tuple[Any, ...] = ()  # synthlab.verdicts.Rule, in file order
 
     def points(self, preset: str) -> list[Point]:
         """The preset's grid, expanded in a stable order (axes in file order, values in order)."""
@@ -95,7 +113,7 @@ class Experiment:
         spec = self.presets[preset]
         base = {s: {**self.base.get(s, {}), **spec.get(s, {})} for s in SECTIONS
                 if s in ALWAYS_SECTIONS or s in self.base or s in spec}
-        axes = list(spec.get("grid", {}).items())
+        axes = seed_axes(spec, base) + list(spec.get("grid", {}).items())
         points = []
         for combo in itertools.product(*(values for _, values in axes)):
             config = copy.deepcopy(base)
@@ -119,6 +137,31 @@ class Experiment:
         return points
 
 
+def seed_axes(spec: dict[str, Any], base: dict[str, dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """A preset's `seeds` / `data_seeds` as named axes; the seed its sections already give sets nothing."""
+    axes = []
+    for key, (factor, target) in SEED_KEYS.items():
+        if key not in spec:
+            continue
+        section, field = target.split(".")
+        current = base.get(section, {}).get(field, 0)
+        values = seed_list(spec[key], key)
+        axes.append((factor, [{"label": s} if s == current else {"label": s, target: s} for s in values]))
+    return axes
+
+
+def seed_list(value: Any, key: str) -> list[int]:
+    """`seeds = 3` -> [0, 1, 2]; a list of distinct integers >= 0 as given."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise SynthlabError(f"{key} must be >= 1, got {value}")
+        return list(range(value))
+    if (not isinstance(value, list) or not value or len(set(value)) != len(value)
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value)):
+        raise SynthlabError(f"{key} must be a count or a list of distinct integers >= 0, got {value!r}")
+    return value
+
+
 def train_part(config: dict[str, Any]) -> dict[str, Any]:
     """The part of a resolved config that determines the trained model."""
     return {k: config[k] for k in ("task", "data", "model", "train")}
@@ -133,7 +176,12 @@ def data_part(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def builtin_dir() -> Path:
-    """The shipped definitions: `experiments/` in a source tree, `synthlab_experiments` installed."""
+    """The shipped definitions: `experiments/` beside this package in a source tree (so a checkout
+    reads its own, whichever checkout the environment was installed from), else the installed
+    `synthlab_experiments`."""
+    source = Path(__file__).resolve().parent.parent / "experiments"
+    if (source / "__init__.py").is_file():
+        return source
     return Path(str(importlib.resources.files("synthlab_experiments")))
 
 
@@ -182,10 +230,14 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
     for name, spec in raw["presets"].items():
         _check_sections(spec, _PRESET_KEYS, f"{where}: presets.{name}")
         _check_grid(spec.get("grid", {}), f"{where}: presets.{name}.grid")
+        _check_seeds(spec, f"{where}: presets.{name}")
+    from synthlab.verdicts import parse_rules
+
+    verdicts = parse_rules(raw.get("verdicts", []), where)
     return Experiment(
         name=raw["name"], claim=raw["claim"], title=raw["title"], task=raw["task"],
         plot=raw["plot"], stages=stages, base=base, presets=raw["presets"],
-        notes=raw.get("notes", ""), source=source,
+        notes=raw.get("notes", ""), source=source, verdicts=verdicts,
     )
 
 
@@ -195,6 +247,21 @@ def _check_sections(table: dict[str, Any], allowed: set[str], where: str) -> Non
             raise SynthlabError(f"{where}: unknown section '{key}' (allowed: {sorted(allowed)})")
         if key in SECTIONS and not isinstance(value, dict):
             raise SynthlabError(f"{where}.{key} must be a table")
+
+
+def _check_seeds(spec: dict[str, Any], where: str) -> None:
+    """Seed keys well formed, and no grid axis setting a field that a seed key sets."""
+    for key, (factor, target) in SEED_KEYS.items():
+        if key not in spec:
+            continue
+        try:
+            seed_list(spec[key], key)
+        except SynthlabError as err:
+            raise SynthlabError(f"{where}: {err}") from None
+        for axis, values in spec.get("grid", {}).items():
+            sets = {axis} if "." in axis else {k for v in values if isinstance(v, dict) for k in v}
+            if target in sets or axis == factor:
+                raise SynthlabError(f"{where}: grid axis '{axis}' sets {target}, which `{key}` sets; drop one")
 
 
 def _check_grid(grid: dict[str, Any], where: str) -> None:

@@ -28,7 +28,7 @@ LENGTH_COLUMN = re.compile(r"^(train_)?acc_l(\d+)$")  # Mano per-length accuracy
 def read_results(sweep_dir: str | Path) -> pd.DataFrame:
     """A sweep's results.csv, its whole rows only (one cut short is left out, with a warning); a
     grid-axis column that duplicates a descriptor (`model.loops` beside `loops`, written by older
-    versions) is dropped."""
+    versions) is dropped, one without its descriptor (`train.seed`) is renamed to it (`seed`)."""
     path = Path(sweep_dir) / RESULTS
     if not path.is_file():
         raise SynthlabError(f"no results.csv in {sweep_dir} (run `synthlab sweep` first)")
@@ -40,7 +40,8 @@ def read_results(sweep_dir: str | Path) -> pd.DataFrame:
     writer.writeheader()
     writer.writerows(rows)
     table = pd.read_csv(io.StringIO(text.getvalue()))  # pandas infers each column's type as from the file
-    return table.drop(columns=[c for c in table if factor_column(c) != c and factor_column(c) in table])
+    table = table.drop(columns=[c for c in table if factor_column(c) != c and factor_column(c) in table])
+    return table.rename(columns={c: factor_column(c) for c in table})
 
 
 def _pyplot():

@@ -3,8 +3,11 @@
 `write_report([DIR, ...], OUT.md)` draws each sweep's figures next to OUT.md (in
 `<experiment>/`), writes a section per sweep and, with `copy_results`, copies the sweep's
 results.csv there too (run_dir made relative), so a folder like `results/` is self-contained
-and committable without any run directory or checkpoint. A verdict per experiment (a person's
-reading of the numbers) can be supplied in a TOML notes file: `mano = "text..."`.
+and committable without any run directory or checkpoint. Verdicts come from the rules written in
+each experiment's definition (`[[verdicts]]`, synthlab.verdicts), decided over seeds: a claims
+table at the top and a line per rule in each section. A person's reading of the numbers (it
+explains, it does not decide) can be supplied in a TOML notes file: `mano = "text..."`. A grid
+run over several seeds is shown as mean +- standard error per cell, with n.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from synthlab import plots
+from synthlab import plots, verdicts
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.results import DESCRIPTORS, factor_column
@@ -56,22 +59,44 @@ def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
     return [c for c in columns if c not in steps] + steps[:_MAX_STEP_COLUMNS]
 
 
-def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict]]:
-    """(point ids of the preset's grid in order, its factor columns, each point's factors), from the
-    sweep's definition."""
+def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple]:
+    """(point ids of the preset's grid in order, its factor columns (seeds included), each point's
+    factors, the definition's verdict rules), from the sweep's definition."""
     from synthlab import experiments
 
     try:
         experiment = experiments.load(info["definition"])
         points = experiment.points(info["preset"])
         factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
-        axes = [factor_column(a) for a in experiment.presets[info["preset"]].get("grid", {})]
-        return [p.point_id for p in points], axes, factors
+        axes = [factor_column(a) for a in points[0].factors] if points else []
+        return [p.point_id for p in points], axes, factors, experiment.verdicts
     except (SynthlabError, KeyError):  # the definition moved or changed: just don't say
-        return [], [], {}
+        return [], [], {}, ()
 
 
-def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool) -> str:
+def _over_seeds(table: pd.DataFrame, shown: list[str], factors: list[str]) -> pd.DataFrame | None:
+    """The shown table as mean ± standard error over seeds per cell (with n), or None if every
+    cell has one seed."""
+    seeds = [c for c in verdicts.SEED_COLUMNS if c in table]
+    keys = [c for c in shown if c not in seeds and (c in factors or c in DESCRIPTORS or table[c].dtype.kind not in "iuf")]
+    if not seeds or not keys or not table.groupby(keys, dropna=False, sort=False).size().gt(1).any():
+        return None
+    metrics = [c for c in shown if c not in seeds and c not in keys]
+    means = verdicts.aggregate(table, keys, metrics)
+    for m in metrics:
+        means[m] = [f"{_cell(v)} ± {_cell(e)}" if not math.isnan(e) else _cell(v) for v, e in zip(means[m], means[f"{m}_se"])]
+    return means[[*keys, "n", *metrics]]
+
+
+def _verdict_lines(rules, table: pd.DataFrame, factors: list[str]) -> tuple[list[str], list[verdicts.Verdict]]:
+    found = verdicts.evaluate(rules, table, factors)
+    lines = [f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}** ({v.rule.condition()})" for v in found]
+    return (["", "Verdicts (the definition's rules, over seeds):", "", *lines] if lines else
+            ["", "Verdict: the definition states no rule."]), found
+
+
+def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool
+             ) -> tuple[str, list[verdicts.Verdict]]:
     info_path = sweep_dir / "sweep.json"
     if not info_path.is_file():
         raise SynthlabError(f"{sweep_dir} is not a sweep directory (no sweep.json)")
@@ -79,7 +104,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
     table = plots.read_results(sweep_dir)
     name = info["experiment"]
     figure_dir = out_dir / name
-    order, factors, point_factors = _grid(info)
+    order, factors, point_factors, rules = _grid(info)
     for factor in factors:  # the grid's value wherever a row is in it (an axis added after a run included)
         known = table["point_id"].map(lambda i: point_factors.get(i, {}).get(factor))
         table[factor] = known.where(known.notna(), table[factor]) if factor in table else known
@@ -95,7 +120,10 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         lines += ["", " ".join(info["notes"].split())]
     if info.get("commands"):
         lines += ["", "Commands:", "", "```", *dict.fromkeys(info["commands"]), "```"]
-    lines += ["", f"Verdict: {notes[name].strip()}" if name in notes else "Verdict: (no notes given)"]
+    verdict_lines, found = _verdict_lines(rules, table, factors)
+    lines += verdict_lines
+    if name in notes:
+        lines += ["", f"Reading: {notes[name].strip()}"]
     try:
         figures = [p for p in plots.plot(info["plot"], table, figure_dir) if p.suffix == ".png"]
     except SynthlabError as err:  # say why instead of failing the whole report
@@ -107,7 +135,11 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
     constant = [c for c in shown if c not in factors and len(table) > 1 and table[c].nunique(dropna=False) == 1]
     if constant:  # said once, above the table, instead of on every row
         lines += ["", "Same in every run: " + ", ".join(f"{c} = {_cell(table[c].iloc[0])}" for c in constant) + "."]
-    lines += ["", markdown_table(table[[c for c in shown if c not in constant]]), ""]
+    shown = [c for c in shown if c not in constant]
+    means = _over_seeds(table, shown, factors)
+    if means is not None:
+        lines += ["", "Mean ± standard error over seeds per cell (n seeds); every run is in results.csv."]
+    lines += ["", markdown_table(table[shown] if means is None else means), ""]
     if copy_results:
         figure_dir.mkdir(parents=True, exist_ok=True)
         portable = table.assign(run_dir=[Path(p).name for p in table["run_dir"]]) if "run_dir" in table else table
@@ -115,26 +147,47 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         portable_info = {**info, "definition": f"experiments/{Path(info.get('definition', name)).stem}.toml"}
         atomic_write_text(figure_dir / "sweep.json", json.dumps(portable_info, indent=1))
         lines.insert(3, f"Table: [`{name}/results.csv`]({name}/results.csv).")
-    return "\n".join(lines)
+    return "\n".join(lines), [(name, v) for v in found]
 
 
 def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = False, notes: Path | None = None,
                  title: str = "synthlab results") -> Path:
     """Write the Markdown report to `out` (figures beside it); returns its path.
 
-    notes: a TOML file of verdicts, `experiment = "..."`, and an optional `preamble = "..."`.
+    notes: a TOML file of readings (prose beside the computed verdicts), `experiment = "..."`, and an
+    optional `preamble = "..."`.
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        verdicts = tomllib.loads(Path(notes).read_text()) if notes else {}
+        readings = tomllib.loads(Path(notes).read_text()) if notes else {}
     except tomllib.TOMLDecodeError as err:
         raise SynthlabError(f"cannot parse --notes {notes}: {err}") from None
-    sections = [_section(Path(d), out.parent, verdicts, copy_results) for d in sweep_dirs]
-    parts = [f"# {title}", verdicts.get("preamble", "").strip(), *sections]
+    sections = [_section(Path(d), out.parent, readings, copy_results) for d in sweep_dirs]
+    found = [v for _, vs in sections for v in vs]
+    parts = [f"# {title}", readings.get("preamble", "").strip(), claims_table(found), *(s for s, _ in sections)]
     text = "\n\n".join(p for p in parts if p)
     atomic_write_text(out, text.strip() + "\n")
     return out
+
+
+def claims_table(found: list) -> str:
+    """The claims table: one row per (experiment, rule) with its verdict, estimate, interval and n."""
+    if not found:
+        return ""
+    rows = [(v.rule.claim, name, v.rule.says, v.outcome, "" if math.isnan(v.estimate) else f"{v.estimate:+.4g}",
+             "" if math.isnan(v.low) else f"[{v.low:.4g}, {v.high:.4g}]", v.n, v.rule.condition())
+            for name, v in sorted(found, key=lambda f: _claim_key(f[1].rule.claim))]
+    table = pd.DataFrame(rows, columns=["claim", "experiment", "claim as tested", "verdict", "estimate",
+                                        "interval", "n (seeds)", "rule"])
+    return ("## Claims\n\nEach verdict comes from the rule stated in the experiment's definition "
+            "(`[[verdicts]]`), decided by `synthlab report` over training seeds; with fewer seeds than the "
+            "rule needs it says so instead of guessing.\n\n" + markdown_table(table))
+
+
+def _claim_key(claim: str) -> tuple:
+    digits = claim.lstrip("C")
+    return (0, int(digits)) if digits.isdigit() else (1, claim)
 
 
 def summary_lines(sweep_dir: Path) -> list[str]:

@@ -5,7 +5,7 @@ Columns of a row, by who writes them:
   also a descriptor, e.g. `model.loops`, is written under the descriptor's name, `loops`, once),
   `wall_s`, `run_dir`;
 - descriptors (`describe`): `model` (a label such as "2x6" or "1+2x4+1 concat"), `loops`,
-  `d_model`, and the task's data columns (`L`, `n_people`, `train_fraction`, `diameter`: each
+  `d_model`, `seed` (the training seed) and `data_seed`, and the task's data columns (`L`, `n_people`, `train_fraction`, `diameter`: each
   task's `data_columns`), so plots never depend on which options happened to be grid axes;
 - training (`train_metrics`): `train_steps`, `tokens`, `train_loss` and `loss` (the mean of the
   last logged 10% of steps), `train_s`; sizes and cost (`synthlab.cost.size_metrics`): `params`,
@@ -41,10 +41,10 @@ from synthlab_generators import TASKS
 
 RESULTS = "results.csv"
 # Columns that describe what was trained (not measured); a report hides one equal to a grid factor.
-DESCRIPTORS = ("model", "loops", "d_model", "kv", "strategy",
+DESCRIPTORS = ("model", "loops", "d_model", "kv", "strategy", "seed", "data_seed",
                *dict.fromkeys(c for spec in TASKS.values() for c in dict(spec.data_columns).values()))
 # Grid axes written under a descriptor's name (one column, not two).
-_AXIS_COLUMNS = {"model.loops": "loops", "model.d_model": "d_model",
+_AXIS_COLUMNS = {"model.loops": "loops", "model.d_model": "d_model", "train.seed": "seed", "data.seed": "data_seed",
                  **{f"data.{f}": c for spec in TASKS.values() for f, c in dict(spec.data_columns).items()}}
 
 
@@ -143,7 +143,8 @@ def describe(point) -> dict[str, Any]:
             label += f" init={m.state_init}"
     else:
         label = f"{m.n_layers}x{m.loops}"
-    out = {"model": label, "loops": m.loops, "d_model": m.d_model}
+    out = {"model": label, "loops": m.loops, "d_model": m.d_model, "seed": point.train.seed,
+           "data_seed": point.data_seed}
     out.update({column: getattr(point.data, field) for field, column in dict(point.spec.data_columns).items()})
     return out
 

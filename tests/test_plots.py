@@ -119,7 +119,7 @@ def test_report_has_tables_figures_commands_and_verdicts(tmp_path):
     text = out.read_text()
     assert text.startswith("# synthlab results\n\nMade on 2 cores.")
     assert "## mano (C2)" in text and "## kvcache (C2)" in text
-    assert "synthlab sweep mano --preset smoke" in text and "Verdict: Loops help at this scale." in text
+    assert "synthlab sweep mano --preset smoke" in text and "Reading: Loops help at this scale." in text
     assert "![mano](mano/mano.png)" in text and (out.parent / "mano" / "mano.png").is_file()
     # every run is a table row, with its accuracy to 4 significant figures
     assert all(f"| {a:.4g} |" in text for a in table["accuracy"])

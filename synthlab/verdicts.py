@@ -1,0 +1,256 @@
+"""Verdicts by a stated rule: each claim of an experiment decided from its results table, over seeds.
+
+An experiment definition states its rules as `[[verdicts]]` tables (fields: `Rule`), e.g.
+
+    [[verdicts]]
+    claim = "C2"
+    says = "Loop 1x3 beats Base 1x1 at equal unique parameters"
+    metric = "accuracy"                  # a column, or "col1 - col2" (a difference within a row)
+    column = "model"                     # the compared column (a grid factor or a descriptor) ...
+    a = "1x3"                            # ... the statistic is a - b
+    b = "1x1"
+    match = ["L"]                        # a and b rows are paired on these columns
+    expect = "above"                     # above / below threshold, or within threshold +- margin
+
+The statistic is computed once per seed (the unit of replication: the `seed` and `data_seed`
+columns; a table without them is one seed): the mean over the matched cells of mean(a) - mean(b)
+(divided by |mean(b)| with `relative`), or the mean of a's rows alone without `b`; with `x`, b's
+rows are a curve along column x, read at each a row's x by linear interpolation (accuracy against
+mean exit step). Over the n seeds: the mean and its Student-t interval at `level`. The outcome:
+- "reproduced": the interval lies on the expected side of `threshold` (inside threshold +- margin
+  for `within`);
+- "contradicted": it lies wholly on the other side (wholly outside the band for `within`);
+- "inconclusive": it straddles;
+- "too few seeds": n < min_seeds (the estimate is shown, no interval is claimed);
+- "no data": no row (or no pair) the rule can use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from synthlab.errors import SynthlabError
+
+EXPECT = ("above", "below", "within")
+SEED_COLUMNS = ("seed", "data_seed")
+OUTCOMES = ("reproduced", "contradicted", "inconclusive", "too few seeds", "no data")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    claim: str  # the MISSION.md claim id
+    says: str  # the claim as this rule tests it (one line)
+    metric: str  # a results column, or "col1 - col2"
+    expect: str  # above / below / within
+    column: str | None = None  # the column that tells arm a from arm b (None: every row is arm a)
+    a: Any = None
+    b: Any = None  # None: the statistic is arm a's level
+    match: tuple[str, ...] | None = None  # pair a and b rows on these (default: the other grid factors
+    # whose values are the same set in both arms, e.g. L in mano, not the arch axis behind `model`)
+    where: tuple[tuple[str, Any], ...] = ()  # keep rows whose column equals the value (or is in the list)
+    x: str | None = None  # read b as a curve along this column at a's values
+    threshold: float = 0.0
+    margin: float = 0.0
+    relative: bool = False
+    min_seeds: int = 3
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.expect not in EXPECT:
+            raise SynthlabError(f"verdict '{self.says}': expect must be one of {EXPECT}, got {self.expect!r}")
+        if self.column is not None and self.a is None:
+            raise SynthlabError(f"verdict '{self.says}': `column` needs the value `a` (and `b` to compare)")
+        if (self.b is not None or self.x is not None) and self.column is None:
+            raise SynthlabError(f"verdict '{self.says}': `b` and `x` need `column`")
+        if self.x is not None and self.b is None:
+            raise SynthlabError(f"verdict '{self.says}': `x` reads arm b as a curve; set `b`")
+        if self.min_seeds < 2 or not 0 < self.level < 1 or self.margin < 0:
+            raise SynthlabError(f"verdict '{self.says}': need min_seeds >= 2, 0 < level < 1, margin >= 0")
+
+    def condition(self) -> str:
+        """The rule in words: "accuracy[model=1x3] - accuracy[model=1x1], 95% interval above 0"."""
+        arm = lambda v: f"{self.metric}[{self.column}={v}]" if self.column else self.metric  # noqa: E731
+        stat = arm(self.a) if self.b is None else f"{arm(self.a)} - {arm(self.b)}"
+        if self.relative:
+            stat = f"({stat}) / |{arm(self.b)}|"
+        if self.x:
+            stat += f" along {self.x}"
+        bound = f"inside {self.threshold:g} +- {self.margin:g}" if self.expect == "within" else \
+            f"{self.expect} {self.threshold:g}"
+        return f"{stat}, {round(100 * self.level)}% interval {bound}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    rule: Rule
+    outcome: str
+    estimate: float  # the mean over seeds (NaN without data)
+    low: float  # the interval (NaN without one)
+    high: float
+    n: int  # seeds
+
+    def summary(self) -> str:
+        """"reproduced: +0.12 [0.05, 0.19], n = 3", "too few seeds (n = 1 < 3): +0.12"."""
+        if self.outcome == "no data":
+            return "no data"
+        if self.outcome == "too few seeds":
+            return f"too few seeds (n = {self.n} < {self.rule.min_seeds}): estimate {self.estimate:+.4g}"
+        return f"{self.outcome}: {self.estimate:+.4g} [{self.low:.4g}, {self.high:.4g}], n = {self.n}"
+
+
+def parse_rules(raw: Any, where: str) -> tuple[Rule, ...]:
+    """The `[[verdicts]]` tables of a definition, checked."""
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise SynthlabError(f"{where}: `verdicts` must be an array of tables ([[verdicts]])")
+    names = {f.name for f in dataclasses.fields(Rule)}
+    rules = []
+    for i, table in enumerate(raw, 1):
+        unknown = set(table) - names
+        missing = [k for k in ("claim", "says", "metric", "expect") if k not in table]
+        if unknown or missing:
+            raise SynthlabError(f"{where}: verdict {i}: unknown key(s) {sorted(unknown)} or missing {missing} "
+                                f"(keys: {sorted(names)})")
+        fields = dict(table)
+        if "match" in fields:
+            fields["match"] = tuple(fields["match"])
+        if "where" in fields:
+            if not isinstance(fields["where"], dict):
+                raise SynthlabError(f"{where}: verdict {i}: `where` must be a table column = value")
+            fields["where"] = tuple(fields["where"].items())
+        rules.append(Rule(**fields))
+    return tuple(rules)
+
+
+def _same(series, value):
+    """Rows of `series` equal to `value` (numbers compared as numbers, anything else as text)."""
+    import pandas as pd
+
+    values = value if isinstance(value, list) else [value]
+    numeric = pd.to_numeric(series, errors="coerce")
+    mask = pd.Series(False, index=series.index)
+    for v in values:
+        try:
+            mask |= numeric == float(v)
+        except (TypeError, ValueError):
+            pass
+        mask |= series.astype(str) == str(v)
+    return mask
+
+
+def _metric(table, metric: str):
+    left, sep, right = metric.partition(" - ")
+    columns = [left, right] if sep else [left]
+    missing = [c for c in columns if c not in table]
+    if missing:
+        return None
+    values = table[left].astype(float)
+    return values - table[right].astype(float) if sep else values
+
+
+def seed_statistics(rule: Rule, table, factors: list[str]) -> list[float]:
+    """The rule's statistic once per seed (seeds without a usable row or pair are left out)."""
+    import numpy as np
+    import pandas as pd
+
+    for column, value in rule.where:
+        if column not in table:
+            return []
+        table = table[_same(table[column], value)]
+    value = _metric(table, rule.metric)
+    if value is None or (rule.column is not None and rule.column not in table):
+        return []
+    table = table.assign(_value=value).dropna(subset=["_value"])
+    seeds = [c for c in SEED_COLUMNS if c in table]
+    table = table.assign(_unit=table[seeds].astype(str).agg("/".join, axis=1) if seeds else "all")
+    a_rows = table[_same(table[rule.column], rule.a)] if rule.column else table
+    b_rows = table[_same(table[rule.column], rule.b)] if rule.b is not None else a_rows
+    match = list(rule.match) if rule.match is not None else [  # the factors both arms span alike
+        f for f in factors if f in table and f not in (rule.column, rule.x, *SEED_COLUMNS)
+        and set(a_rows[f].astype(str)) == set(b_rows[f].astype(str))]
+    if any(m not in table for m in match) or (rule.x and rule.x not in table):
+        return []
+    a_rows, b_rows = (rows.assign(**{m: rows[m].map(str) for m in match}) for rows in (a_rows, b_rows))
+    out = []
+    for unit, a_unit in a_rows.groupby("_unit", sort=True):
+        if rule.b is None:
+            out.append(float(a_unit["_value"].mean()))
+            continue
+        b_unit = b_rows[b_rows["_unit"] == unit]
+        diffs = []
+        cells = a_unit.groupby(match, dropna=False) if match else [((), a_unit)]
+        for key, a_cell in cells:
+            key = key if isinstance(key, tuple) else (key,)
+            b_cell = b_unit
+            for m, v in zip(match, key):
+                b_cell = b_cell[b_cell[m] == v]
+            if b_cell.empty:
+                continue
+            if rule.x:
+                curve = b_cell.groupby(rule.x)["_value"].mean().sort_index()
+                xs = pd.to_numeric(a_cell[rule.x]).to_numpy(float)
+                inside = (xs >= curve.index.min()) & (xs <= curve.index.max())
+                if not inside.any():
+                    continue
+                base = np.interp(xs[inside], curve.index.to_numpy(float), curve.to_numpy(float))
+                a_vals = a_cell["_value"].to_numpy(float)[inside]
+                diff = float(np.mean(a_vals - base))
+                ref = float(np.mean(base))
+            else:
+                ref = float(b_cell["_value"].mean())
+                diff = float(a_cell["_value"].mean()) - ref
+            if rule.relative:
+                if ref == 0:
+                    continue
+                diff /= abs(ref)
+            diffs.append(diff)
+        if diffs:
+            out.append(float(np.mean(diffs)))
+    return out
+
+
+def decide(rule: Rule, statistics: list[float]) -> Verdict:
+    """The outcome of `rule` from its per-seed statistics."""
+    import numpy as np
+    from scipy import stats
+
+    n = len(statistics)
+    if n == 0:
+        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0)
+    estimate = float(np.mean(statistics))
+    if n < rule.min_seeds:
+        return Verdict(rule, "too few seeds", estimate, math.nan, math.nan, n)
+    half = float(stats.t.ppf((1 + rule.level) / 2, n - 1) * np.std(statistics, ddof=1) / math.sqrt(n))
+    low, high = estimate - half, estimate + half
+    t, m = rule.threshold, rule.margin
+    if rule.expect == "within":
+        inside, outside = t - m <= low and high <= t + m, high < t - m or low > t + m
+    else:
+        inside, outside = (low > t, high < t) if rule.expect == "above" else (high < t, low > t)
+    outcome = "reproduced" if inside else "contradicted" if outside else "inconclusive"
+    return Verdict(rule, outcome, estimate, low, high, n)
+
+
+def evaluate(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) -> list[Verdict]:
+    """Every rule's verdict on a results table (`factors`: its grid factor columns)."""
+    return [decide(rule, seed_statistics(rule, table, factors)) for rule in rules]
+
+
+def aggregate(table, factors: list[str], metrics: list[str]):
+    """Mean, standard error and n over seeds per cell of the other grid factors (a DataFrame with
+    the factor columns, `n`, each metric's mean under its name and its standard error as `<m>_se`)."""
+    import pandas as pd
+
+    keys = [f for f in factors if f in table and f not in SEED_COLUMNS]
+    groups = table.groupby(keys, dropna=False, sort=False) if keys else [((), table)]
+    rows = []
+    for key, group in groups:
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        row["n"] = len(group)
+        for m in metrics:
+            values = pd.to_numeric(group[m], errors="coerce").dropna()
+            row[m] = float(values.mean()) if len(values) else math.nan
+            row[f"{m}_se"] = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)

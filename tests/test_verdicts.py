@@ -1,0 +1,193 @@
+"""Seeds as a grid axis, verdicts by stated rules over seeds, and the report's claims table."""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+from typer.testing import CliRunner
+
+from synthlab import experiments, verdicts
+from synthlab.cli import app
+from synthlab.errors import SynthlabError
+
+FAKE = Path(__file__).parent / "fixtures" / "sweep_fake.toml"
+
+
+def _raw(**preset) -> dict:
+    raw = tomllib.loads(FAKE.read_text())
+    raw["presets"]["smoke"].update(preset)
+    return raw
+
+
+# --- seeds ------------------------------------------------------------------------------------
+
+
+def test_seeds_repeat_every_point_with_the_data_fixed_and_seed_zero_keeps_its_ids():
+    plain = experiments.parse(_raw()).points("smoke")
+    seeded = experiments.parse(_raw(seeds=3)).points("smoke")
+    assert len(seeded) == 3 * len(plain)
+    assert [p.factors["seed"] for p in seeded] == [s for s in (0, 1, 2) for _ in plain]  # the outermost axis
+    for point in seeded:
+        seed = point.factors["seed"]
+        assert point.config["train"].get("seed", 0) == seed
+        assert ("seed" in point.config["train"]) == (seed != 0)  # the preset's own seed sets nothing
+        assert point.config["data"] == plain[0].config["data"] or "data." in str(plain[0].factors)
+    # seed 0's points are the one-seed grid's points: finished runs are reused
+    assert [p.point_id for p in seeded if p.factors["seed"] == 0] == [p.point_id for p in plain]
+    assert experiments.parse(_raw(seeds=[0, 1, 2])).points("smoke") == seeded
+    # data seeds are their own axis; the dataset changes, the training seed does not
+    both = experiments.parse(_raw(seeds=2, data_seeds=[0, 7])).points("smoke")
+    assert len(both) == 4 * len(plain)
+    assert {(p.factors["seed"], p.factors["data_seed"], p.config["data"].get("seed", 0)) for p in both} == {
+        (s, d, d) for s in (0, 1) for d in (0, 7)}
+
+
+def test_a_preset_that_sets_the_train_seed_keeps_it_for_that_seed():
+    raw = _raw(seeds=[3, 4])
+    raw["presets"]["smoke"].setdefault("train", {})["seed"] = 4
+    points = experiments.parse(raw).points("smoke")
+    assert {p.factors["seed"]: p.config["train"]["seed"] for p in points} == {3: 3, 4: 4}
+
+
+@pytest.mark.parametrize("preset, message", [
+    ({"seeds": 0}, "seeds must be >= 1"),
+    ({"seeds": [1, 1]}, "distinct integers"),
+    ({"seeds": [-1]}, "distinct integers"),
+    ({"data_seeds": "two"}, "data_seeds"),
+    ({"seeds": 2, "grid": {"train.seed": [0, 1]}}, "sets train.seed"),
+    ({"seeds": 2, "grid": {"s": [{"label": "x", "train.seed": 3}]}}, "sets train.seed"),
+])
+def test_bad_seed_keys_are_one_line_errors(preset, message):
+    with pytest.raises(SynthlabError, match=message):
+        experiments.parse(_raw(**preset))
+
+
+def test_every_builtin_verdict_rule_is_well_formed_and_every_claim_has_one():
+    claims = {r.claim for name in experiments.available() for r in experiments.load(name).verdicts}
+    assert claims >= {f"C{i}" for i in range(1, 11)}
+
+
+# --- the rule engine --------------------------------------------------------------------------
+
+
+def _paired(diffs: list[float], seeds_column: bool = True) -> pd.DataFrame:
+    """Two models at two lengths per seed; b - a's mean difference at each seed is diffs[seed]."""
+    rows = []
+    for seed, d in enumerate(diffs):
+        for L in (2, 3):
+            base = 0.3 + 0.1 * L + 0.01 * seed
+            rows += [{"seed": seed, "L": L, "model": "loop", "accuracy": base + d + (0.01 if L == 2 else -0.01)},
+                     {"seed": seed, "L": L, "model": "base", "accuracy": base}]
+    table = pd.DataFrame(rows)
+    return table if seeds_column else table.drop(columns="seed")
+
+
+def _rule(**kw) -> verdicts.Rule:
+    fields = dict(claim="C0", says="loop beats base", metric="accuracy", column="model", a="loop", b="base",
+                  expect="above")
+    return verdicts.Rule(**{**fields, **kw})
+
+
+@pytest.mark.parametrize("diffs, rule, outcome", [
+    ([0.10, 0.12, 0.09], {}, "reproduced"),
+    ([-0.10, -0.12, -0.09], {}, "contradicted"),
+    ([0.10, -0.12, 0.03], {}, "inconclusive"),
+    ([-0.10, -0.12, -0.09], {"expect": "below"}, "reproduced"),
+    ([0.10, 0.12, 0.09], {"expect": "below"}, "contradicted"),
+    ([0.01, -0.01, 0.005], {"expect": "within", "margin": 0.05}, "reproduced"),
+    ([0.30, 0.32, 0.29], {"expect": "within", "margin": 0.05}, "contradicted"),
+    ([0.03, 0.06, 0.0], {"expect": "within", "margin": 0.05}, "inconclusive"),
+    ([0.10, 0.12], {}, "too few seeds"),
+    ([0.10, 0.12, 0.09], {"b": "absent"}, "no data"),
+    ([0.10, 0.12, 0.09], {"metric": "nope"}, "no data"),
+])
+def test_every_outcome_is_reachable(diffs, rule, outcome):
+    verdict = verdicts.evaluate([_rule(**rule)], _paired(diffs), ["seed", "L", "model"])[0]
+    assert verdict.outcome == outcome, verdict
+    if outcome not in ("no data",):
+        assert verdict.estimate == pytest.approx(np.mean(diffs))  # paired on L: the per-L offsets cancel
+        assert verdict.n == len(diffs)
+
+
+def test_the_interval_is_student_t_over_seeds():
+    diffs = [0.10, 0.12, 0.09, 0.2]
+    v = verdicts.evaluate([_rule(level=0.9)], _paired(diffs), ["seed", "L", "model"])[0]
+    half = stats.t.ppf(0.95, 3) * np.std(diffs, ddof=1) / math.sqrt(4)
+    assert (v.low, v.high) == pytest.approx((np.mean(diffs) - half, np.mean(diffs) + half))
+    assert "n = 4" in v.summary() and "90% interval above 0" in v.rule.condition()
+
+
+def test_one_seed_is_too_few_and_says_n():
+    v = verdicts.evaluate([_rule()], _paired([0.5], seeds_column=False), ["L", "model"])[0]
+    assert v.outcome == "too few seeds" and v.n == 1 and "n = 1 < 3" in v.summary()
+    assert math.isnan(v.low) and v.estimate == pytest.approx(0.5)
+
+
+def test_relative_level_where_and_row_differences():
+    table = _paired([0.1, 0.1, 0.1])
+    rel = verdicts.seed_statistics(_rule(relative=True, where=(("L", 2),)), table, ["seed", "L", "model"])
+    assert rel == pytest.approx([(0.11) / (0.5 + 0.01 * s) for s in range(3)])
+    level = verdicts.seed_statistics(_rule(b=None, where=(("L", [3]),)), table, ["seed", "L", "model"])
+    assert level == pytest.approx([0.6 + 0.01 * s + 0.1 - 0.01 for s in range(3)])
+    table = table.assign(other=table["accuracy"] - 0.25)
+    assert verdicts.seed_statistics(verdicts.Rule(claim="C0", says="s", metric="accuracy - other", expect="above"),
+                                    table, []) == pytest.approx([0.25] * 3)
+
+
+def test_a_curve_is_read_at_the_other_arms_x():
+    rows = []
+    for seed in range(3):
+        rows += [{"seed": seed, "strategy": "static", "step": t, "accuracy": 0.1 * t} for t in (1, 2, 3, 4)]
+        rows += [{"seed": seed, "strategy": "gate", "step": x, "accuracy": 0.1 * x + 0.05} for x in (1.5, 2.5, 9)]
+    rule = _rule(column="strategy", a="gate", b="static", x="step")
+    # x = 9 is outside the static curve and is left out; the others sit 0.05 above it
+    assert verdicts.seed_statistics(rule, pd.DataFrame(rows), ["seed", "strategy"]) == pytest.approx([0.05] * 3)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"expect": "higher"}, "expect must be"),
+    ({"column": None, "b": "base"}, "need `column`"),
+    ({"x": "step", "b": None}, "set `b`"),
+    ({"min_seeds": 1}, "min_seeds"),
+])
+def test_bad_rules_are_one_line_errors(fields, message):
+    with pytest.raises(SynthlabError, match=message):
+        _rule(**fields)
+    raw = _raw()
+    raw["verdicts"] = [{"claim": "C0", "says": "s", "metric": "m", "expect": "above", "colour": 1}]
+    with pytest.raises(SynthlabError, match="unknown key"):
+        experiments.parse(raw)
+
+
+# --- the report -------------------------------------------------------------------------------
+
+
+def test_report_prints_the_claims_table_and_means_over_seeds(tmp_path):
+    definition = tmp_path / "paired.toml"
+    text = FAKE.read_text().replace('name = "sweep_fake"', 'name = "paired"')
+    definition.write_text(text + '\n[[verdicts]]\nclaim = "C2"\nsays = "loop beats base"\nmetric = "accuracy"\n'
+                                 'column = "model"\na = "loop"\nb = "base"\nexpect = "above"\n')
+    sweep_dir = tmp_path / "runs"
+    sweep_dir.mkdir()
+    table = _paired([0.10, 0.12, 0.09]).assign(point_id=lambda t: [f"p{i}" for i in range(len(t))],
+                                                 run_dir="r", wall_s=1.0)
+    table.to_csv(sweep_dir / "results.csv", index=False)
+    (sweep_dir / "sweep.json").write_text(json.dumps({"experiment": "paired", "preset": "smoke", "claim": "C2",
+                                                      "title": "t", "plot": "none", "definition": str(definition)}))
+    out = tmp_path / "README.md"
+    result = CliRunner().invoke(app, ["report", str(sweep_dir), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    claims = text[text.index("## Claims"):text.index("## paired")]
+    assert "| C2 | paired | loop beats base | reproduced | +0.1033 |" in claims and "| 3 |" in claims
+    assert "- C2, loop beats base: **reproduced: +0.1033" in text
+    # one row per (model, L) cell: the mean and standard error over the three seeds, and n
+    cell = table[(table["model"] == "base") & (table["L"] == 2)]["accuracy"]
+    assert f"| {cell.mean():.4g} ± {cell.std(ddof=1) / math.sqrt(3):.4g} |" in text
