@@ -2,7 +2,9 @@
 
 Each plotter takes the table (a pandas DataFrame with the columns of `synthlab.results`)
 and an output folder, saves the figure as PNG and SVG, and returns the paths. Axes carry units:
-"bits", "parameters (unique)", "accuracy (%)", "tokens", "recurrent steps", "bytes".
+"bits", "parameters (unique)", "accuracy (%)", "tokens", "recurrent steps", "bytes". A sweep over
+seeds is drawn as the mean over seeds with a band (or bar) of one standard error, and every seed
+as a point (`_mean_and_seeds`); heatmaps show the mean.
 """
 
 from __future__ import annotations
@@ -80,6 +82,32 @@ def _percent(table: pd.DataFrame, column: str = "accuracy") -> pd.Series:
     return 100.0 * table[column]
 
 
+def seed_count(table: pd.DataFrame) -> int:
+    """How many (training seed, data seed) pairs the table holds (1 without seed columns)."""
+    seeds = [c for c in ("seed", "data_seed") if c in table]
+    return len(table[seeds].drop_duplicates()) if seeds else 1
+
+
+def _mean_and_seeds(sns, ax, data: pd.DataFrame, x: str, y: str, **kw) -> None:
+    """A line through the mean over seeds, a band of +-1 standard error, and every seed as a point."""
+    sns.lineplot(data=data, x=x, y=y, marker="o", errorbar=("se", 1), ax=ax, **kw)
+    if seed_count(data) > 1:
+        sns.scatterplot(data=data, x=x, y=y, ax=ax, legend=False, alpha=0.45, s=16, **kw)
+
+
+def _bars_and_seeds(sns, ax, data: pd.DataFrame, x: str, y: str, **kw) -> None:
+    """Bars at the mean over seeds with +-1 standard error, and every seed as a point."""
+    many = seed_count(data) > 1
+    sns.barplot(data=data, x=x, y=y, errorbar=("se", 1) if many else None, color="lightsteelblue", ax=ax, **kw)
+    if many:
+        sns.stripplot(data=data, x=x, y=y, color="black", size=4, jitter=False, ax=ax, **kw)
+
+
+def _seeds_note(table: pd.DataFrame) -> str:
+    n = seed_count(table)
+    return f" (mean of {n} seeds ± s.e.; points: seeds)" if n > 1 else ""
+
+
 def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
     """Bits stored vs unique parameters, log-log; colour = N people, marker = loops; 1 and 2 bit/param."""
     # P as the estimate counts it (used embedding rows only) when the sweep recorded it
@@ -117,12 +145,14 @@ def plot_mano(table: pd.DataFrame, out: Path) -> list[Path]:
     """Exact-match accuracy at l = L: heatmap of model (k x m) by L."""
     _need(table, "mano", "model", "L", "accuracy")
     plt, sns = _pyplot()
-    grid = table.assign(acc=_percent(table)).pivot_table(index="model", columns="L", values="acc", aggfunc="max")
+    grid = table.assign(acc=_percent(table)).pivot_table(index="model", columns="L", values="acc", aggfunc="mean")
     grid = grid.loc[sorted(grid.index, key=_layers_loops)]
     fig, ax = plt.subplots(figsize=(1.5 + 1.1 * grid.shape[1], 1.2 + 0.45 * grid.shape[0]))
     sns.heatmap(grid, annot=True, fmt=".1f", vmin=0, vmax=100, cmap="viridis", ax=ax,
                 cbar_kws={"label": "exact-match accuracy at l = L (%)"})
-    ax.set(xlabel="L (operators in the test expression)", ylabel="model (layers x loops)", title="Mano")
+    n = seed_count(table)
+    ax.set(xlabel="L (operators in the test expression)", ylabel="model (layers x loops)",
+           title="Mano" + (f" (mean of {n} seeds)" if n > 1 else ""))
     paths = _save(fig, out, "mano")
     if any(LENGTH_COLUMN.match(c) for c in table.columns):  # per-length diagnostics recorded
         paths += plot_lengths(table, out)
@@ -145,7 +175,7 @@ def plot_lengths(table: pd.DataFrame, out: Path) -> list[Path]:
     order = sorted(long["model"].unique(), key=_layers_loops)
     for ax, L in zip(axes[0], panels):
         sns.lineplot(data=long[long["L"] == L], x="length", y="acc", hue="model", hue_order=order, style="prompts",
-                     style_order=["held-out", "training"], markers=True, errorbar=None, ax=ax,
+                     style_order=["held-out", "training"], markers=True, errorbar=None, ax=ax,  # the mean over seeds
                      legend=ax is axes[0][-1])
         ax.set(xlabel="l (operators in the expression)", ylabel="exact-match accuracy (%)", ylim=(-2, 102),
                title=f"Mano L = {L}", xticks=range(1, int(L) + 1))
@@ -157,10 +187,10 @@ def plot_multihop(table: pd.DataFrame, out: Path) -> list[Path]:
     _need(table, "multihop", "train_fraction", "accuracy", "model")
     plt, sns = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    sns.lineplot(data=table.assign(acc=_percent(table), pct=100 * table["train_fraction"]), x="pct", y="acc",
-                 hue="model", marker="o", ax=ax)
+    _mean_and_seeds(sns, ax, table.assign(acc=_percent(table), pct=100 * table["train_fraction"]), "pct", "acc",
+                    hue="model")
     ax.set(xlabel="training questions (% of the k-hop questions not held out)", ylabel="held-out accuracy (%)",
-           ylim=(0, 100), title="Multi-hop QA")
+           ylim=(0, 100), title="Multi-hop QA" + _seeds_note(table))
     return _save(fig, out, "multihop")
 
 
@@ -169,10 +199,10 @@ def plot_reach(table: pd.DataFrame, out: Path) -> list[Path]:
     _need(table, "reach", "loops", "accuracy", "diameter")
     plt, sns = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    sns.lineplot(data=table.assign(acc=_percent(table)), x="loops", y="acc", hue="diameter", marker="o",
-                 palette="viridis", ax=ax)
+    _mean_and_seeds(sns, ax, table.assign(acc=_percent(table)), "loops", "acc", hue="diameter", palette="viridis")
     ax.axhline(50, color="grey", ls=":", label="chance")
-    ax.set(xlabel="loops (recurrent steps)", ylabel="accuracy (%)", ylim=(0, 100), title="Graph reachability")
+    ax.set(xlabel="loops (recurrent steps)", ylabel="accuracy (%)", ylim=(0, 100),
+           title="Graph reachability" + _seeds_note(table))
     return _save(fig, out, "reach")
 
 
@@ -231,9 +261,15 @@ def plot_exit(table: pd.DataFrame, out: Path) -> list[Path]:
     _need(table, "exit", "strategy", "mean_exit_step", "accuracy")
     plt, sns = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    sns.lineplot(data=table.assign(acc=_percent(table)).sort_values("mean_exit_step"), x="mean_exit_step", y="acc",
-                 hue="strategy", style="strategy", markers=True, sort=False, ax=ax)
-    ax.set(xlabel="mean exit step (recurrent steps per token)", ylabel="accuracy (%)", title="Early exit")
+    data = table.assign(acc=_percent(table))
+    rule = [c for c in ("strategy", "threshold") if c in data]
+    means = data.groupby(rule, as_index=False)[["mean_exit_step", "acc"]].mean().sort_values("mean_exit_step")
+    sns.lineplot(data=means, x="mean_exit_step", y="acc", hue="strategy", style="strategy", markers=True, sort=False,
+                 ax=ax)
+    if seed_count(data) > 1:  # every seed of every exit rule as a point under the mean curve
+        sns.scatterplot(data=data, x="mean_exit_step", y="acc", hue="strategy", alpha=0.4, s=14, legend=False, ax=ax)
+    ax.set(xlabel="mean exit step (recurrent steps per token)", ylabel="accuracy (%)",
+           title="Early exit" + (f" (mean of {seed_count(data)} seeds; points: seeds)" if seed_count(data) > 1 else ""))
     return _save(fig, out, "exit")
 
 
@@ -243,11 +279,11 @@ def plot_kvcache(table: pd.DataFrame, out: Path) -> list[Path]:
     plt, sns = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
     order = [s for s in ("full", "first", "last", "mean") if s in set(table["kv"])]
-    sns.barplot(data=table.assign(acc=_percent(table)), x="kv", y="acc", order=order, ax=left)
+    _bars_and_seeds(sns, left, table.assign(acc=_percent(table)), "kv", "acc", order=order)
     left.set(xlabel="KV-cache strategy", ylabel="accuracy (%)", ylim=(0, 100))
     sns.barplot(data=table.assign(kib=table["kv_bytes"] / 1024), x="kv", y="kib", order=order, ax=right)
     right.set(xlabel="KV-cache strategy", ylabel="cache memory (KiB)")
-    fig.suptitle("KV-cache reuse at decode time")
+    fig.suptitle("KV-cache reuse at decode time" + _seeds_note(table))
     return _save(fig, out, "kvcache")
 
 
@@ -256,9 +292,10 @@ def plot_topology(table: pd.DataFrame, out: Path) -> list[Path]:
     _need(table, "topology", "model", "accuracy")
     plt, sns = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 0.8 + 0.4 * table["model"].nunique()))
-    data = table.assign(acc=_percent(table)).sort_values("acc", ascending=False)
-    sns.barplot(data=data, y="model", x="acc", ax=ax)
-    ax.set(xlabel="accuracy (%)", ylabel="topology", xlim=(0, 100), title="Recurrence topology")
+    data = table.assign(acc=_percent(table))
+    order = data.groupby("model")["acc"].mean().sort_values(ascending=False).index
+    _bars_and_seeds(sns, ax, data, "acc", "model", order=order)
+    ax.set(xlabel="accuracy (%)", ylabel="topology", xlim=(0, 100), title="Recurrence topology" + _seeds_note(table))
     return _save(fig, out, "topology")
 
 
@@ -293,12 +330,12 @@ def plot_depth(table: pd.DataFrame, out: Path) -> list[Path]:
     plt, sns = _pyplot()
     long = _step_long(table)
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    sns.lineplot(data=long.assign(acc=100 * long["acc_at_step"]), x="step", y="acc", hue="loops", marker="o",
-                 palette="viridis", ax=ax)
+    _mean_and_seeds(sns, ax, long.assign(acc=100 * long["acc_at_step"]), "step", "acc", hue="loops",
+                    palette="viridis")
     for loops in sorted(table["loops"].unique()):
         ax.axvline(loops, color="grey", ls=":", lw=0.8)
     ax.set(xlabel="recurrent steps at evaluation T", ylabel="accuracy (%)", ylim=(0, 100),
-           title="Depth extrapolation (dotted: trained loops)")
+           title="Depth extrapolation (dotted: trained loops)" + _seeds_note(table))
     return _save(fig, out, "depth")
 
 
@@ -313,19 +350,22 @@ def agreement_matrix(row: pd.Series) -> np.ndarray:
 
 
 def plot_faithfulness(table: pd.DataFrame, out: Path) -> list[Path]:
-    """Step x step agreement of the answers (%), one heatmap per run."""
+    """Step x step agreement of the answers (%), one heatmap per model (the mean over its seeds)."""
     if not any(AGREE_COLUMN.match(c) for c in table.columns):
         raise SynthlabError("plot 'faithfulness' needs agree_<i>_<j> columns in results.csv")
     plt, sns = _pyplot()
-    rows = list(table.iterrows())
-    fig, axes = plt.subplots(1, len(rows), figsize=(4.2 * len(rows), 3.8), squeeze=False)
-    for ax, (_, row) in zip(axes[0], rows):
-        matrix = 100 * agreement_matrix(row)
+    keys = [c for c in ("model", "loops", "train.loss") if c in table]
+    groups = [g for _, g in table.groupby(keys, sort=False, dropna=False)] if keys else [table]
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.8), squeeze=False)
+    for ax, group in zip(axes[0], groups):
+        row = group.iloc[0]
+        matrix = 100 * np.mean([agreement_matrix(r) for _, r in group.iterrows()], axis=0)
         ticks = list(range(1, len(matrix) + 1))
         sns.heatmap(matrix, annot=len(matrix) <= 8, fmt=".0f", vmin=0, vmax=100, cmap="viridis", ax=ax,
                     xticklabels=ticks, yticklabels=ticks, cbar_kws={"label": "answers agreeing (%)"})
         title = f"{row.get('model', '')} trained {row['loops']} loops" + (
-            f", {row['train.loss']} loss" if "train.loss" in row else "")
+            f", {row['train.loss']} loss" if "train.loss" in row else "") + (
+            f" (mean of {seed_count(group)} seeds)" if seed_count(group) > 1 else "")
         ax.set(xlabel="recurrent step", ylabel="recurrent step", title=title)
     return _save(fig, out, "faithfulness")
 

@@ -158,3 +158,17 @@ def test_report_counts_grid_points_apart_from_runs_of_an_earlier_grid(tmp_path):
     text = out.read_text()
     assert f"1 of 2 grid points finished, plus {len(table) - 1} run(s) of an earlier version" in text
     assert "| arch |" in text and "| 1x1 |" in text  # the grid's factor filled in for the row it knows
+
+
+@pytest.mark.parametrize("kind", ["mano", "multihop", "reach", "exit", "kvcache", "topology", "depth", "faithfulness"])
+def test_plots_over_seeds_show_the_mean_and_every_seed(kind, tmp_path):
+    base = _fixtures()[kind]
+    rng = np.random.default_rng(1)
+    table = pd.concat([base.assign(seed=s) for s in range(3)], ignore_index=True)
+    for column in ("accuracy", *[c for c in table if c.startswith("acc_step_")]):
+        if column in table:
+            table[column] = (table[column] + rng.normal(0, 0.02, len(table))).clip(0, 1)
+    assert plots.seed_count(table) == 3 and plots.seed_count(base) == 1
+    paths = plots.plot(kind, table, tmp_path)
+    svg = next(p for p in paths if p.suffix == ".svg").read_text()
+    assert "mean of 3 seeds" in svg  # the figure says what its marks are
