@@ -11,17 +11,31 @@ Files
   train.jsonl   one biography a line: `text`, `person` (index into people.jsonl), `spans`:
                 attribute -> [start, end) token positions in text.split() for `name` (the full
                 name's first occurrence), `gender` (the first pronoun; absent in the fullname
-                variant, which has none) and the six attribute values.
+                variant, which has none) and the six attribute values (with the token after
+                the value where the value is a prefix of another, see below).
   test.jsonl    one QA record per person and attribute: `question` ("<bos> ... ? <ans>"),
                 `answer` (the value's tokens), `person`, `attribute`.
 
 A biography is six sentences in a fixed order (birth date, birth city, university, major, work
-city, employer), each from one of >= 20 templates drawn at random. The first sentence uses the
-full name and later ones pronouns. Variants: `single` (one biography per person), `multiM` (M
-biographies per person, templates drawn afresh; e.g. multi5), `permute` (sentence order shuffled
-per biography), `fullname` (the full name in every sentence). Pool values are tokenized by
-splitting on spaces with commas as their own token ("Princeton , NJ"); biography texts carry no
-special tokens.
+city, employer), each from one of 22 templates per attribute drawn at random. The first sentence
+uses the full name and later ones pronouns. Variants: `single` (one biography per person),
+`multiM` (M biographies per person, templates drawn afresh for each: the paper's multi5, fresh
+templates per exposure of a person), `permute` (sentence order shuffled per biography),
+`fullname` (the full name in every sentence). Pool values are tokenized by splitting on spaces
+with commas as their own token ("Princeton , NJ"); biography texts carry no special tokens.
+
+The spans are what the capacity estimate (Physics of LMs 3.3, Definition 4.3) scores, so a
+scored token must pay only for a fact about the person, never for which template was drawn (as in
+the paper's generator), in every variant alike:
+- every sentence starts with its subject (the full name, else He / She): the name is read before
+  any value, no value or date starts a sentence, and the first pronoun (the `gender` span) has a
+  form the template forces (He, or a pronoun in a template already determined), so it pays for
+  the gender alone;
+- the words before a value never begin another template of any attribute (across attributes too,
+  for `permute`): at the value the template, the attribute and the words after it are known;
+- where a value is a token prefix of another of its pool ("Business" / "Business Administration",
+  "Caterpillar" / "Caterpillar Inc."), its span takes in the next template token: deciding that
+  the value ends is part of recalling it, so a model uniform over a pool pays log(pool size).
 """
 
 from __future__ import annotations
@@ -43,98 +57,91 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
 FIRST_YEAR, N_YEARS, N_DAYS = 1900, 200, 28
 ATTRIBUTES = ("birth_date", "birth_city", "university", "major", "work_city", "employer")
 
-# Placeholders: {S} / {s} subject at / after the start of a sentence, {P} / {p} possessive,
-# {o} object, {V} the attribute value. Punctuation is already a separate token.
+# Placeholders: {S} the subject at the start of a sentence (the full name where the biography
+# names the person, else He / She), {s} a later subject (he / she), {p} a possessive (his / her;
+# "NAME 's" in the fullname variant), {V} the attribute value. Punctuation is already a separate
+# token. Every template starts with {S}, and the words before {V} of one template are never the
+# first words of another template (of any attribute): the test re-derives both from generated text.
 TEMPLATES = {
     "birth_date": (
-        "{S} was born on {V} .", "{S} came into this world on {V} .", "{P} birthday is {V} .",
-        "{S} entered the world on {V} .", "{P} date of birth is {V} .",
+        "{S} was born on {V} .", "{S} came into this world on {V} .", "{S} has a birthday on {V} .",
+        "{S} entered the world on {V} .", "{S} gives {V} as {p} date of birth .",
         "{S} first saw the light of day on {V} .", "{S} was brought into the world on {V} .",
         "{S} arrived on {V} .", "{S} was welcomed into the world on {V} .",
-        "On {V} , {s} was born .", "{P} parents welcomed {o} on {V} .",
-        "{P} life began on {V} .", "{S} was born in the early hours of {V} .",
-        "{S} celebrates {p} birthday every year , having been born on {V} .",
-        "{S} marks {V} as {p} date of birth .", "{S} has {V} listed as {p} birth date .",
-        "{P} birth was recorded on {V} .", "{S} was delivered on {V} .",
-        "{P} story began on {V} .", "{S} took {p} first breath on {V} .",
-        "{P} birth certificate gives {V} as the day {s} was born .",
+        "{S} has been alive since {V} .", "{S} was welcomed by the family on {V} .",
+        "{S} began life on {V} .", "{S} was born early in the morning of {V} .",
+        "{S} has celebrated every birthday since {V} .", "{S} marks {V} as {p} date of birth .",
+        "{S} lists {V} as {p} birth date .", "{S} is recorded as born on {V} .",
+        "{S} was delivered on {V} .", "{S} started out in life on {V} .",
+        "{S} drew a first breath on {V} .", "{S} holds a birth certificate dated {V} .",
         "{S} was born , according to the records , on {V} .",
     ),
     "birth_city": (
-        "{S} was born in {V} .", "{S} spent {p} early years in {V} .",
-        "{P} birthplace is {V} .", "{S} hails from {V} .", "{S} came into the world in {V} .",
+        "{S} was born in {V} .", "{S} spent the early years in {V} .",
+        "{S} has a birthplace in {V} .", "{S} hails from {V} .", "{S} came into the world in {V} .",
         "{S} is a native of {V} .", "{S} grew up in {V} , where {s} was born .",
-        "{P} hometown is {V} .", "{S} was born and raised in {V} .",
-        "{S} owes {p} roots to {V} .", "{S} calls {V} {p} birthplace .",
-        "{P} life started in {V} .", "{S} first opened {p} eyes in {V} .",
-        "{S} originally comes from {V} .", "{P} place of birth is {V} .",
-        "{S} was delivered in a hospital in {V} .", "{V} is where {s} was born .",
-        "{S} traces {p} origins to {V} .", "{P} family welcomed {o} in {V} .",
-        "{S} was brought up in {V} , the city of {p} birth .",
-        "{S} spent {p} childhood in {V} .", "{S} is originally from {V} .",
+        "{S} regards {V} as {p} hometown .", "{S} was born and raised in {V} .",
+        "{S} has roots in {V} .", "{S} calls {V} {p} birthplace .", "{S} started life in {V} .",
+        "{S} first opened {p} eyes in {V} .", "{S} originally comes from {V} .",
+        "{S} names {V} as {p} place of birth .", "{S} was delivered in a hospital in {V} .",
+        "{S} traces {p} origins to {V} .", "{S} was welcomed by a family in {V} .",
+        "{S} was brought up in {V} , the city of {p} birth .", "{S} spent a childhood in {V} .",
+        "{S} is originally from {V} .", "{S} was raised in {V} .",
     ),
     "university": (
         "{S} studied at {V} .", "{S} graduated from {V} .", "{S} attended {V} .",
-        "{S} received {p} education at {V} .", "{S} is a graduate of {V} .",
-        "{S} completed {p} degree at {V} .", "{S} pursued higher education at {V} .",
-        "{P} alma mater is {V} .", "{S} enrolled at {V} .",
-        "{S} spent {p} college years at {V} .", "{S} earned {p} degree from {V} .",
-        "{S} was educated at {V} .", "{S} went to college at {V} .",
-        "{S} took classes at {V} .", "{P} university was {V} .",
-        "{S} holds a degree from {V} .", "{S} did {p} studies at {V} .",
-        "{V} is where {s} studied .", "{S} was admitted to {V} .",
-        "{S} spent four years at {V} .", "{S} completed {p} undergraduate studies at {V} .",
-        "{S} was a student at {V} .",
+        "{S} was schooled at {V} .", "{S} is a graduate of {V} .",
+        "{S} completed a degree at {V} .", "{S} pursued higher education at {V} .",
+        "{S} counts {V} as {p} alma mater .", "{S} enrolled at {V} .",
+        "{S} spent the college years at {V} .", "{S} earned a degree from {V} .",
+        "{S} was educated at {V} .", "{S} went to college at {V} .", "{S} took classes at {V} .",
+        "{S} went to university at {V} .", "{S} holds a degree from {V} .",
+        "{S} did undergraduate work at {V} .", "{S} studied for a degree at {V} .",
+        "{S} was admitted to {V} .", "{S} spent four years at {V} .",
+        "{S} finished undergraduate studies at {V} .", "{S} was a student at {V} .",
     ),
     "major": (
-        "{S} majored in {V} .", "{S} studied {V} .", "{P} major was {V} .",
+        "{S} majored in {V} .", "{S} read {V} in college .", "{S} had a major in {V} .",
         "{S} specialized in {V} .", "{S} focused on {V} .", "{S} earned a degree in {V} .",
-        "{S} completed {p} studies in {V} .", "{P} field of study was {V} .",
+        "{S} completed studies in {V} .", "{S} picked {V} as {p} field of study .",
         "{S} chose {V} as {p} major .", "{S} concentrated on {V} .",
         "{S} pursued a degree in {V} .", "{S} devoted {p} studies to {V} .",
         "{S} graduated with a major in {V} .", "{S} took up {V} .",
-        "{P} academic focus was {V} .", "{S} received training in {V} .",
-        "{S} obtained {p} degree in {V} .", "{S} dedicated {p} college years to {V} .",
+        "{S} made {V} {p} academic focus .", "{S} received training in {V} .",
+        "{S} obtained a degree in {V} .", "{S} dedicated the college years to {V} .",
         "{S} learned {V} in college .", "{S} developed expertise in {V} .",
-        "{S} explored {V} as {p} field of study .", "{V} was the subject {s} studied .",
+        "{S} explored {V} as {p} field of study .", "{S} became a student of {V} .",
     ),
     "work_city": (
         "{S} works in {V} .", "{S} is employed in {V} .", "{S} has a job in {V} .",
-        "{P} workplace is in {V} .", "{S} spends {p} working days in {V} .",
-        "{S} commutes to work in {V} .", "{S} built {p} career in {V} .",
-        "{P} office is located in {V} .", "{S} earns a living in {V} .",
-        "{S} found work in {V} .", "{S} is based in {V} for work .", "{P} job is in {V} .",
+        "{S} goes to a workplace in {V} .", "{S} spends the working days in {V} .",
+        "{S} commutes to work in {V} .", "{S} built a career in {V} .",
+        "{S} has an office in {V} .", "{S} earns a living in {V} .", "{S} found work in {V} .",
+        "{S} is based in {V} for work .", "{S} reports to work in {V} .",
         "{S} relocated to {V} for work .", "{S} practices {p} profession in {V} .",
-        "{S} holds a position in {V} .", "{S} pursues {p} career in {V} .",
-        "{S} works out of {V} .", "{V} is where {s} works .", "{S} moved to {V} to work .",
-        "{P} professional life takes place in {V} .", "{S} clocks in every day in {V} .",
+        "{S} holds a position in {V} .", "{S} pursues a career in {V} .", "{S} works out of {V} .",
+        "{S} does {p} job in {V} .", "{S} moved to {V} to work .",
+        "{S} lives a professional life in {V} .", "{S} clocks in every day in {V} .",
         "{S} is employed at an office in {V} .",
     ),
     "employer": (
-        "{S} works for {V} .", "{S} is employed by {V} .", "{P} employer is {V} .",
+        "{S} works for {V} .", "{S} is employed by {V} .", "{S} gets paid by {V} .",
         "{S} has a job at {V} .", "{S} works at {V} .", "{S} is on the staff of {V} .",
-        "{S} earns {p} salary from {V} .", "{S} joined {V} .",
-        "{S} holds a position at {V} .", "{S} is part of the team at {V} .",
-        "{S} was hired by {V} .", "{S} serves at {V} .",
-        "{S} is a member of the workforce of {V} .", "{P} company is {V} .",
-        "{S} builds {p} career at {V} .", "{S} draws a paycheck from {V} .",
-        "{S} is an employee of {V} .", "{V} employs {o} .", "{S} contributes to {V} .",
+        "{S} receives a salary from {V} .", "{S} joined {V} .", "{S} holds a position at {V} .",
+        "{S} is part of the team at {V} .", "{S} was hired by {V} .", "{S} serves at {V} .",
+        "{S} is a member of the workforce of {V} .", "{S} is on the books of {V} .",
+        "{S} builds a career at {V} .", "{S} draws a paycheck from {V} .",
+        "{S} is an employee of {V} .", "{S} is employed with {V} .", "{S} contributes to {V} .",
         "{S} is on the payroll of {V} .", "{S} took a job with {V} .",
         "{S} works as a staff member at {V} .",
     ),
 }
 QUESTIONS = {
-    "birth_date": "When was {name} born ?",
-    "birth_city": "Where was {name} born ?",
-    "university": "Which university did {name} attend ?",
-    "major": "What did {name} study ?",
-    "work_city": "Where does {name} work ?",
-    "employer": "Which company does {name} work for ?",
+    "birth_date": "When was {name} born ?", "birth_city": "Where was {name} born ?",
+    "university": "Which university did {name} attend ?", "major": "What did {name} study ?",
+    "work_city": "Where does {name} work ?", "employer": "Which company does {name} work for ?",
 }
-PRONOUNS = {  # placeholder -> (male, female)
-    "{S}": ("He", "She"), "{s}": ("he", "she"), "{P}": ("His", "Her"), "{p}": ("his", "her"),
-    "{o}": ("him", "her"),
-}
+PRONOUNS = {"{S}": ("He", "She"), "{s}": ("he", "she"), "{p}": ("his", "her")}  # (male, female)
 GENDERS = ("male", "female")
 SPAN_KEYS = ("name", "gender", *ATTRIBUTES)
 
@@ -143,8 +150,7 @@ SPAN_KEYS = ("name", "gender", *ATTRIBUTES)
 class BiosParams(TaskParams):
     """Parameters of `synthlab gen bios`."""
 
-    n_people: int = param(1_000, "Number of people N (unique full names; at most "
-                                 "400 x 400 x 1000).")
+    n_people: int = param(1_000, "Number of people N (unique full names; at most 400 x 400 x 1000).")
     variant: str = param("single", "single (one biography per person), multiM (M biographies "
                                    "per person, e.g. multi5), permute (sentence order "
                                    "shuffled), fullname (full name in every sentence).")
@@ -183,6 +189,17 @@ def pools() -> dict[str, tuple[str, ...]]:
         assert not any('"' in v or "\\" in v or "{" in v for v in values)
     for key in ("first", "middle", "last"):  # a full name is NAME_TOKENS tokens
         assert all(len(value_tokens(v)) == 1 for v in out[key])
+    return out
+
+
+@cache
+def ended_values() -> dict[str, frozenset[tuple[str, ...]]]:
+    """Attribute -> the values (as tokens) that are a token prefix of another of the same pool
+    ("Business" of "Business Administration"): their span takes in the template's next token."""
+    out = {}
+    for key in ATTRIBUTES[1:]:
+        values = {value_tokens(v) for v in pools()[key]}
+        out[key] = frozenset(a for a in values for b in values if len(b) > len(a) and b[:len(a)] == a)
     return out
 
 
@@ -256,6 +273,8 @@ class _Person:
                   tok["employer"][employer])  # in ATTRIBUTES order
         self.values = [" ".join(v) for v in values]
         self.value_lengths = [len(v) for v in values]
+        ended = ended_values()
+        self.span_lengths = [len(v) + (v in ended.get(a, ())) for a, v in zip(ATTRIBUTES, values)]
 
 
 # How a sentence refers to the person: the full name at the first mention then pronouns (the
@@ -289,8 +308,8 @@ def _compile(template: str, mode: int, gender: int) -> _Sentence:
             value_at = count
         elif part in PRONOUNS and (mode == NAME_ALWAYS or (mode == NAME_FIRST and not name_at)):
             name_at = name_at or (count, value_at >= 0)
-            words.append("{n}" + (" 's" if part in ("{P}", "{p}") else ""))
-            count += NAME_TOKENS + (part in ("{P}", "{p}"))
+            words.append("{n}" + (" 's" if part == "{p}" else ""))
+            count += NAME_TOKENS + (part == "{p}")
         elif part in PRONOUNS:
             pronoun_at = pronoun_at or (count, value_at >= 0)
             words.append(PRONOUNS[part][gender])
@@ -323,7 +342,7 @@ def _biography(person: _Person, template_ids: list[int], order: list[int],
         length = person.value_lengths[a]
         pieces.append(sentence.text.format(n=person.name, v=person.values[a]))
         start = position + sentence.value_at
-        spans[ATTRIBUTES[a]] = (start, start + length)
+        spans[ATTRIBUTES[a]] = (start, start + person.span_lengths[a])
         if sentence.name_at and "name" not in spans:
             start = position + sentence.name_at[0] + length * sentence.name_at[1]
             spans["name"] = (start, start + NAME_TOKENS)
@@ -419,9 +438,8 @@ def shape(params: BiosParams) -> TaskShape:
         modes = [{NAME_FIRST: 1.0}] + [{PRONOUNS_ONLY: 1.0}] * (n - 1)
     mean = 2 + sum(value[a] + sum(w * sentence(i, mode) for mode, w in modes[i].items())
                    for i, a in enumerate(ATTRIBUTES))
-    per_person = int(params.variant[5:]) if params.variant.startswith("multi") else 1
     return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(tokens()), row_len=None,
-                     tokens_per_record=mean, train_records=params.n_people * per_person)
+                     tokens_per_record=mean, train_records=params.n_people * params.biographies_per_person)
 
 
 SPEC = TaskSpec(

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from synthlab.cli import app
 from synthlab.tokenizer import WordTokenizer
-from synthlab_generators.bios import TEMPLATES
+from synthlab_generators.bios import TEMPLATES, pools
 
 runner = CliRunner()
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
@@ -36,12 +36,29 @@ def expected_tokens(person: dict, attribute: str) -> list[str]:
     return person[attribute].replace(",", " ,").split()
 
 
+def prefix_values() -> dict[str, set[tuple[str, ...]]]:
+    """Attribute -> values that are a token prefix of another value of the same pool (re-derived)."""
+    out = {}
+    for attribute in ATTRIBUTES[1:]:
+        values = {tuple(v.replace(",", " ,").split()) for v in pools()[attribute]}
+        out[attribute] = {a for a in values if any(b != a and b[:len(a)] == a for b in values)}
+    return out
+
+
+PREFIX_VALUES = prefix_values()
+
+
 def check_biography(rec: dict, person: dict, with_gender: bool) -> None:
     words = rec["text"].split()
     spans = rec["spans"]
     assert words[slice(*spans["name"])] == person["name"].split()
     for attribute in ATTRIBUTES:
-        assert words[slice(*spans[attribute])] == expected_tokens(person, attribute), attribute
+        value = expected_tokens(person, attribute)
+        start, end = spans[attribute]
+        assert words[start:start + len(value)] == value, attribute
+        # a value that is a prefix of another takes in the token that ends it, and only then
+        assert end - start == len(value) + (tuple(value) in PREFIX_VALUES.get(attribute, ())), attribute
+        assert start > spans["name"][0]  # no value precedes the name
     if with_gender:
         (pronoun,) = words[slice(*spans["gender"])]
         assert pronoun in PRONOUNS[person["gender"]]
@@ -112,6 +129,71 @@ def test_variants(tmp_path, variant):
         for rec in train:
             name = people[rec["person"]]["name"]
             assert rec["text"].count(name) >= 6
+
+
+def sentences(rec: dict, person: dict) -> list[list[str]]:
+    """A biography as sentences of items: "<name>" for the first full name, "<attribute>" for a
+    value (its own tokens, not the end token), "<gender>" for the first pronoun, else the word."""
+    words, spans = rec["text"].split(), rec["spans"]
+    marks = {spans["name"][0]: ("<name>", 3), spans["gender"][0]: ("<gender>", 1)}
+    marks.update({spans[a][0]: (f"<{a}>", len(expected_tokens(person, a))) for a in ATTRIBUTES})
+    out, sentence, i = [], [], 0
+    while i < len(words):
+        item, width = marks.get(i, (words[i], 1))
+        sentence.append(item if item != "<gender>" else words[i] + "<gender>")
+        i += width
+        if item == ".":
+            out.append(sentence)
+            sentence = []
+    assert not sentence and len(out) == len(ATTRIBUTES)
+    return out
+
+
+@pytest.mark.parametrize("variant", ["single", "multi5", "permute"])
+def test_scored_tokens_pay_for_the_person_not_the_template(tmp_path, variant):
+    """Re-derived from the text of male biographies (female "her" is both possessive and object):
+    every sentence starts with the subject (the name, then He), and whatever preceded a value, the
+    first pronoun or a value's next token in one sentence is always followed by that same item,
+    across all sentences of all attributes: the template is known when a scored token comes."""
+    out = tmp_path / "d"
+    gen(out, "--n-people", "1200", "--variant", variant, "--seed", "3")
+    people = read(out / "people.jsonl")
+    bios = [sentences(r, people[r["person"]]) for r in read(out / "train.jsonl")
+            if people[r["person"]]["gender"] == "male"]
+    follows: dict[tuple[str, ...], set[str]] = {}
+    for bio in bios:
+        for sentence in bio:
+            for i in range(1, len(sentence)):
+                follows.setdefault(tuple(sentence[:i]), set()).add(sentence[i])
+    scored = {f"<{a}>" for a in ATTRIBUTES}
+    checked = 0
+    for bio in bios:
+        assert bio[0][0] == "<name>" and all(s[0] in ("He", "He<gender>") for s in bio[1:])
+        gender = [(k, i) for k, s in enumerate(bio) for i, item in enumerate(s) if item.endswith("<gender>")]
+        assert len(gender) == 1
+        k, i = gender[0]
+        assert (k, i) == (1, 0) or k == 0  # He opening the second sentence, or inside the first
+        for sentence in bio:
+            for i in range(1, len(sentence)):
+                if sentence[i] in scored or sentence[i - 1] in scored or sentence[i].endswith("<gender>"):
+                    assert len(follows[tuple(sentence[:i])]) == 1, (sentence[:i], follows[tuple(sentence[:i])])
+                    checked += 1
+    assert checked > 1000
+
+
+def test_spans_are_the_same_in_every_variant(tmp_path):
+    """Same seed, same people: a person's spans hold the same tokens (and take an end token for the
+    same values) whichever the variant and template."""
+    seen: dict[int, dict] = {}
+    for variant in ("single", "multi5", "permute"):
+        gen(tmp_path / variant, "--n-people", "200", "--variant", variant, "--seed", "5")
+        people = read(tmp_path / variant / "people.jsonl")
+        for rec in read(tmp_path / variant / "train.jsonl"):
+            words, person = rec["text"].split(), people[rec["person"]]
+            own = {"name": 3, **{a: len(expected_tokens(person, a)) for a in ATTRIBUTES}}
+            view = {k: (words[s:s + own[k]], e - s) for k, (s, e) in rec["spans"].items() if k in own}
+            assert seen.setdefault(rec["person"], view) == view, (variant, rec["person"])
+    assert len(seen) == 200
 
 
 def test_templates_enough_and_distinct():
