@@ -1,26 +1,31 @@
 """Knowledge capacity of a model trained on bioS: bits stored and bits per parameter.
 
-Physics of LMs 3.3, Definition 4.3 (MISSION.md, bioS):
+Physics of LMs 3.3, Definition 4.3 (MISSION.md, bioS), exactly:
 
     bits = N log2(N0 / e^p1) + N log2(S0 / e^p2),    R = bits / P
 
 - p1: cross-entropy in nats SUMMED over the tokens of a person's full name (given the text before
   it, i.e. its first occurrence in the biography), averaged over people;
-- p2: the same, summed over the tokens of all the person's attribute values;
-- N0 = 400 * 400 * 1000 names, S0 = 2 * (12 * 28 * 200) * 200 * 300 * 100 * 263 attribute tuples;
-- P: unique parameters (a looped block counted once), without embedding rows of tokens that never
-  occur in the training data.
+- p2: the same, summed over the tokens of all the person's attribute values (the generator's
+  spans: a value that is a prefix of another includes the token that ends it);
+- N0 = 400 * 400 * 1000 names, S0 = 2 * (12 * 28 * 200) * 200 * 300 * 100 * 263 attribute tuples,
+  both read from the generator's pools;
+- P: unique parameters (a looped block counted once), with the embedding rows of the tokens that
+  occur in the training data and no others. This is the P the paper's 1 and 2 bit/param lines
+  are drawn against (its GPT2-l-h has about 12 l (64h)^2 + V_used 64h parameters: the embedding
+  counts, as a store of knowledge like any other weight), so `bits_per_param` is the figure to set
+  beside them. `bits_per_param_nonemb` divides by the non-embedding parameters instead: at cpu
+  scale the embedding is most of P, and this shows what the transformer blocks hold per weight.
 
-Each term is a lower bound on the information the model holds about the people; a term can be
-negative for a model that predicts worse than the uniform distribution over the pool (an untrained
-model spreads probability over the whole vocabulary), which is no evidence of knowledge, so each
-term is clipped at 0 in `bits` (the raw values are reported as well). The maximum for N people is
-N log2(N0 / N) + N log2 S0 (names are unique, so a name carries at most log2(N0 / N) bits once
-the N names are known).
+The terms are not clipped: a model that predicts a pool worse than the uniform distribution over
+it (an untrained one spreads probability over the whole vocabulary) has a negative term, and the
+sum is the definition's figure. The maximum for N people is N log2(N0 / N) + N log2 S0: names are
+unique, so once the N names are known the best prediction of the next biography's name is uniform
+over them (p1 = ln N); a model that knows every attribute has p2 = 0.
 
 The work city is a function of the employer (its headquarters), so the work-city and employer
 tokens are scored together as one attribute with 263 values: whichever comes first in the text
-carries the information and the other is then determined.
+carries the information and the other is then determined (as far as the first fixes it).
 """
 
 from __future__ import annotations
@@ -51,8 +56,8 @@ def term_bits(n_people: int, values: float, nats: float) -> float:
 
 
 def capacity_bits(n_people: int, p1: float, p2: float) -> float:
-    """bits(F) of Definition 4.3, each of the two terms clipped at 0."""
-    return max(0.0, term_bits(n_people, N0, p1)) + max(0.0, term_bits(n_people, S0, p2))
+    """bits(F) of Definition 4.3: the two terms summed as they are (no clipping)."""
+    return term_bits(n_people, N0, p1) + term_bits(n_people, S0, p2)
 
 
 def max_bits(n_people: int) -> float:
@@ -68,14 +73,15 @@ class PersonLosses:
     attributes: dict[str, np.ndarray]  # attribute -> (N,), keys of ATTRIBUTE_VALUES
 
 
-def capacity_report(losses: PersonLosses, params: int) -> dict:
-    """Every number of the estimate, from per-person summed losses and the parameter count P."""
+def capacity_report(losses: PersonLosses, params: int, params_nonemb: int | None = None) -> dict:
+    """Every number of the estimate, from per-person summed losses, the parameter count P (used
+    embedding rows included) and, where given, the non-embedding count."""
     n = len(losses.name)
     p1 = float(losses.name.mean())
     per_attribute = {a: float(v.mean()) for a, v in losses.attributes.items()}
     p2 = float(sum(per_attribute.values()))
     bits = capacity_bits(n, p1, p2)
-    return {
+    report = {
         "n_people": n,
         "p1": p1,
         "p2": p2,
@@ -91,14 +97,16 @@ def capacity_report(losses: PersonLosses, params: int) -> dict:
             for a in per_attribute
         },
     }
+    if params_nonemb is not None:
+        report.update(params_nonemb=params_nonemb, bits_per_param_nonemb=bits / params_nonemb)
+    return report
 
 
 def person_losses(model, data, *, device, batch_size: int = 64, steps: int | None = None) -> PersonLosses:
     """Summed last-step losses of each person's name and attribute tokens in the training biographies.
 
     The model reads every biography as it was trained (`<bos> text <eos>`, one per row); text token
-    k sits at position k + 1, so its loss is entry k of `score_sequences`. With several
-    biographies per person (multiM) the sums are averaged over that person's biographies.
+    k sits at position k + 1, so its loss is entry k of `score_sequences`.
     """
     from synthlab.evaluate import score_sequences
 
@@ -106,18 +114,25 @@ def person_losses(model, data, *, device, batch_size: int = 64, steps: int | Non
     losses, _ = score_sequences(model, [data.encode_text(r["text"]) for r in records],
                                 pad_id=data.pad_id, device=device, steps=steps, batch_size=batch_size)
     n = len(data.records("people"))
-    sums = {key: np.zeros(n) for key in ("name", *ATTRIBUTE_VALUES)}
-    seen = np.zeros(n)
-    has_gender = np.zeros(n, dtype=bool)
-    for record, loss in zip(records, losses):
+    if len(set(r["person"] for r in records)) < n:
+        raise SynthlabError(f"{data.path}: {n - len(set(r['person'] for r in records))} people have no biography in train.jsonl")
+    return span_losses(records, losses, n)
+
+
+def span_losses(records: list[dict], token_losses: list[np.ndarray], n_people: int) -> PersonLosses:
+    """Per-person sums over the spans of each biography record, given each text token's loss
+    (`token_losses[i][k]`: token k of record i's text). With several biographies per person (multiM)
+    the sums are averaged over that person's biographies."""
+    sums = {key: np.zeros(n_people) for key in ("name", *ATTRIBUTE_VALUES)}
+    seen = np.zeros(n_people)
+    has_gender = np.zeros(n_people, dtype=bool)
+    for record, loss in zip(records, token_losses):
         person = record["person"]
         seen[person] += 1
         for span_name, (start, end) in record["spans"].items():
             key = SCORED_AS.get(span_name, span_name)
             sums[key][person] += loss[start:end].sum()
             has_gender[person] |= key == "gender"
-    if (seen == 0).any():
-        raise SynthlabError(f"{data.path}: {int((seen == 0).sum())} people have no biography in train.jsonl")
     # without a pronoun (the fullname variant) the gender cannot be read: no evidence, log 2 nats
     sums["gender"] = np.where(has_gender, sums["gender"], math.log(2) * seen)
     mean = {key: value / seen for key, value in sums.items()}
@@ -147,10 +162,10 @@ def estimate_capacity(run_dir: str | Path, *, data_dir: str | Path | None = None
         raise SynthlabError(f"capacity needs a run trained on bios; {run_dir} was trained on {run.train.task}")
     data = load_dataset(trained_data(run_dir, run, derived, moved_to=data_dir), "bios")
     losses = person_losses(model, data, device=dev, batch_size=batch_size, steps=steps)
-    report = capacity_report(losses, count_params(model, used_token_ids=used_token_ids(data)))
+    report = capacity_report(losses, count_params(model, used_token_ids=used_token_ids(data)),
+                             count_params(model, exclude_embedding=True))
     report.update({
         "params_all": count_params(model),
-        "params_non_embedding": count_params(model, exclude_embedding=True),
         "model": {k: getattr(run.model, k) for k in ("d_model", "n_layers", "n_heads", "loops", "topology")},
         "steps": steps or run.model.loops,
         "exposures": run.train.exposures,

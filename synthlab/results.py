@@ -19,7 +19,8 @@ Columns of a row, by who writes them:
   `strategy`, `threshold`, `mean_exit_step` (`accuracy` is then the exit accuracy); with a KV
   strategy `kv`, `kv_bytes`;
 - gate (Ouro stage II): `gate_steps`, `gate_loss`, `gate_s`; capacity (`capacity_metrics`): `p1`,
-  `p2`, `bits`, `max_bits`, `bits_per_param`, `fraction_of_max`, `params_capacity`.
+  `p2`, `bits`, `bits_name`, `bits_attributes`, `bits_<attribute>` (gender, birth_date, ...),
+  `max_bits`, `bits_per_param`, `bits_per_param_nonemb`, `fraction_of_max`, `params_capacity`.
 
 Rows are written whole (a temporary file renamed under a lock), never edited in place.
 """
@@ -185,8 +186,10 @@ def eval_metrics(result: dict[str, Any], options) -> dict[str, Any]:
 
 def capacity_metrics(report: dict[str, Any]) -> dict[str, Any]:
     """Capacity columns from an estimate_capacity report."""
-    keys = ("p1", "p2", "bits", "max_bits", "bits_per_param", "fraction_of_max", "n_people")
+    keys = ("p1", "p2", "bits", "bits_name", "bits_attributes", "max_bits", "bits_per_param",
+            "bits_per_param_nonemb", "fraction_of_max", "n_people")
     out = {k: report[k] for k in keys if k in report}
+    out.update({f"bits_{a}": row["bits"] for a, row in report.get("per_attribute", {}).items()})
     out["params_capacity"] = report["params"]  # P as the estimate counts it (used embedding rows only)
     return out
 

@@ -1,4 +1,5 @@
-"""The capacity estimate: the formula on hand-computed numbers."""
+"""The capacity estimate: the formula on hand-computed numbers, N0 and S0 from the pool files, and
+the whole estimate (spans -> per-person sums -> bits) on oracles whose losses are known exactly."""
 
 from __future__ import annotations
 
@@ -8,10 +9,22 @@ import math
 import numpy as np
 import pytest
 
-from synthlab.capacity import ATTRIBUTE_VALUES, N0, S0, PersonLosses, capacity_bits, capacity_report, max_bits
+from synthlab.capacity import (ATTRIBUTE_VALUES, N0, S0, PersonLosses, capacity_bits, capacity_report, max_bits,
+                               span_losses)
+from synthlab_generators import TASKS, write_dataset
+from synthlab_generators.bios import POOLS, pools, value_tokens
 
 
-def test_pools_match_mission():
+def pool_file(name: str) -> list[str]:
+    return [line for line in (POOLS / f"{name}.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_n0_and_s0_are_the_generators_pools():
+    """N0 and S0 counted from the pool files the generator draws from (and MISSION.md's figures)."""
+    assert N0 == len(pool_file("first_name")) * len(pool_file("middle_name")) * len(pool_file("last_name"))
+    dates = 12 * 28 * 200
+    assert S0 == 2 * dates * len(pool_file("city")) * len(pool_file("university")) * len(pool_file("field")) * len(
+        pool_file("company"))
     assert N0 == 160_000_000 and math.log2(N0) == pytest.approx(27.25, abs=0.005)
     assert math.log2(S0) == pytest.approx(47.59, abs=0.005)
 
@@ -26,11 +39,11 @@ def test_formula_on_a_hand_computed_example():
     assert max_bits(n) == pytest.approx(1000 * (17.2877 + 47.5916), rel=1e-4)
 
 
-def test_terms_worse_than_uniform_count_as_zero():
+def test_terms_are_not_clipped():
+    """Definition 4.3 sums the two terms as they are: a name term worse than uniform subtracts."""
     n = 10
     p2 = math.log(S0) - 5 * math.log(2)
-    assert capacity_bits(n, 2 * math.log(N0), p2) == pytest.approx(n * 5)
-    assert capacity_bits(n, 100.0, 100.0) == 0.0
+    assert capacity_bits(n, 2 * math.log(N0), p2) == pytest.approx(n * (5 - math.log2(N0)))
 
 
 def test_report_breakdown_adds_up():
@@ -72,11 +85,12 @@ def test_untrained_model_stores_nothing(untrained_run):
     from synthlab.capacity import estimate_capacity
 
     report = estimate_capacity(untrained_run, device="cpu")
-    assert report["bits"] == 0.0
     assert report["bits_name"] < 0 and report["bits_attributes"] < 0  # worse than uniform over the pools
+    assert report["bits"] == pytest.approx(report["bits_name"] + report["bits_attributes"]) and report["bits"] < 0
     saved = json.loads((untrained_run / "capacity.json").read_text())
-    assert {"p1", "p2", "n_people", "bits", "max_bits", "params", "bits_per_param"} <= saved.keys()
-    assert saved["params"] < saved["params_all"]  # unused embedding rows are not counted
+    assert {"p1", "p2", "n_people", "bits", "max_bits", "params", "bits_per_param", "bits_per_param_nonemb"} <= saved.keys()
+    assert saved["params_nonemb"] < saved["params"] < saved["params_all"]  # unused embedding rows are not counted
+    assert saved["bits_per_param_nonemb"] == pytest.approx(saved["bits"] / saved["params_nonemb"])
 
 
 def test_bios_eval_reports_qa_and_biography_recall_per_attribute(untrained_run):
@@ -125,3 +139,80 @@ def test_person_losses_re_derived_by_hand(untrained_run):
     assert losses.name[person] == pytest.approx(span("name"), rel=1e-4)
     assert losses.attributes["major"][person] == pytest.approx(span("major"), rel=1e-4)
     assert losses.attributes["employer"][person] == pytest.approx(span("employer") + span("work_city"), rel=1e-4)
+
+
+# --- oracles: per-token losses known exactly, fed through the spans and the per-person sums ---
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def prefix_loss(sequences: list[tuple[str, ...]], tokens: list[str]) -> float:
+    """-ln P(tokens) for a model uniform over `sequences` (conditioned on nothing else)."""
+    matches = sum(seq[:len(tokens)] == tuple(tokens) for seq in sequences)
+    return -math.log(matches / len(sequences))
+
+
+def oracle_losses(records, people, knows: bool) -> list[np.ndarray]:
+    """Each text token's loss for an oracle that knows every attribute and is uniform over the N
+    names of the data (`knows`), or is uniform over each pool (names: over first x middle x last).
+    A span's whole loss sits on its first token (only span sums are read). A value is read
+    through the template's next token (the model knows the template): a span that stopped short
+    of the token that ends a value would show it as a lower loss than ln(pool size)."""
+    p = pools()
+    names = [tuple(person["name"].split()) for person in people]
+    out = []
+    for record in records:
+        words, spans = record["text"].split(), record["spans"]
+        loss = np.zeros(len(words))
+        name = words[slice(*spans["name"])]
+        loss[spans["name"][0]] = prefix_loss(names, name) if knows else math.log(400 * 400 * 1000)
+        if "gender" in spans:
+            loss[spans["gender"][0]] = 0.0 if knows else math.log(2)
+        if not knows:
+            person = people[record["person"]]
+            loss[spans["birth_date"][0]] = math.log(12 * 28 * 200)
+
+            def pool(attribute):  # the pool's values, each followed by this template's next word
+                start = spans[attribute][0]
+                after = words[start + len(value_tokens(person[attribute]))]
+                return [value_tokens(v) + (after,) for v in p[attribute]]
+
+            for attribute in ("birth_city", "university", "major"):
+                loss[spans[attribute][0]] = prefix_loss(pool(attribute), words[slice(*spans[attribute])])
+            # work city and employer: one draw of the employer, spans in text order
+            first, second = sorted(("work_city", "employer"), key=lambda a: spans[a][0])
+            a_tokens, b_tokens = tuple(words[slice(*spans[first])]), tuple(words[slice(*spans[second])])
+            fits_a = [i for i, seq in enumerate(pool(first)) if seq[:len(a_tokens)] == a_tokens]
+            seconds = pool(second)
+            fits_b = [i for i in fits_a if seconds[i][:len(b_tokens)] == b_tokens]
+            loss[spans[first][0]] = -math.log(len(fits_a) / len(p["employer"]))
+            loss[spans[second][0]] = -math.log(len(fits_b) / len(fits_a))
+        out.append(loss)
+    return out
+
+
+@pytest.fixture(scope="module", params=["single", "multi3", "permute", "fullname"])
+def oracle_data(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp("oracle") / request.param
+    write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=300, variant=request.param), 1, out)
+    return read_jsonl(out / "train.jsonl"), read_jsonl(out / "people.jsonl")
+
+
+def test_an_oracle_that_knows_everything_reaches_the_data_maximum(oracle_data):
+    records, people = oracle_data
+    report = capacity_report(span_losses(records, oracle_losses(records, people, knows=True), len(people)), params=1)
+    fullname = "gender" not in records[0]["spans"]  # no pronoun: the gender is not in the text
+    assert report["p1"] == pytest.approx(math.log(len(people)))
+    assert report["bits"] == pytest.approx(max_bits(len(people)) - (len(people) if fullname else 0), rel=1e-9)
+    assert report["fraction_of_max"] == pytest.approx(1.0, abs=0.02)
+
+
+def test_a_model_uniform_over_each_pool_stores_nothing(oracle_data):
+    records, people = oracle_data
+    report = capacity_report(span_losses(records, oracle_losses(records, people, knows=False), len(people)), params=1)
+    assert report["bits_name"] == pytest.approx(0.0, abs=1e-6)
+    assert report["bits"] == pytest.approx(0.0, abs=1e-6)
+    for attribute, row in report["per_attribute"].items():
+        assert row["loss"] == pytest.approx(math.log(ATTRIBUTE_VALUES[attribute])), attribute
