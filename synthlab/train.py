@@ -49,7 +49,7 @@ from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_los
 from synthlab.optim import adamw, lr_factor
 from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
-from synthlab.runs import (RunConfig, autocast, float32_matmul, load_checkpoint, load_run, load_weights,
+from synthlab.runs import (RunConfig, autocast, checkpoint_files, float32_matmul, load_checkpoint, load_run, load_weights,
                            resolve_device, save_checkpoint, save_weights, data_sha256, trained_data)
 from synthlab_generators import TASKS
 
@@ -289,12 +289,18 @@ class _Trainer:
             torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
         self.step, self.tokens_seen = ckpt["step"], ckpt["tokens_seen"]
 
+    def kept(self) -> str:
+        """What a stopped run leaves behind, for its error line."""
+        if checkpoint_files(self.run_dir):
+            return f"the last good checkpoint in {self.run_dir} is kept"
+        return f"no checkpoint in {self.run_dir} yet (the first was due at step {self.cfg.checkpoint_every})"
+
     def save(self) -> None:
         """Checkpoint the state, unless the last update left non-finite weights (then stop, keeping
         the last good checkpoint: the loss checked before the update could not see it)."""
         if not bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all()):
             raise SynthlabError(f"training diverged at step {self.step}: the weights are not finite "
-                                f"(lr {self.cfg.lr}); the last good checkpoint in {self.run_dir} is kept")
+                                f"(lr {self.cfg.lr}); {self.kept()}")
         if self.world.main:
             save_checkpoint(self.run_dir, self.state(), keep=self.cfg.keep_checkpoints)
 
@@ -322,7 +328,7 @@ class _Trainer:
             objective, per_step = distributed.sum_over(self.world, objective, per_step)
         if check and not torch.isfinite(objective):
             raise SynthlabError(f"training diverged at step {self.step + 1}: the loss is {float(objective.detach())} "
-                                f"(lr {self.cfg.lr}); the last good checkpoint in {self.run_dir} is kept")
+                                f"(lr {self.cfg.lr}); {self.kept()}")
         if self.cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         lr = self.scheduler.get_last_lr()[0]

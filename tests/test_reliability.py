@@ -149,6 +149,14 @@ def test_a_diverging_run_stops_with_one_line_and_valid_metrics(tmp_path, mano):
         assert all(bool(t.isfinite().all()) for t in load_checkpoint(run_dir)["model"].values())
 
 
+def test_a_run_diverging_before_its_first_checkpoint_says_none_is_kept(tmp_path, mano):
+    run_dir = tmp_path / "run"
+    result = invoke("train", "--data", mano, "--out", run_dir, "--steps", 40, "--log-every", 2, "--checkpoint-every", 1000,
+                    "--lr", "1e30", "--warmup-steps", 0, *TINY)
+    one_error_line(result, "no checkpoint", run_dir)
+    assert not checkpoint_files(run_dir)
+
+
 @pytest.mark.parametrize("flag, value", [("--lr", "inf"), ("--lr", "nan"), ("--weight-decay", "nan"),
                                          ("--eps", "inf"), ("--dropout", "nan")])
 def test_non_finite_settings_are_refused_before_anything_is_written(tmp_path, mano, flag, value):

@@ -63,7 +63,7 @@ class InferenceMixin:
             r, _ = self._readout(h_new, rope, attn_mask)
             logits = self.head(r)  # (B, S, V)
             if self.exit_gate is not None:
-                lam = torch.sigmoid(self.exit_gate(r).squeeze(-1))
+                lam = torch.sigmoid(self.exit_gate(r).squeeze(-1).float())
                 survival = (1 - lam) if survival is None else survival * (1 - lam)
             fires = wants_exit(rule, t, survival=survival, state=h_new, prev_state=prev_h,
                                logits=logits, prev_logits=prev_logits)

@@ -243,7 +243,7 @@ class LoopedGPT(InferenceMixin, nn.Module):
         step_logits = self.head(r)  # one matmul for every step
         lambdas = probs = None
         if self.exit_gate is not None:
-            lambdas = torch.sigmoid(self.exit_gate(r).squeeze(-1))  # (T, B, S)
+            lambdas = torch.sigmoid(self.exit_gate(r).squeeze(-1).float())  # (T, B, S); fp32: bf16 saturates to 0 / 1
             probs = exit_distribution(lambdas)
         return ModelOutput(step_logits[-1], step_logits, probs, lambdas, T)
 
