@@ -10,6 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from synthlab import SynthlabError
 from synthlab.config import from_dict, load, save, to_dict
+from test_models_recipe import OPTIONS as RECIPE_OPTIONS  # the recipe options: tie_head, positions, init, bias, ...
 from synthlab.models import (ModelConfig, build_model, count_params, flops_per_token,
                              last_step_loss, masked_mean, mean_step_loss, ouro_stage1_loss,
                              ouro_stage2_loss, token_losses)
@@ -53,9 +54,10 @@ def perturb_controller(model: torch.nn.Module) -> None:
 
 
 # --- config ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", list(VARIANTS))
-def test_config_round_trips_through_json_and_toml(name, tmp_path):
-    cfg = ModelConfig(**{**BASE, **VARIANTS[name]})
+@pytest.mark.parametrize("options", [*VARIANTS.values(), *RECIPE_OPTIONS.values()],
+                         ids=[*VARIANTS, *RECIPE_OPTIONS])
+def test_config_round_trips_through_json_and_toml(options, tmp_path):
+    cfg = ModelConfig(**{**BASE, **options})
     assert from_dict(ModelConfig, to_dict(cfg)) == cfg
     for suffix in (".json", ".toml"):
         save(cfg, tmp_path / f"model{suffix}")
@@ -67,6 +69,10 @@ def test_config_round_trips_through_json_and_toml(name, tmp_path):
     (dict(topology="ouro", n_prelude=1), "topology"),
     (dict(topology="sandwich", n_layers=2, n_prelude=1, n_coda=1), "n_layers"),
     (dict(lora_targets=("gate",)), "lora_targets"), (dict(loops=0), "loops"),
+    (dict(positions="alibi"), "positions"), (dict(init="xavier"), "init"),
+    (dict(tie_head="no"), "tie_head"), (dict(bias=1), "bias"), (dict(norm_type="batch"), "norm_type"),
+    (dict(qkv_bias="yes"), "qkv_bias"),
+    (dict(d_model=12, n_heads=4), "n_heads"),  # head size 3: odd, RoPE needs it even
 ])
 def test_config_rejects_bad_values_naming_the_field(bad, field):
     with pytest.raises(SynthlabError, match=f"ModelConfig.{field}"):

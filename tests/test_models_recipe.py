@@ -9,7 +9,6 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from synthlab import SynthlabError
-from synthlab.config import from_dict, load, save, to_dict
 from synthlab.models import ModelConfig, build_model, count_params, flops_per_token
 
 V, S = 50, 10
@@ -83,26 +82,6 @@ def test_defaults_are_the_previous_model():
                                                                       "rmsnorm")
     model = make()
     assert model.lm_head is None and model.pos_embed is None and model.rotary is not None
-
-
-@pytest.mark.parametrize("option", list(OPTIONS))
-def test_options_round_trip_through_json_and_toml(option, tmp_path):
-    cfg = ModelConfig(**{**BASE, **OPTIONS[option]})
-    assert from_dict(ModelConfig, to_dict(cfg)) == cfg
-    for suffix in (".json", ".toml"):
-        save(cfg, tmp_path / f"model{suffix}")
-        assert load(ModelConfig, tmp_path / f"model{suffix}") == cfg
-
-
-@pytest.mark.parametrize("bad, field", [
-    (dict(positions="alibi"), "positions"), (dict(init="xavier"), "init"),
-    (dict(tie_head="no"), "tie_head"), (dict(bias=1), "bias"), (dict(norm_type="batch"), "norm_type"),
-    (dict(qkv_bias="yes"), "qkv_bias"),
-    (dict(d_model=12, n_heads=4), "n_heads"),  # head size 3: odd, RoPE needs it even
-])
-def test_options_reject_bad_values_naming_the_field(bad, field):
-    with pytest.raises(SynthlabError, match=f"ModelConfig.{field}"):
-        ModelConfig(**{**BASE, **bad})
 
 
 @pytest.mark.parametrize("positions", ["learned", "none"])
