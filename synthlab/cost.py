@@ -1,5 +1,7 @@
-"""Model size and training cost of a sweep point: the `params` / `train_flops` columns, and the
-time estimate `synthlab sweep --dry-run` prints before anything has run.
+"""Model size and training cost of a sweep point: the `params` / `train_flops` columns, the
+time estimate `synthlab sweep --dry-run` prints before anything has run, and the GPU cost model
+(`gpu_cost`: tokens, FLOPs, activation and peak memory, hours on one H200) it prints for a gpu
+preset.
 
 FLOPs count 3 x the forward pass (forward + backward) over every row position, padding included.
 Before the data exists, the row length and the number of rows come from the task's `shape`
@@ -11,8 +13,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
 from synthlab import config as configlib
-from synthlab.models import ModelConfig, build_model, count_params, flops_per_token
+from synthlab.models import (LoopedGPT, ModelConfig, activation_bytes_per_token, build_model, count_params,
+                             flops_per_token, layer_activation_bytes)
 
 # Training FLOP/s assumed until a finished point of the sweep has measured one. Measured on an idle
 # 2-core machine with one torch thread per run (two runs side by side, train_flops / train_s):
@@ -57,3 +62,58 @@ def estimate_seconds(point, *, finished: list[dict[str, str]]) -> float:
     steps, seq = positions(point)
     all_steps = point.train.loss != "last"
     return 3 * flops_per_token(point.model, seq, all_steps=all_steps) * steps * point.train.batch_size * seq / rate
+
+
+# --- one GPU: the cost model `synthlab sweep NAME --preset gpu --dry-run` prints ----------------
+# One H200 as measured in results/gpu (dense bf16 peak of the H100/H200 class; about 140 GiB).
+# Model FLOPs utilisation assumed: 35% compiled, 25% eager, just under what the d = 1024 Mano
+# 2x6 point reached there (38.6% / 25.7%); small shapes are launch-bound and run below it.
+GPU = "H200"
+GPU_PEAK_FLOPS = 989e12
+GPU_MEMORY_GIB = 140.0
+ASSUMED_MFU = {True: 0.35, False: 0.25}  # by train.compile
+# the loss's per-token working set per readout: bf16 logits, their float32 copy, the saved
+# log-softmax and its gradient (2 + 4 + 4 + 4 bytes per vocabulary entry)
+LOSS_BYTES_PER_LOGIT = 14
+GIB = 2**30
+
+
+def gpu_cost(point) -> dict[str, Any]:
+    """Tokens, FLOPs, activation and peak memory and hours of a PointConfig on one GPU.
+
+    Memory is for one micro-batch (batch_size / grad_accum rows): the activations the forward
+    keeps (synthlab.models.activation_bytes_per_token), plus one recomputed step with activation
+    checkpointing, plus the loss's logits, plus 18 bytes per parameter (float32 weights,
+    gradients and two AdamW moments, and the bf16 copies of the weights). Packed rows are
+    counted with a dense attention (the H x S probabilities kept: the worst case of the kernel
+    choice); the fused figure is printed beside it. Hours: training FLOPs (4/3 of them with
+    checkpointing: one more forward) plus the forward-only gate stage, at ASSUMED_MFU of the peak.
+    """
+    train, model = point.train, point.model
+    steps, seq = positions(point)
+    all_steps = train.loss != "last"
+    pack = train.pack if train.pack is not None else point.spec.pack
+    tokens = steps * train.batch_size * seq
+    per_token = flops_per_token(model, seq, all_steps=all_steps)
+    flops = 3 * per_token * tokens
+    work = flops * (4 / 3 if train.activation_checkpointing else 1)
+    if "gate" in point.stages:
+        work += per_token * point.gate.steps * train.batch_size * seq
+    micro = train.batch_size // train.grad_accum * seq  # tokens per micro-batch
+
+    def act(checkpoint: bool, dense: bool) -> float:
+        kept, recomputed = activation_bytes_per_token(model, seq, all_steps=all_steps, masked=pack,
+                                                      dense=dense and pack, checkpoint=checkpoint)
+        return (kept + recomputed) * micro / GIB
+
+    with torch.device("meta"):
+        params = count_params(LoopedGPT(model))
+    logits = (model.loops if all_steps else 1) * model.vocab_size * LOSS_BYTES_PER_LOGIT * micro / GIB
+    ckpt = train.activation_checkpointing
+    layer = {dense: layer_activation_bytes(model, seq, masked=pack, dense=dense) * micro / 2**20 for dense in (False, True)}
+    mfu = ASSUMED_MFU[train.compile]
+    return {"tokens": tokens, "pflop": round(flops / 1e15, 1),
+            "layer_mib": f"{layer[False]:.0f}/{layer[True]:.0f}" if pack else f"{layer[False]:.0f}",
+            "act_gib": f"{act(False, pack):.1f}/{act(True, pack):.1f}",
+            "peak_gib": round(18 * params / GIB + act(ckpt, pack) + logits, 1),
+            "gpu_h": round(work / (mfu * GPU_PEAK_FLOPS) / 3600, 2), "mfu": mfu}

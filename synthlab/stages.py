@@ -6,6 +6,8 @@ A point runner is a module with the functions the sweep engine (synthlab.sweep) 
 - `run_point(point, run_dir, *, cache_dir) -> dict`: do the work, return the row's metrics
   (columns: synthlab.results);
 - `estimate_seconds(point, *, finished) -> float` (optional): the cost `--dry-run` shows;
+- `gpu_cost(point) -> dict` (optional): tokens, FLOPs, memory and hours on one GPU, the columns
+  `--dry-run` of a gpu preset shows (synthlab.cost);
 - `columns(point) -> list[str]` (optional): the columns its finished row fills (else it reruns).
 
 The model is trained in `run_dir/model` (a synthlab.train run directory): an existing checkpoint
@@ -21,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.config import content_hash
-from synthlab.cost import estimate_seconds, size_metrics
+from synthlab.cost import estimate_seconds, gpu_cost, size_metrics
 from synthlab.files import cached_dir
 from synthlab.options import PointConfig, parse_point
 from synthlab.results import capacity_metrics, describe, eval_metrics, train_metrics
 
-__all__ = ["columns", "estimate_seconds", "parse", "run_point"]
+__all__ = ["columns", "estimate_seconds", "gpu_cost", "parse", "run_point"]
 
 
 def parse(config: dict[str, Any]) -> PointConfig:

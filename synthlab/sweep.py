@@ -254,21 +254,25 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str) -> None:
 
 
 def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
-         runs_dir: Path | None = None) -> list[dict[str, Any]]:
+         runs_dir: Path | None = None, gpu: bool = False) -> list[dict[str, Any]]:
     """The grid as rows: factors, status (done / partial / todo) and measured or estimated cost.
 
     A finished point's cost is its measured wall time; the rest come from the runner's
     `estimate_seconds(point, finished=rows)` (which may calibrate on the finished rows), or NaN
-    if it has none.
+    if it has none. gpu: the runner's optional `gpu_cost(point) -> dict` adds its columns to each
+    row, and its `gpu_h` (hours on one GPU) is the cost of a point still to train.
     """
     out = Path(out)
     done = {r["point_id"]: r for r in read_rows(out / RESULTS)}
     estimate = getattr(runner, "estimate_seconds", None)
+    gpu_cost = getattr(runner, "gpu_cost", None) if gpu else None
     points = experiment.points(preset)
     rows, trained = [], set()
     for point, typed in zip(points, parse_points(runner, experiment, preset, points)):
         run_dir = Path(runs_dir or out / "runs") / point.train_id
         row = {"point_id": point.point_id, **{factor_column(a): v for a, v in point.factors.items()}}
+        if gpu_cost is not None:
+            row.update(gpu_cost(typed))
         shared = point.train_id in trained  # evaluates a model an earlier point trains
         trained.add(point.train_id)
         if point.point_id in done:
@@ -277,7 +281,10 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
             row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=0.0, cost="shared model")
         else:
             row["status"] = "partial" if run_dir.is_dir() else "todo"
-            seconds = estimate(typed, finished=list(done.values())) if estimate else math.nan
+            if gpu_cost is not None:
+                seconds = row["gpu_h"] * 3600
+            else:
+                seconds = estimate(typed, finished=list(done.values())) if estimate else math.nan
             row.update(cost_s=seconds, cost="estimated")
         rows.append(row)
     return rows

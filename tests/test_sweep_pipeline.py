@@ -135,7 +135,9 @@ def test_dry_run_of_a_shipped_experiment_estimates_every_point(tmp_path):
 
     result = CliRunner().invoke(app, ["sweep", "capacity", "--preset", "gpu", "--dry-run", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "30 points, 30 to run" in result.output and "(estimated)" in result.output and "?" not in result.output
+    n = len(experiments.load("capacity").points("gpu"))
+    assert f"{n} points, {n} to run" in result.output and "(estimated)" in result.output and "?" not in result.output
+    assert "gpu cost on one H200" in result.output and "peak_gib" in result.output
     assert not (tmp_path / "results.csv").exists()
 
 

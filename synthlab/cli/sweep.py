@@ -23,7 +23,8 @@ def sweep(
     cache: Optional[Path] = typer.Option(None, "--cache", help="Dataset cache directory [default: OUT/datasets]; share it between sweeps."),
     runs: Optional[Path] = typer.Option(None, "--runs", help="Trained-model store [default: OUT/runs]; share it between sweeps to train a model once."),
     runner: Optional[str] = typer.Option(None, "--runner", help="A point runner module (parse, run_point) [default: synthlab.stages, the lab's own]."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid with each point's status and cost; run nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid with each point's status and cost; run nothing. "
+                                                          "For a gpu preset: tokens, FLOPs, memory and hours on one H200."),
 ) -> None:
     """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
     from synthlab import experiments, stages, sweep as engine
@@ -32,7 +33,7 @@ def sweep(
     out = out or Path("runs") / f"{exp.name}-{preset}"
     point_runner = engine.load_runner(runner) if runner else stages
     if dry_run:
-        rows = engine.plan(exp, preset, out, runner=point_runner, runs_dir=runs)
+        rows = engine.plan(exp, preset, out, runner=point_runner, runs_dir=runs, gpu=preset == "gpu")
         _print_plan(rows)
         return
     results = engine.run_sweep(exp, preset, out, runner=point_runner, jobs=jobs, executor=executor,
@@ -54,6 +55,18 @@ def _print_plan(rows: list[dict]) -> None:
     typer.echo(table.drop(columns=["cost_s"]).to_string(index=False))
     todo = table[table["status"] != "done"]
     typer.echo(f"{len(table)} points, {len(todo)} to run; total cost {_duration(total)}")
+    if "gpu_h" in table:
+        from synthlab import cost
+
+        mfu = ", ".join(f"{m:.0%}" for m in sorted(set(table["mfu"]), reverse=True))
+        typer.echo(f"gpu cost on one {cost.GPU}: {total / 3600:.1f} h at an assumed MFU of {mfu} of "
+                   f"{cost.GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s (35% compiled, 25% eager: just under the 38.6% / 25.7% "
+                   f"measured in results/gpu; small shapes run below it); largest peak {table['peak_gib'].max():.1f} GiB "
+                   f"of {cost.GPU_MEMORY_GIB:.0f}.")
+        typer.echo("columns: pflop = training FLOPs / 1e15; layer_mib = activations of one layer application on one "
+                   "micro-batch (packed rows: fused/dense attention); act_gib = all activations kept, without/with "
+                   "activation checkpointing; peak_gib = weights, gradients, AdamW, activations (dense for packed "
+                   "rows) and logits, as configured")
 
 
 def _duration(seconds: float) -> str:

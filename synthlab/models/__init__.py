@@ -38,7 +38,9 @@ controller.py  OUROBOROS controller (`RecurrenceController`, causal running-mean
                per-step RMSNorm scales (`StepNorms`).
 losses.py      per-step token losses, masked mean, last-step and mean-over-steps losses, Ouro
                stage I (entropy-regularised) and stage II (gate-only, k=50, tau=0.005) losses.
-counting.py    unique / non-embedding / used-vocabulary parameter counts, FLOPs per token with loops.
+counting.py    unique / non-embedding / used-vocabulary parameter counts, FLOPs per token with loops,
+               activation bytes per token for the backward pass (bf16 autocast, with or without
+               activation checkpointing).
 """
 
 import importlib
@@ -48,7 +50,8 @@ from synthlab.models.config import KV_STRATEGIES, ModelConfig
 # Everything else is imported on first use (PEP 562), so that reading a ModelConfig (the CLI's
 # flags, a sweep definition) does not pay for importing torch.
 _LAZY = {
-    "count_params": "counting", "flops_per_token": "counting",
+    "activation_bytes_per_token": "counting", "count_params": "counting", "flops_per_token": "counting",
+    "layer_activation_bytes": "counting",
     "ExitRule": "exits", "exit_distribution": "exits", "parse_exit_rule": "exits",
     "last_step_loss": "losses", "masked_mean": "losses", "mean_step_loss": "losses",
     "ouro_stage1_loss": "losses", "ouro_stage2_loss": "losses", "token_losses": "losses",

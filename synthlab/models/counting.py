@@ -92,3 +92,54 @@ def flops_per_token(config: ModelConfig, seq_len: int | None = None, steps: int 
     block = _block_flops(c, S)
     readout = c.n_coda * block + 2 * c.d_model * c.vocab_size + (2 * c.d_model if c.exit_gate else 0)
     return c.n_prelude * block + T * (c.n_core * block + _step_extra_flops(c)) + readouts * readout
+
+
+# --- activation memory ------------------------------------------------------------------------
+# Bytes per token that autograd keeps for the backward pass in bf16 autocast (float32 weights and
+# residual stream, matmuls in bf16), measured on the CPU under CUDA autocast's op policy with
+# saved-tensor hooks (tests/test_cost.py re-measures every term): per norm, 8 d for RMSNorm
+# (float32 input and normalised input: CUDA autocast feeds it the float32 residual) or 4 d for
+# LayerNorm (the fused kernel's input); the linears' bf16 inputs with q, k, v and the output kept
+# by a fused attention kernel, 12 d, +4 d with RoPE (the rotated q and k); the MLP hidden, 4 f
+# (GELU: its input and the down projection's) or 8 f (SwiGLU); 4 bytes per head (the softmax
+# log-sum-exp) and 8 per layer (norm statistics). Packed rows (document masks) add the mask as a
+# bf16 bias row, 2 S; a dense (math) attention keeps the H x S probabilities too, 4 H S. Not
+# counted: the bf16 copies of the weights (2 bytes per parameter, once per forward).
+
+
+def layer_activation_bytes(c: ModelConfig, seq_len: int, *, masked: bool = False, dense: bool = False) -> int:
+    """Bytes per token one application of one decoder layer keeps for the backward pass."""
+    d = c.d_model
+    norms = (4 if c.norm == "sandwich" else 2) * (8 * d if c.norm_type == "rmsnorm" else 4 * d)
+    linears = 12 * d + (4 * d if c.positions == "rope" else 0)
+    mlp = (8 if c.mlp == "swiglu" else 4) * c.ff_dim
+    attention = 4 * c.n_heads + (2 * seq_len if masked else 0) + (4 * c.n_heads * seq_len if dense else 0)
+    return norms + linears + mlp + attention + 8
+
+
+def _step_extra_bytes(c: ModelConfig) -> int:
+    """Per recurrent step outside the core layers: injection, gated recurrence, step norm."""
+    d = c.d_model
+    injection = {"concat": 4 * d, "diagonal": 8 * d + 8}.get(c.injection, 0)
+    return injection + (10 * d if c.recurrence_gate else 0) + (8 * d if c.step_norm else 0)
+
+
+def activation_bytes_per_token(config: ModelConfig, seq_len: int, *, all_steps: bool = True, masked: bool = False,
+                               dense: bool = False, checkpoint: bool = False) -> tuple[int, int]:
+    """(bytes per token the forward keeps for the backward pass, bytes per token recomputed and
+    live during the backward on top of them), at `loops` steps; the loss's are not counted.
+
+    Kept: 4 d at the input, the prelude's layers, per step the core's layers and the step's
+    extras, per readout (every step when all_steps, else the last) the coda's layers and 6 d
+    (final norm, head input). With checkpoint (activation checkpointing per step) a step keeps
+    only its input state (4 d) and its readout's output (2 d); in the backward one step (core,
+    extras, readout) is recomputed at a time: the second number.
+    """
+    c, d = config, config.d_model
+    layer = layer_activation_bytes(c, seq_len, masked=masked, dense=dense)
+    step = c.n_core * layer + _step_extra_bytes(c)
+    readout = c.n_coda * layer + 6 * d
+    readouts = c.loops if all_steps else 1
+    if checkpoint:
+        return c.n_prelude * layer + c.loops * 4 * d + readouts * 2 * d, step + readout
+    return 4 * d + c.n_prelude * layer + c.loops * step + readouts * readout, 0
