@@ -3,8 +3,8 @@
 A point runner is a module with the functions the sweep engine (synthlab.sweep) calls:
 - `parse(config) -> point`: the resolved config dict of a grid point, checked and typed once
   (here: `synthlab.options.PointConfig`); the engine does this in the driver, before any work;
-- `run_point(point, run_dir, *, cache_dir) -> dict`: do the work, return the row's metrics
-  (columns: synthlab.results);
+- `run_point(point, run_dir, *, cache_dir, nproc=0) -> dict`: do the work, return the row's
+  metrics (columns: synthlab.results); nproc >= 1 trains under torchrun with that many processes;
 - `estimate_seconds(point, *, finished) -> float` (optional): the cost `--dry-run` shows;
 - `gpu_cost(point) -> dict` (optional): tokens, FLOPs, memory and hours on one GPU, the columns
   `--dry-run` of a gpu preset shows (synthlab.cost);
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.config import content_hash
+from synthlab.errors import SynthlabError
 from synthlab.cost import estimate_seconds, gpu_cost, size_metrics
 from synthlab.files import cached_dir
 from synthlab.options import PointConfig, parse_point
@@ -55,7 +56,7 @@ def dataset(point: PointConfig, cache_dir: Path) -> Path:
                       prefix=f"{point.task}-")
 
 
-def train_model(point: PointConfig, data_dir: Path, model_dir: Path) -> dict[str, Any]:
+def train_model(point: PointConfig, data_dir: Path, model_dir: Path, nproc: int = 0) -> dict[str, Any]:
     """Train (or resume, or reuse) the point's model in model_dir; returns the training metrics."""
     from synthlab.runs import RunConfig
 
@@ -63,11 +64,11 @@ def train_model(point: PointConfig, data_dir: Path, model_dir: Path) -> dict[str
         train = dataclasses.replace(point.train, data=str(Path(data_dir).resolve()))
         return RunConfig(point.model, train)
 
-    _train_or_resume(model_dir, new_run)
+    _train_or_resume(model_dir, new_run, nproc)
     return train_metrics(model_dir)
 
 
-def train_gate(point: PointConfig, model_dir: Path, run_dir: Path) -> tuple[Path, dict[str, Any]]:
+def train_gate(point: PointConfig, model_dir: Path, run_dir: Path, nproc: int = 0) -> tuple[Path, dict[str, Any]]:
     """Ouro stage II on the trained stage I model in model_dir; returns (its run dir, gate_* metrics).
 
     One stage II run per gate config, beside the stage I model (points that share both share it).
@@ -81,39 +82,74 @@ def train_gate(point: PointConfig, model_dir: Path, run_dir: Path) -> tuple[Path
         stage1.train = point.stage2_train(stage1.train, str(model_dir.resolve()))
         return stage1
 
-    _train_or_resume(gate_dir, new_run)
+    _train_or_resume(gate_dir, new_run, nproc)
     stage2 = train_metrics(gate_dir)
     return gate_dir, {"gate_steps": stage2["train_steps"], "gate_loss": stage2["train_loss"],
                       "gate_s": stage2["train_s"]}
 
 
-def _train_or_resume(run_dir: Path, new_run) -> None:
-    """Reuse a finished run, resume a started one, or start `new_run()` (a RunConfig) afresh."""
+def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> None:
+    """Reuse a finished run, resume a started one, or start `new_run()` (a RunConfig) afresh; in
+    this process, or (nproc >= 1) as a torchrun job of nproc processes."""
     from synthlab.train import train
 
     if (run_dir / "summary.json").is_file():
         return
-    if (run_dir / "config.json").is_file():
-        result = train(run_dir, progress=False)  # resume from the last checkpoint (or step 0 before one)
-    else:
+    resume = (run_dir / "config.json").is_file()  # resume from the last checkpoint (or step 0 before one)
+    if not resume:
         shutil.rmtree(run_dir, ignore_errors=True)  # killed before its config was written
-        result = train(run_dir, new_run(), progress=False)
-    if result.interrupted:
+    if nproc:
+        interrupted = _torchrun_train(run_dir, None if resume else new_run(), nproc)
+    else:
+        interrupted = train(run_dir, None if resume else new_run(), progress=False).interrupted
+    if interrupted:
         raise KeyboardInterrupt(f"training in {run_dir} interrupted by a signal (checkpoint written)")
 
 
-def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path) -> dict[str, Any]:
-    """Generate, train, evaluate and (for bioS) measure capacity; returns the row's metrics."""
+def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
+    """`torchrun --standalone --nproc-per-node nproc -m synthlab train` of `run` (a RunConfig, or
+    None to resume run_dir) in a child process, with this process's torch threads per process;
+    True if a signal interrupted it (a checkpoint was written). A failure is one error line."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import torch
+
+    from synthlab import config as configlib
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if run is None:
+            args = ["--resume", str(run_dir)]
+        else:
+            config = Path(tmp) / "run.json"
+            config.write_text(json.dumps(configlib.to_dict(run)))
+            args = ["--config", str(config), "--out", str(run_dir)]
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                   "-m", "synthlab", "train", *args, "--threads", str(torch.get_num_threads()), "--no-progress"]
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0 and "interrupted at step" in done.stderr:  # rank 0's line (torchrun's code is 1)
+        return True
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.startswith("error:")] or done.stderr.splitlines()[-1:]
+        raise SynthlabError(f"training {run_dir} under torchrun ({nproc} processes) failed with exit code "
+                            f"{done.returncode}: {lines[0] if lines else 'no output'}")
+    return False
+
+
+def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int = 0) -> dict[str, Any]:
+    """Generate, train, evaluate and (for bioS) measure capacity; returns the row's metrics.
+    nproc >= 1: the training stages run as torchrun jobs of nproc processes."""
     from synthlab.capacity import estimate_capacity
     from synthlab.evaluate import biography_generation, evaluate_run
 
     data_dir = dataset(point, cache_dir)
     model_dir = Path(run_dir) / "model"
-    metrics = {**describe(point), **train_model(point, data_dir, model_dir)}
+    metrics = {**describe(point), **train_model(point, data_dir, model_dir, nproc)}
     metrics.update(size_metrics(json.loads((model_dir / "config.json").read_text())))
     options = point.eval
     if "gate" in point.stages:  # evaluate the stage II model from here on
-        model_dir, gate_metrics = train_gate(point, model_dir, Path(run_dir))
+        model_dir, gate_metrics = train_gate(point, model_dir, Path(run_dir), nproc)
         metrics.update(gate_metrics)
     if "eval" in point.stages:
         result = evaluate_run(model_dir, steps=options.steps, exit_rule=options.exit, kv=options.kv,

@@ -19,12 +19,14 @@ checkpoint in its run dir); a point killed after it gets its row on the next run
 The engine does not know what a point does: a runner module does the work. It defines
 `parse(config: dict) -> point` (check and type a point's resolved config; called once per point,
 in the driver, so a bad grid fails before anything runs), `run_point(point, run_dir: Path, *,
-cache_dir: Path) -> dict[str, float | str]`, optionally `estimate_seconds(point, *, finished)`
+cache_dir: Path[, nproc: int]) -> dict[str, float | str]` (nproc only with nproc_per_node), optionally `estimate_seconds(point, *, finished)`
 for `--dry-run` and `columns(point)`, the columns a finished row of the point fills (a row that
 misses one, or is not whole, counts as unfinished: the point runs again). The lab's runner is `synthlab.stages` (generate, train, evaluate); tests pass a
 cheap one. Workers (spawn processes, Ray tasks) import the runner module by name.
 Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), or Ray tasks (`executor="ray"`);
-the rows are always added by the driver, as each model's points finish.
+the rows are always added by the driver, as each model's points finish. With `nproc_per_node` K
+a worker trains its point as a torchrun job of K processes (the runner's `run_point(..., nproc=K)`),
+and a Ray task asks for K GPUs (and K times its CPUs).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Unit:
     cache_dir: str
     points: list[dict[str, Any]]  # each {"point_id", "factors", "point", "experiment", "preset"}
     threads: int = 0  # torch intra-op threads for this worker (0: leave as is)
+    nproc: int = 0  # >= 1: the runner trains under torchrun with this many processes (0: in the worker)
 
 
 def load_runner(name: str) -> ModuleType:
@@ -121,7 +124,8 @@ def run_unit(unit: Unit) -> list[dict[str, Any]]:
                 record = None
             if record is None or missing_columns(record["metrics"], p.get("columns", ())):
                 start = time.perf_counter()
-                metrics = runner.run_point(p["point"], run_dir, cache_dir=Path(unit.cache_dir))
+                launch = {"nproc": unit.nproc} if unit.nproc else {}
+                metrics = runner.run_point(p["point"], run_dir, cache_dir=Path(unit.cache_dir), **launch)
                 record = {"metrics": metrics, "wall_s": time.perf_counter() - start}
                 atomic_write_text(done, json.dumps(record, indent=1, sort_keys=True))
             factors = {factor_column(axis): value for axis, value in p["factors"].items()}
@@ -132,14 +136,14 @@ def run_unit(unit: Unit) -> list[dict[str, Any]]:
 
 
 def make_units(experiment: Experiment, preset: str, points: list[Point], parsed: list[Any], runs_dir: Path,
-               runner: ModuleType, cache_dir: Path, threads: int) -> list[Unit]:
+               runner: ModuleType, cache_dir: Path, threads: int, nproc: int = 0) -> list[Unit]:
     """Group points by trained model, keeping grid order."""
     units: dict[str, Unit] = {}
     for point, typed in zip(points, parsed):
         unit = units.setdefault(
             point.train_id,
             Unit(runner=runner.__name__, run_dir=str(runs_dir / point.train_id), cache_dir=str(cache_dir),
-                 points=[], threads=threads),
+                 points=[], threads=threads, nproc=nproc),
         )
         unit.points.append({"point_id": point.point_id, "factors": point.factors, "point": typed,
                             "experiment": experiment.name, "preset": preset,
@@ -168,8 +172,10 @@ def _execute_local(units: list[Unit], jobs: int, on_done) -> None:
 
 def ray_resources(unit: Unit, cluster_gpus: float) -> dict[str, float]:
     """What one point asks Ray for: its CPU threads, and one GPU when the cluster has any (a task
-    that asks for none gets CUDA_VISIBLE_DEVICES="" from Ray and would train on the CPU)."""
-    return {"num_cpus": max(1, unit.threads), "num_gpus": 1 if cluster_gpus > 0 else 0}
+    that asks for none gets CUDA_VISIBLE_DEVICES="" from Ray and would train on the CPU); a point
+    trained under torchrun with K processes asks K times that, on one node."""
+    processes = max(1, unit.nproc)
+    return {"num_cpus": max(1, unit.threads) * processes, "num_gpus": processes if cluster_gpus > 0 else 0}
 
 
 def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
@@ -187,18 +193,24 @@ def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
 
 def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType, jobs: int = 1,
               executor: str = "local", ray_address: str | None = None, cache_dir: Path | None = None,
-              runs_dir: Path | None = None, threads: int | None = None, progress: bool = True) -> Path:
+              runs_dir: Path | None = None, threads: int | None = None, nproc_per_node: int = 0,
+              progress: bool = True) -> Path:
     """Run every unfinished point of `experiment`'s `preset` grid; returns the results.csv path.
 
     cache_dir: datasets (default OUT/datasets); runs_dir: trained models (default OUT/runs). Sweeps
     that share them generate each dataset and train each model once (a model is keyed by its
     config: e.g. depth's 1 x 4 model is faithfulness's).
     threads: torch threads (and Ray CPUs) per run; default: cores / jobs locally, 1 on Ray.
+    nproc_per_node: >= 1: each point's training runs as a torchrun job of that many processes
+    (data-parallel; one GPU each on CUDA), started by the worker that runs the point (the runner's
+    run_point gets nproc=K); 0: training runs in the worker.
     """
     if jobs < 1:
         raise SynthlabError(f"--jobs must be >= 1, got {jobs}")
     if threads is not None and threads < 1:
         raise SynthlabError(f"--threads must be >= 1, got {threads}")
+    if nproc_per_node < 0:
+        raise SynthlabError(f"nproc_per_node must be >= 0 (0: train in the worker), got {nproc_per_node}")
     if executor not in ("local", "ray"):
         raise SynthlabError(f"--executor must be 'local' or 'ray', got '{executor}'")
     for path, option in ((out, "--out"), (cache_dir, "--cache"), (runs_dir, "--runs")):
@@ -215,7 +227,7 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
     if threads is None:  # share this machine's cores among local workers; one core per Ray task
         threads = 1 if executor == "ray" else (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
     units = make_units(experiment, preset, todo, parsed, Path(runs_dir or out / "runs"), runner,
-                       Path(cache_dir or out / "datasets"), threads)
+                       Path(cache_dir or out / "datasets"), threads, nproc_per_node)
 
     bar = Progress(len(points), initial=len(points) - len(todo), enabled=progress, desc=f"sweep {experiment.name}",
                    unit="point")

@@ -205,6 +205,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     # the folder above before rank 0 writes into it. Rank 0 alone writes the run's files.
     with distributed.process_group(device) as (world, device):
         distributed.check_split(cfg.batch_size, world, cfg.grad_accum)
+        derived["processes"] = world.size  # of the run's start (a resumed run may use another number)
         if world.main and not resume:
             run_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(run_dir / "config.json", json.dumps({**configlib.to_dict(run), "derived": derived}, indent=2) + "\n")

@@ -20,6 +20,8 @@ def sweep(
     executor: str = typer.Option("local", "--executor", help="Where points run: local or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (default: start a local one)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (Ray: CPUs) per run [default: cores/jobs locally, 1 on Ray]."),
+    launcher: str = typer.Option("process", "--launcher", help="How a point trains: process (in its worker) or torchrun (data-parallel, --nproc-per-node processes; Ray asks as many GPUs)."),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Processes per torchrun job (one GPU each on CUDA)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Dataset cache directory [default: OUT/datasets]; share it between sweeps."),
     runs: Optional[Path] = typer.Option(None, "--runs", help="Trained-model store [default: OUT/runs]; share it between sweeps to train a model once."),
     runner: Optional[str] = typer.Option(None, "--runner", help="A point runner module (parse, run_point) [default: synthlab.stages, the lab's own]."),
@@ -29,6 +31,10 @@ def sweep(
     """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
     from synthlab import experiments, stages, sweep as engine
 
+    if launcher not in ("process", "torchrun"):
+        raise SynthlabError(f"--launcher must be 'process' or 'torchrun', got '{launcher}'")
+    if nproc_per_node < 1:
+        raise SynthlabError(f"--nproc-per-node must be >= 1, got {nproc_per_node}")
     exp = experiments.load(name)
     out = out or Path("runs") / f"{exp.name}-{preset}"
     point_runner = engine.load_runner(runner) if runner else stages
@@ -37,7 +43,8 @@ def sweep(
         _print_plan(rows)
         return
     results = engine.run_sweep(exp, preset, out, runner=point_runner, jobs=jobs, executor=executor,
-                               ray_address=ray_address, cache_dir=cache, runs_dir=runs, threads=threads)
+                               ray_address=ray_address, cache_dir=cache, runs_dir=runs, threads=threads,
+                               nproc_per_node=nproc_per_node if launcher == "torchrun" else 0)
     if point_runner is stages:  # the lab's own columns: say what was measured
         from synthlab.report import summary_lines
 
