@@ -1,41 +1,46 @@
-"""Learning speed: synthlab's model and training step against a minimal reference GPT on Mano.
+"""Learning speed: synthlab's model and training step against a minimal reference GPT, same batches.
 
 What it measures
-    Both models train on exactly the same batches, in the same order: a Mano dataset is generated
-    with the library (`synthlab_generators.write_dataset`) into a temporary folder, read with
-    `synthlab.data.load_dataset` and cut into unpacked batches by `synthlab.data.Batcher`; each
-    batch is handed to both models. The two trainings are interleaved (one step of synthlab's, one
-    step of the reference's) so machine noise hits both alike.
+    Both models train on exactly the same batches, in the same order: a dataset of `--task`
+    (mano, multihop or bios) is generated with the library (`synthlab_generators.write_dataset`)
+    into a temporary folder, read with `synthlab.data.load_dataset` and cut into batches by
+    `synthlab.data.Batcher` (packed with document ids for bioS, one example per row otherwise, as
+    `synthlab train` does); each batch is handed to both models. The two trainings are interleaved
+    (one step of synthlab's, one step of the reference's) so machine noise hits both alike.
 
     - synthlab: `synthlab.models.build_model(ModelConfig(...))`, trained with the lab's own step
       (`build_optimizer`, `build_scheduler`, `model_forward`, `step_losses`, `to_device`, gradient
-      clipping as in `synthlab.train`). Defaults are the lab's defaults; `--synthlab k=v,...`
-      overrides ModelConfig and TrainConfig fields.
+      clipping as in `synthlab.train`). Defaults are `synthlab train`'s defaults; `--synthlab
+      k=v,...` overrides ModelConfig and TrainConfig fields.
     - reference: a ~60-line nanoGPT-style decoder defined in this file (token + learned absolute
-      position embedding, pre-LayerNorm blocks with biases, causal SDPA attention, GELU MLP, final
-      LayerNorm, untied head, PyTorch default init), AdamW(lr, weight_decay=0, default betas),
-      constant lr, no warmup, no clipping, cross-entropy on the batch's loss-mask positions (the
-      answer token).
+      position embedding, pre-LayerNorm blocks with biases, causal SDPA attention (and the same
+      document mask as synthlab's on packed rows), GELU MLP, final LayerNorm, untied head, PyTorch
+      default init), AdamW(lr, weight_decay=0, default betas), constant lr, no warmup, no
+      clipping, cross-entropy on the batch's loss-mask positions (the answer tokens of QA tasks,
+      every token of a biography).
 
-    At each step of `--eval-at` both are scored by teacher-forced argmax of the answer token after
-    `<ans>` (one answer token, so this equals greedy decoding) on:
-    - `l1 train`: every distinct one-operator (l = 1) training prompt (3 ops x mod^2 = 147 for
-      mod 7): how well the single operations are learned;
-    - `held-out l=k`: the test split for k = L (prompts never trained on); for k < L the distinct
-      training prompts of that length (the generator holds out only length-L prompts).
+    Both are scored at each step of `--eval-at` by the lab's own scorers (`synthlab.evaluate`):
+    - mano, multihop: `GroupProbe`, teacher-forced exact match of the answer (equal to greedy
+      decoding) per group, on held-out test prompts and on distinct training prompts (up to
+      `--max-eval` of each group): Mano per length l (`train_acc_l1`: the one-operator training
+      prompts; `acc_l2`: held-out l = 2), multihop per hop count (`train_acc_h1`: the atomic
+      facts; `train_acc_h2`: the 2-hop training questions; `acc_h2`: held-out 2-hop questions);
+    - bios: `biography_recall` over every training biography: the summed loss (nats) of the
+      name's tokens (`name_nats`) and of an attribute value's tokens, averaged over the six
+      attributes (`attr_nats`), and the fraction of attribute values whose every token is the
+      argmax (`attr_acc`).
 
 How to read the output
-    One line per evaluation step:
-        step | syn l1 | ref l1 | syn held | ref held | ratio | syn loss | ref loss
-    where `held` is the held-out accuracy at l = L, `ratio` = syn held / ref held (1.0: the lab's
-    recipe learns as fast as the reference; well below 1: it learns slower), and the losses are the
-    mean training objective over the steps since the previous evaluation. Per-length accuracies
-    are in the `--out` JSON/CSV, beside the full configuration of both models.
+    One line per evaluation step: for each metric the synthlab value, the reference value and
+    their ratio syn / ref (accuracy: above 1 = synthlab ahead; nats: below 1 = synthlab ahead),
+    then the mean training objective of both since the previous evaluation. Every group's
+    numbers are in the `--out` JSON/CSV, beside the full configuration of both models.
 
-Example (the issue's setting, one thread):
-    python benchmarks/bench_learning.py --steps 1500 --eval-at 250,500,1000,1500
-    python benchmarks/bench_learning.py --synthlab tie_head=false,positions=learned,init=torch,\\
-        bias=true,norm_type=layernorm,schedule=constant,warmup_steps=0,weight_decay=0,grad_clip=0,beta2=0.999
+Examples (one thread; the task's default data, model size and step counts unless given):
+    python benchmarks/bench_learning.py --task mano
+    python benchmarks/bench_learning.py --task multihop --synthlab tie_head=false,positions=learned,\\
+        init=torch,bias=true,norm_type=layernorm,schedule=constant,weight_decay=0,grad_clip=0
+    python benchmarks/bench_learning.py --task bios --data n_people=100 --steps 500 --eval-at 250,500
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import json
 import math
 import tempfile
 import time
+from collections import Counter
 import types
 import typing
 from pathlib import Path
@@ -57,10 +63,34 @@ import torch.nn.functional as F
 
 from synthlab import config as configlib
 from synthlab.data import Batcher, load_dataset, training_examples
+from synthlab.evaluate import GroupProbe, biography_recall, group_columns, group_label
 from synthlab.models import ModelConfig, build_model
+from synthlab.models.layers import attention_mask
 from synthlab.options import TrainConfig
 from synthlab.train import build_optimizer, build_scheduler, model_forward, step_losses, to_device
 from synthlab_generators import TASKS, write_dataset
+from synthlab_generators.bios import ATTRIBUTES
+
+# Per task: generator params, model and training sizes, and the metrics printed (key, header).
+TASK_DEFAULTS = {
+    "mano": {"data": {"L": 2, "mod": 7, "n_train": 100_000, "n_test": 500},
+             "d_model": 128, "n_layers": 2, "batch_size": 128, "lr": 1e-3, "steps": 1500,
+             "eval_at": "250,500,1000,1500"},
+    "multihop": {"data": {"hops": 2, "layers": 3, "per_layer": 30, "relations": 6, "n_test": 300,
+                          "train_fraction": 0.6},
+                 "d_model": 128, "n_layers": 1, "batch_size": 128, "lr": 1e-3, "steps": 1000,
+                 "eval_at": "250,500,1000"},
+    "bios": {"data": {"n_people": 200}, "d_model": 64, "n_layers": 1, "batch_size": 4, "lr": 3e-3,
+             "steps": 750, "seq_len": 128, "eval_at": "250,500,750"},
+}
+
+
+def metric_keys(task: str, data: dict) -> list[str]:
+    if task == "mano":
+        return ["train_acc_l1", f"acc_l{data['L']}"]
+    if task == "multihop":
+        return ["train_acc_h1", f"train_acc_h{data['hops']}", f"acc_h{data['hops']}"]
+    return ["name_nats", "attr_nats", "attr_acc"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -73,11 +103,11 @@ class RefAttention(nn.Module):
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
 
-    def forward(self, x):
+    def forward(self, x, mask=None):
         B, S, D = x.shape
         q, k, v = self.qkv(x).split(D, dim=2)
         q, k, v = (t.view(B, S, self.n_heads, D // self.n_heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
         return self.proj(y.transpose(1, 2).reshape(B, S, D))
 
 
@@ -88,8 +118,8 @@ class RefBlock(nn.Module):
         self.ln2 = nn.LayerNorm(d)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x, mask=None):
+        x = x + self.attn(self.ln1(x), mask)
         return x + self.mlp(self.ln2(x))
 
 
@@ -102,20 +132,32 @@ class RefGPT(nn.Module):
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
 
-    def forward(self, idx):
+    def forward(self, idx, doc_ids=None):
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        mask = attention_mask(doc_ids)  # packed rows: causal and same document, as synthlab's
         for block in self.blocks:
-            x = block(x)
+            x = block(x, mask)
         return self.head(self.ln_f(x))
 
 
-def ref_step(model, optimizer, inputs, targets, mask) -> float:
-    logits = model(inputs)
+def ref_step(model, optimizer, inputs, targets, mask, doc_ids) -> float:
+    logits = model(inputs, doc_ids)
     loss = F.cross_entropy(logits[mask], targets[mask])
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
     return float(loss.detach())
+
+
+class RefScored:
+    """The reference as the lab's scorers call a model: f(ids, steps=None) -> .logits, .step_logits."""
+
+    def __init__(self, model: RefGPT):
+        self.model = model
+
+    def __call__(self, ids, steps=None):
+        logits = self.model(ids)
+        return types.SimpleNamespace(logits=logits, step_logits=logits[None])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,126 +200,141 @@ def _parse_value(tp, text: str, key: str):
             return True
         if text.lower() in ("0", "false", "no", "off"):
             return False
-        raise SystemExit(f"--synthlab {key}: expected true/false, got {text!r}")
+        raise SystemExit(f"{key}: expected true/false, got {text!r}")
     if tp in (int, float):
         try:
             return tp(text)
         except ValueError:
-            raise SystemExit(f"--synthlab {key}: expected {tp.__name__}, got {text!r}") from None
+            raise SystemExit(f"{key}: expected {tp.__name__}, got {text!r}") from None
     return text
+
+
+def parse_pairs(text: str, flag: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        if "=" not in item:
+            raise SystemExit(f"{flag}: expected key=value, got {item!r}")
+        pairs.append(tuple(s.strip() for s in item.split("=", 1)))
+    return pairs
 
 
 def parse_overrides(text: str) -> tuple[dict, dict]:
     """'k=v,k=v' -> (ModelConfig overrides, TrainConfig overrides), typed by the field annotations."""
     model_hints, train_hints = typing.get_type_hints(ModelConfig), typing.get_type_hints(TrainConfig)
     model_over, train_over = {}, {}
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        if "=" not in item:
-            raise SystemExit(f"--synthlab: expected key=value, got {item!r}")
-        key, value = (s.strip() for s in item.split("=", 1))
+    for key, value in parse_pairs(text, "--synthlab"):
         if key in model_hints and key != "vocab_size":
-            model_over[key] = _parse_value(model_hints[key], value, key)
+            model_over[key] = _parse_value(model_hints[key], value, f"--synthlab {key}")
         elif key in train_hints:
-            train_over[key] = _parse_value(train_hints[key], value, key)
+            train_over[key] = _parse_value(train_hints[key], value, f"--synthlab {key}")
         else:
             raise SystemExit(f"--synthlab: {key!r} is neither a ModelConfig nor a TrainConfig field")
     return model_over, train_over
 
 
+def parse_data(task: str, text: str) -> dict:
+    """The task's default generator params with `--data k=v,...` applied (typed by the params class)."""
+    hints = typing.get_type_hints(TASKS[task].params_cls)
+    data = dict(TASK_DEFAULTS[task]["data"])
+    for key, value in parse_pairs(text, "--data"):
+        if key not in hints:
+            raise SystemExit(f"--data: {key!r} is not a parameter of {task} ({', '.join(hints)})")
+        data[key] = _parse_value(hints[key], value, f"--data {key}")
+    return data
+
+
 # ----------------------------------------------------------------------------------------------
 # evaluation
 # ----------------------------------------------------------------------------------------------
-def eval_sets(ds, L: int, max_prompts: int) -> dict[str, list[dict]]:
-    """Name -> records: 'l1 train' (all distinct l=1 training prompts) and 'held l=k' for k = 1..L."""
-    train, test = ds.records("train"), ds.records("test")
-    distinct: dict[int, dict[str, dict]] = {}
-    for r in train:
-        distinct.setdefault(int(r["length"]), {}).setdefault(r["prompt"], r)
-    sets = {"l1 train": list(distinct.get(1, {}).values())}
-    for k in range(1, L + 1):
-        recs = [r for r in test if int(r["length"]) == k] if k == L else list(distinct.get(k, {}).values())
-        sets[f"held l={k}"] = recs[:max_prompts]
-    return sets
+class Scorer:
+    """Every metric of one model on the task's fixed evaluation sets, through the lab's scorers."""
 
+    def __init__(self, ds, task: str, max_eval: int):
+        self.ds, self.task = ds, task
+        self.probe = None if task == "bios" else GroupProbe(ds, per_group=max_eval, seed=0)
+        self.people = len(ds.records("train"))
 
-def encode_set(ds, records):
-    """Groups of equal prompt length: [(input ids (N, P), answer ids (N,))]."""
-    groups: dict[int, tuple[list, list]] = {}
-    for r in records:
-        prompt = ds.encode_prompt(r["prompt"])
-        answer = ds.tokenizer.encode(str(r["answer"]))
-        assert len(answer) == 1, "this benchmark scores one-token answers"
-        groups.setdefault(len(prompt), ([], []))
-        groups[len(prompt)][0].append(prompt)
-        groups[len(prompt)][1].append(answer[0])
-    return [(torch.tensor(p), torch.tensor(a)) for p, a in groups.values()]
+    @torch.no_grad()
+    def __call__(self, model) -> dict[str, float]:
+        cpu = torch.device("cpu")
+        if self.probe is not None:
+            return group_columns(self.probe.groups(model, cpu))
+        recall = biography_recall(model, self.ds, device=cpu, people=self.people)
+        out = {"name_nats": recall["name"]["loss"],
+               "attr_nats": float(np.mean([recall[a]["loss"] for a in ATTRIBUTES])),
+               "attr_acc": float(np.mean([recall[a]["accuracy"] for a in ATTRIBUTES]))}
+        for name, r in recall.items():
+            out[f"acc_{name}"], out[f"nats_{name}"] = r["accuracy"], r["loss"]
+        return out
 
-
-@torch.no_grad()
-def accuracy(logits_fn, groups) -> float:
-    right = total = 0
-    for inputs, answers in groups:
-        for i in range(0, len(inputs), 512):
-            pred = logits_fn(inputs[i:i + 512])[:, -1].argmax(-1)  # the position of <ans>
-            right += int((pred == answers[i:i + 512]).sum())
-            total += len(pred)
-    return right / max(total, 1)
+    def sizes(self) -> dict[str, int]:
+        if self.probe is None:
+            return {"biographies": self.people}
+        key = TASKS[self.task].group_key
+        return {("train_" if split == "train" else "") + group_label(key, g): n
+                for split, (_, _, groups) in self.probe.items.items() for g, n in Counter(groups).items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--L", type=int, default=2, help="Mano's maximum number of operators (default 2)")
-    ap.add_argument("--mod", type=int, default=7, help="Mano's modulus (default 7)")
-    ap.add_argument("--n-train", type=int, default=100_000)
-    ap.add_argument("--n-test", type=int, default=500)
+    ap.add_argument("--task", choices=sorted(TASK_DEFAULTS), default="mano", help="task (default mano)")
+    ap.add_argument("--data", default="", help="k=v,... generator params over the task's defaults "
+                    "(mano L=2,mod=7,n_train=100000,n_test=500; multihop hops=2,layers=3,per_layer=30,relations=6,"
+                    "n_test=300,train_fraction=0.6; bios n_people=200)")
     ap.add_argument("--data-seed", type=int, default=0, help="seed of the generated data")
     ap.add_argument("--seed", type=int, default=0, help="seed of the weights and of the batch order")
-    ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--n-layers", type=int, default=2)
+    ap.add_argument("--d-model", type=int, help="default: mano, multihop 128; bios 64")
+    ap.add_argument("--n-layers", type=int, help="default: mano 2; multihop, bios 1")
     ap.add_argument("--n-heads", type=int, default=4)
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--eval-at", default="250,500,1000,1500", help="comma-separated step counts")
-    ap.add_argument("--max-eval", type=int, default=2000, help="at most this many prompts per held-out set")
+    ap.add_argument("--batch-size", type=int, help="rows per batch (default: mano, multihop 128; bios 4)")
+    ap.add_argument("--seq-len", type=int, help="packed row length (bios only; default 128)")
+    ap.add_argument("--lr", type=float, help="both models' lr (default: mano, multihop 1e-3; bios 3e-3)")
+    ap.add_argument("--steps", type=int, help="default: mano 1500, multihop 1000, bios 750")
+    ap.add_argument("--eval-at", help="comma-separated step counts (default: mano 250,500,1000,1500; "
+                    "multihop 250,500,1000; bios 250,500,750)")
+    ap.add_argument("--max-eval", type=int, default=2000, help="at most this many prompts per group and split")
     ap.add_argument("--synthlab", default="", help="k=v,... overrides of synthlab's ModelConfig / TrainConfig "
                     "fields, e.g. tie_head=false,positions=learned,init=torch,bias=true,norm_type=layernorm,"
-                    "schedule=constant,warmup_steps=0,weight_decay=0,grad_clip=0,beta2=0.999")
+                    "schedule=constant,weight_decay=0,grad_clip=0")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--out", help="write the table to OUT.json and OUT.csv (suffix replaced)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    task, spec = args.task, TASKS[args.task]
+    for key, value in TASK_DEFAULTS[task].items():
+        if getattr(args, key, "n/a") is None:
+            setattr(args, key, value)
+    data = parse_data(task, args.data)
     eval_at = sorted({int(s) for s in args.eval_at.split(",") if s.strip()})
     eval_at = [s for s in eval_at if 0 < s <= args.steps] or [args.steps]
     model_over, train_over = parse_overrides(args.synthlab)
 
     with tempfile.TemporaryDirectory() as tmp:
-        spec = TASKS["mano"]
-        folder = write_dataset(spec, spec.params_cls(L=args.L, mod=args.mod, n_train=args.n_train, n_test=args.n_test),
-                               seed=args.data_seed, out=Path(tmp) / "mano")
-        ds = load_dataset(folder, "mano")
-        ds.records("train"), ds.records("test")  # read while the folder exists
+        folder = write_dataset(spec, spec.params_cls(**data), seed=args.data_seed, out=Path(tmp) / task)
+        ds = load_dataset(folder, task)
+        scorer = Scorer(ds, task, args.max_eval)  # reads train and test while the folder exists
     examples = training_examples(ds)
-    seq_len = int(examples.lengths.max()) - 1
-    batcher = Batcher(examples, batch_size=args.batch_size, seq_len=seq_len, pack=False, pad_id=ds.pad_id, seed=args.seed)
+    seq_len = args.seq_len if spec.pack else int(examples.lengths.max()) - 1
+    batcher = Batcher(examples, batch_size=args.batch_size, seq_len=seq_len, pack=spec.pack, pad_id=ds.pad_id,
+                      seed=args.seed)
     vocab = len(ds.tokenizer)
 
     mcfg = configlib.merge(ModelConfig(vocab_size=vocab, d_model=args.d_model, n_layers=args.n_layers,
                                        n_heads=args.n_heads), model_over)
-    tcfg = configlib.merge(TrainConfig(task="mano", seed=args.seed, batch_size=args.batch_size, steps=args.steps,
-                                       lr=args.lr, pack=False, device="cpu"), train_over)
+    tcfg = configlib.merge(TrainConfig(task=task, seed=args.seed, batch_size=args.batch_size, steps=args.steps,
+                                       lr=args.lr, pack=spec.pack, seq_len=seq_len if spec.pack else None,
+                                       device="cpu"), train_over)
     syn = build_model(mcfg, seed=tcfg.seed)
     syn_trainer = SynthlabTrainer(syn, tcfg, args.steps)
     torch.manual_seed(args.seed)
-    ref = RefGPT(vocab, args.d_model, args.n_layers, args.n_heads, seq_len + 8)
+    ref = RefGPT(vocab, args.d_model, args.n_layers, args.n_heads, mcfg.max_seq_len)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=args.lr, weight_decay=0.0)
     n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     config = {
-        "data": {"task": "mano", "L": args.L, "mod": args.mod, "n_train": args.n_train, "n_test": args.n_test,
-                 "seed": args.data_seed, "vocab_size": vocab, "seq_len": seq_len, "batch_size": args.batch_size,
-                 "pack": False, "batch_seed": args.seed},
+        "data": {"task": task, **data, "seed": args.data_seed, "vocab_size": vocab, "seq_len": seq_len,
+                 "batch_size": args.batch_size, "pack": spec.pack, "batch_seed": args.seed},
         "synthlab": {"model": configlib.to_dict(mcfg), "train": configlib.to_dict(tcfg), "params": n_params(syn),
                      "overrides": args.synthlab},
         "reference": {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads, "d_ff": 4 * args.d_model,
@@ -286,17 +343,15 @@ def main() -> None:
                       "lr": args.lr, "schedule": "constant, no warmup", "grad_clip": 0, "params": n_params(ref)},
         "steps": args.steps, "eval_at": eval_at, "threads": args.threads,
     }
-    sets = {name: encode_set(ds, recs) for name, recs in eval_sets(ds, args.L, args.max_eval).items()}
-    sizes = {name: sum(len(a) for _, a in groups) for name, groups in sets.items()}
-    print(f"# data: mano L={args.L} mod={args.mod} n_train={args.n_train}; {len(examples)} examples, rows of {seq_len}; "
+    keys = metric_keys(task, data)
+    sizes = scorer.sizes()
+    print(f"# data: {task} {data}; {len(examples)} examples, {batcher.rows_per_epoch} rows of {seq_len} per epoch; "
           f"eval sets {sizes}")
-    print(f"# synthlab: {n_params(syn)} params; overrides: {args.synthlab or '(lab defaults)'}")
+    print(f"# synthlab: {n_params(syn)} params; overrides: {args.synthlab or '(synthlab train defaults)'}")
     print(f"# reference: {n_params(ref)} params")
-    held = f"held l={args.L}"
-    header = f"{'step':>6} {'syn l1':>7} {'ref l1':>7} {'syn held':>9} {'ref held':>9} {'ratio':>6} {'syn loss':>9} {'ref loss':>9}"
-    print(header, flush=True)
+    print(f"{'step':>6} " + " ".join(f"{'syn ' + k:>{len(k) + 4}} {'ref ' + k:>{len(k) + 4}} {'ratio':>6}" for k in keys)
+          + f" {'syn loss':>9} {'ref loss':>9}", flush=True)
 
-    syn_fn = lambda x: syn(x, all_steps=False).logits  # noqa: E731
     rows, syn_losses, ref_losses = [], [], []
     t_syn = t_ref = 0.0
     for step in range(1, args.steps + 1):
@@ -306,29 +361,27 @@ def main() -> None:
         syn_losses.append(syn_trainer.step(inputs, targets, mask, doc_ids))
         t1 = time.perf_counter()
         ref.train()
-        ref_losses.append(ref_step(ref, ref_opt, inputs, targets, mask))
+        ref_losses.append(ref_step(ref, ref_opt, inputs, targets, mask, doc_ids))
         t2 = time.perf_counter()
         t_syn, t_ref = t_syn + t1 - t0, t_ref + t2 - t1
         if not (math.isfinite(syn_losses[-1]) and math.isfinite(ref_losses[-1])):
             print(f"# non-finite loss at step {step}: synthlab {syn_losses[-1]}, reference {ref_losses[-1]}")
         if step in eval_at:
             syn.eval(), ref.eval()
-            acc = {name: {"synthlab": accuracy(syn_fn, g), "reference": accuracy(ref, g)} for name, g in sets.items()}
+            scores = {"syn": scorer(syn), "ref": scorer(RefScored(ref))}
             row = {"step": step, "syn_loss": float(np.mean(syn_losses)), "ref_loss": float(np.mean(ref_losses)),
                    "syn_s_per_step": t_syn / step, "ref_s_per_step": t_ref / step}
-            for name, a in acc.items():
-                key = name.replace(" ", "_").replace("=", "")
-                row[f"syn_{key}"], row[f"ref_{key}"] = a["synthlab"], a["reference"]
-            sh, rh = acc[held]["synthlab"], acc[held]["reference"]
-            row["ratio_held"] = sh / rh if rh > 0 else float("nan")
+            for who, values in scores.items():
+                row.update({f"{who}_{k}": v for k, v in values.items()})
+            cells = []
+            for k in keys:
+                s, r = scores["syn"][k], scores["ref"][k]
+                row[f"ratio_{k}"] = s / r if r > 0 else float("nan")
+                cells.append(f"{s:>{len(k) + 4}.3f} {r:>{len(k) + 4}.3f} {row[f'ratio_{k}']:>6.2f}")
             rows.append(row)
             syn_losses, ref_losses = [], []
-            print(f"{step:>6} {acc['l1 train']['synthlab']:>7.3f} {acc['l1 train']['reference']:>7.3f} "
-                  f"{sh:>9.3f} {rh:>9.3f} {row['ratio_held']:>6.2f} {row['syn_loss']:>9.4f} {row['ref_loss']:>9.4f}",
-                  flush=True)
+            print(f"{step:>6} " + " ".join(cells) + f" {row['syn_loss']:>9.4f} {row['ref_loss']:>9.4f}", flush=True)
     print(f"# seconds per step: synthlab {t_syn / args.steps:.4f}, reference {t_ref / args.steps:.4f}")
-    print("# per-length held-out accuracy (synthlab / reference) at the last step: " + ", ".join(
-        f"{name}: {acc[name]['synthlab']:.3f} / {acc[name]['reference']:.3f}" for name in sets if name.startswith("held")))
 
     if args.out:
         out = Path(args.out)
