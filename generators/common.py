@@ -128,8 +128,8 @@ class TaskSpec:
                   diagnostics only, not in the headline accuracy (Mano's shorter lengths).
     headline:     the results column a plot of this task leads with.
     pack:         whether training packs several examples per row by default.
-    data_columns: generator param field -> the results-table column that describes the point
-                  (a read-only mapping).
+    data_columns: generator param field or property (multihop's n_train) -> the results-table
+                  column that describes the point (a read-only mapping).
     """
 
     name: str

@@ -1,4 +1,10 @@
-"""Graph reachability over a graph split between the weights and the context (Ouro Theorem 1).
+"""Graph reachability over a graph split between the weights and the context (C4, Ouro Theorem 1).
+
+The task (MISSION.md): a directed graph split in two, a fixed "knowledge" graph learned from
+training data (in the weights) and per-example context edges in the prompt. A query (s, t) asks
+whether t is reachable from s in the union; classes are balanced; the diameter D of the union
+graph is controlled. Ouro's Theorem 1: one looped layer needs O(log D) loops (repeated squaring of
+the adjacency matrix).
 
 Construction (why the diameter is controlled): the `nodes` nodes are shuffled and cut into
 D + 1 layers (D = --max-diameter), and every edge, in the knowledge graph and in the context,
@@ -6,23 +12,47 @@ goes from a layer to the next one. A path from layer i to layer j therefore has 
 edges, so every shortest path in the union graph is at most D long and a reachable target at
 layer i + d is at distance exactly d.
 
-- Knowledge graph (graph.json, learned into the weights from edge-statement records): every
-  node outside the last layer has one out-edge to a random node of the next layer.
-- A query (s, t) picks d uniform in 1..D and a source layer, then plants two walks of d hops,
-  one from s and one from a decoy source s' in the same layer. Each hop is either a knowledge
-  edge or a fresh context edge; a walk has at least one context hop, and for d >= 2 at least one
-  knowledge hop. "yes" queries ask for the end of the walk from s, "no" queries for the end of
-  the decoy walk, so both classes look alike locally (t always has a planted walk into it).
-  Random distractor edges between adjacent layers fill the context up to --context-edges.
-  The query is kept only if its label is right in the union graph and, for "yes" with d >= 2,
-  t is reachable neither by knowledge edges alone nor by context edges alone: answering needs
-  both the weights and the context. Classes are exactly balanced; d is uniform for both.
+- Knowledge graph (graph.json): every node outside the last layer has one out-edge to a random
+  node of the next layer. It is taught in two forms: the statement "n3 -> n17" (language
+  modelled, the form context edges are listed in; each edge --edge-repeats times) and, with
+  --edge-queries R > 0, the question form queries use, with no context: "<bos> . can n3 reach n17
+  ? <ans> yes" and "... can n3 reach n21 ? <ans> no" for a non-successor n21 of the next layer
+  (each R times; group `edge_yes` / `edge_no`, training only).
+- A query (s, t) at distance d plants two walks of d hops, one from s and one from a decoy
+  source s' in the same layer. "yes" asks for the end of the walk from s, "no" for the end of the
+  decoy walk, so t always has a planted walk into it and both classes look alike locally. Random
+  distractor edges between adjacent layers fill the context up to --context-edges. No context
+  edge repeats a knowledge edge.
+- Which edges a walk uses: at d = 1 the one hop is a knowledge edge or a context edge (a fair
+  draw; `path` says which), so a d = 1 "yes" is answered by the weights alone or by the context
+  alone. At d >= 2 every walk uses both kinds, and a "yes" is kept only if t is reachable
+  neither by knowledge edges alone nor by context edges alone (`path` = "mixed"): answering
+  needs the weights and the context together.
+- `distance`: d for both classes. For "no" it is the decoy distance: t lies d layers after s, so
+  ruling it out takes following every path from s for d hops, and the decoy source
+  (`decoy_source`, same layer as s) reaches t at exactly distance d: the nearest miss is a walk
+  of d hops that ends at t from the wrong source. `group` = "d<d>_yes" / "d<d>_no": evaluation reports accuracy per
+  distance and per decoy distance.
+- Distances: test queries are spread evenly over d = 1..D and classes (exact counts). Training
+  queries follow the curriculum --distance-decay q: the count at distance d is proportional to
+  q^(d - 1) (q = 1: uniform; q = 0.5 halves each step: a mixture weighted toward short
+  distances), apportioned exactly (largest remainder), half "yes" and half "no" at each d.
 
-Records: train has edge statements ({"kind": "edge", "edge": [u, v], "text": "n3 -> n17"},
-each knowledge edge --edge-repeats times) and queries; test has queries only, with prompts that
-never occur in train. A query: {"kind": "query", "prompt": "<bos> n3 -> n9 , ... . can n3
-reach n40 ? <ans>", "answer": "yes"|"no", "source", "target", "distance" (d, or null for "no"),
-"context_edges": [[u, v], ...]}. Node ids are ints; node i's token is "n{i}".
+What differs from Ouro and why: Ouro's statement is about the adjacency-squaring capacity of one
+looped layer; the paper gives no data recipe. Here (1) the graph is layered so that D is exact
+and a "no" has a well defined decoy distance; (2) knowledge out-degree is 1 (a lookup table the
+weights can hold at cpu scale); (3) d = 1 cannot mix edge kinds, so its share of
+weights-only and context-only answers is reported (`path`) instead; (4) knowledge edges are also
+taught as queries, the form in which a query needs them (Physics of LMs 3.1: knowledge stored in
+one form is not used in another unless trained so); (5) the short-distance curriculum gives
+dense early supervision, since each query carries one bit.
+
+Records: train has edge statements ({"kind": "edge", "edge": [u, v], "text": "n3 -> n17"}),
+edge queries ({"kind": "edge_query", "prompt", "answer", "edge", "group"}) and queries; test has
+queries only, with prompts that never occur in train. A query: {"kind": "query", "prompt": "<bos>
+n3 -> n9 , ... . can n3 reach n40 ? <ans>", "answer": "yes"|"no", "source", "target",
+"decoy_source", "distance", "path" ("knowledge"|"context"|"mixed"), "group", "context_edges":
+[[u, v], ...]}. Node ids are ints; node i's token is "n{i}".
 """
 
 from __future__ import annotations
@@ -44,13 +74,18 @@ class ReachParams(TaskParams):
     """Parameters of `synthlab gen reach`."""
 
     nodes: int = param(64, "Number of graph nodes (at least 4 per layer: 4 x (max-diameter+1)).")
-    max_diameter: int = param(8, "Largest shortest-path length D in the union graph; query "
-                                 "distances are uniform on 1..D.")
-    n_train: int = param(20_000, "Number of training queries (plus the edge statements).")
-    n_test: int = param(2_000, "Number of test queries.")
+    max_diameter: int = param(8, "Largest shortest-path length D in the union graph; queries "
+                                 "have distances 1..D.")
+    n_train: int = param(20_000, "Number of training queries (plus the edge statements and "
+                                 "edge queries).")
+    n_test: int = param(2_000, "Number of test queries (spread evenly over distances, classes).")
     context_edges: int = param(0, "Edges given in each prompt (0: 2 x max-diameter); at least "
-                                  "2 x max(1, max-diameter - 1).")
-    edge_repeats: int = param(20, "How many times each knowledge edge is stated in train.")
+                                  "2 x max(1, max-diameter - 1), what two planted walks use.")
+    edge_repeats: int = param(20, "How many times each knowledge edge is stated as 'u -> v'.")
+    edge_queries: int = param(0, "How many times each knowledge edge is also asked as a "
+                                 "context-free query, with as many 'no' queries from its source.")
+    distance_decay: float = param(1.0, "Curriculum: training queries at distance d are in "
+                                       "proportion to this ** (d - 1), in (0, 1] (1: uniform).")
 
     def __post_init__(self) -> None:
         self.require_int("max_diameter", 1, 1000)
@@ -61,6 +96,9 @@ class ReachParams(TaskParams):
         if self.context_edges:
             self.require_int("context_edges", 2 * max(1, self.max_diameter - 1), 100_000)
         self.require_int("edge_repeats", 1, 10_000)
+        self.require_int("edge_queries", 0, 10_000)
+        self.require(isinstance(self.distance_decay, (int, float))
+                     and 0 < self.distance_decay <= 1, "distance_decay", "must be in (0, 1]")
         sizes = [len(a) for a in np.array_split(np.arange(self.nodes), self.max_diameter + 1)]
         free = sum(a * b - a for a, b in zip(sizes, sizes[1:]))  # non-knowledge layer edges
         self.require(self.n_context <= free // 2, "context_edges",
@@ -69,6 +107,29 @@ class ReachParams(TaskParams):
     @property
     def n_context(self) -> int:
         return self.context_edges or 2 * self.max_diameter
+
+
+def distance_counts(total: int, weights: list[float]) -> list[int]:
+    """`total` split in proportion to `weights` (largest remainder; ties to the shorter d)."""
+    shares = np.asarray(weights, dtype=float) / sum(weights) * total
+    counts = np.floor(shares).astype(int)
+    extra = np.argsort(-(shares - counts), kind="stable")[: total - counts.sum()]
+    counts[extra] += 1
+    return counts.tolist()
+
+
+def planned_distances(params: ReachParams, split: str) -> list[tuple[bool, int]]:
+    """(yes, d) of every query of a split, in generation order: half "yes" (the first of an odd
+    count), each class spread over d = 1..D evenly (test) or by the curriculum (train)."""
+    D = params.max_diameter
+    count = params.n_test if split == "test" else params.n_train
+    decay = 1.0 if split == "test" else params.distance_decay
+    weights = [decay ** (d - 1) for d in range(1, D + 1)]
+    plan = []
+    for yes, n in ((True, (count + 1) // 2), (False, count // 2)):
+        for d, k in enumerate(distance_counts(n, weights), 1):
+            plan += [(yes, d)] * k
+    return plan
 
 
 class _Graph:
@@ -87,7 +148,6 @@ class _Graph:
                 self.successor[u] = v
         # in layer order, then by position in the layer
         self.edges = [(u, self.successor[u]) for nodes in self.members[:-1] for u in nodes]
-        self.knowledge_adjacency = _adjacency(self.edges)
 
 
 class _Draws:
@@ -106,25 +166,28 @@ class _Draws:
 
 
 def _hop_kinds(d: int, draws: _Draws) -> list[bool]:
-    """True = context hop; at least one context hop and, for d >= 2, one knowledge hop."""
+    """True = context hop: one fair draw at d = 1, at least one hop of each kind at d >= 2."""
     while True:
         kinds = [draws.below(2) == 1 for _ in range(d)]
-        if any(kinds) and (d == 1 or not all(kinds)):
+        if d == 1 or (any(kinds) and not all(kinds)):
             return kinds
 
 
 def _walk(graph: _Graph, start: int, d: int, draws: _Draws,
-          context: set[tuple[int, int]]) -> int:
+          context: set[tuple[int, int]]) -> tuple[int, str]:
+    """(end, path kind) of a planted walk of d hops; its context hops are added to `context`."""
     node = start
-    for is_context in _hop_kinds(d, draws):
-        if is_context:
-            nxt = graph.members[graph.layer[node] + 1]
+    kinds = _hop_kinds(d, draws)
+    for is_context in kinds:
+        if is_context:  # any node of the next layer but the knowledge successor
+            nxt = [v for v in graph.members[graph.layer[node] + 1] if v != graph.successor[node]]
             target = nxt[draws.below(len(nxt))]
             context.add((node, target))
             node = target
         else:
             node = graph.successor[node]
-    return node
+    kind = "mixed" if d >= 2 else ("context" if kinds[0] else "knowledge")
+    return node, kind
 
 
 def _reaches(source: int, target: int, steps: int, successor: list[int] | None,
@@ -150,17 +213,16 @@ def _adjacency(edges) -> dict[int, list[int]]:
     return adj
 
 
-def _query(graph: _Graph, params: ReachParams, yes: bool, draws: _Draws) -> dict:
+def _query(graph: _Graph, params: ReachParams, yes: bool, d: int, draws: _Draws) -> dict:
     D = params.max_diameter
     for _ in range(MAX_TRIES):
-        d = 1 + draws.below(D)
         first = graph.members[draws.below(D - d + 1)]
         i, j = draws.below(len(first)), draws.below(len(first) - 1)
         source, decoy = first[i], first[j + (j >= i)]
         context: set[tuple[int, int]] = set()
-        end = _walk(graph, source, d, draws, context)
-        decoy_end = _walk(graph, decoy, d, draws, context)
-        target = end if yes else decoy_end
+        end, kind = _walk(graph, source, d, draws, context)
+        decoy_end, decoy_kind = _walk(graph, decoy, d, draws, context)
+        target, path = (end, kind) if yes else (decoy_end, decoy_kind)
         while len(context) < params.n_context:  # distractors between adjacent layers
             u = draws.below(params.nodes)
             if graph.layer[u] < D:
@@ -177,77 +239,100 @@ def _query(graph: _Graph, params: ReachParams, yes: bool, draws: _Draws) -> dict
         edges = sorted(context)
         edges = [list(edges[k]) for k in draws.rng.permutation(len(edges))]
         listed = " , ".join(f"n{u} -> n{v}" for u, v in edges)
+        answer = "yes" if yes else "no"
         return {"kind": "query",
                 "prompt": f"<bos> {listed} . can n{source} reach n{target} ? <ans>",
-                "answer": "yes" if yes else "no", "source": source, "target": target,
-                "distance": d if yes else None, "context_edges": edges}
+                "answer": answer, "source": source, "target": target, "decoy_source": decoy,
+                "distance": d, "path": path, "group": f"d{d}_{answer}", "context_edges": edges}
     raise SynthlabError(f"--nodes {params.nodes}: could not build a query in {MAX_TRIES} tries; "
                         f"use more nodes or fewer --context-edges")
 
 
-def _queries(graph: _Graph, params: ReachParams, count: int, avoid: set[str],
-             rng: np.random.Generator, desc: str) -> list[dict]:
-    """`count` queries, half yes and half no (alternating), prompts distinct and not in avoid."""
+def _queries(graph: _Graph, params: ReachParams, split: str, avoid: set[str],
+             rng: np.random.Generator) -> list[dict]:
+    """The split's planned queries (`planned_distances`), prompts distinct and not in avoid."""
+    plan = planned_distances(params, split)
     out: list[dict] = []
     seen = set(avoid)
     draws = _Draws(rng)
     repeats = 0  # duplicates drawn in a row: a small graph has few distinct queries
-    with tqdm(total=count, desc=desc, unit="query", disable=None, mininterval=1) as bar:
-        while len(out) < count:
-            query = _query(graph, params, yes=len(out) % 2 == 0, draws=draws)
+    with tqdm(total=len(plan), desc=f"reach {split}", unit="query", disable=None,
+              mininterval=1) as bar:
+        while len(out) < len(plan):
+            yes, d = plan[len(out)]
+            query = _query(graph, params, yes, d, draws)
             if query["prompt"] in seen:
                 repeats += 1
                 if repeats == MAX_TRIES:
                     raise SynthlabError(
-                        f"--n-train/--n-test: only about {len(seen)} distinct queries exist "
+                        f"--n-train/--n-test: too few distinct {query['group']} queries exist "
                         f"with --nodes {params.nodes} and --max-diameter {params.max_diameter}")
                 continue
             repeats = 0
             seen.add(query["prompt"])
             out.append(query)
             bar.update()
-    return [out[i] for i in rng.permutation(count)]
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+def _edge_queries(graph: _Graph, repeats: int, rng: np.random.Generator) -> list[dict]:
+    """Each knowledge edge u -> v asked with no context, `repeats` times "yes" (can u reach v)
+    and `repeats` times "no" (can u reach w, w a random other node of v's layer)."""
+    out = []
+    for u, v in graph.edges:
+        others = [w for w in graph.members[graph.layer[v]] if w != v]
+        for w in [v] * repeats + rng.choice(others, size=repeats).tolist():
+            answer = "yes" if w == v else "no"
+            out.append({"kind": "edge_query", "prompt": f"<bos> . can n{u} reach n{w} ? <ans>",
+                        "answer": answer, "edge": [u, v], "group": f"edge_{answer}"})
+    return out
 
 
 def generate(params: ReachParams, rng: np.random.Generator) -> Dataset:
     graph = _Graph(params, rng)
     edges = [list(edge) for edge in graph.edges]
-    test = _queries(graph, params, params.n_test, set(), rng, "reach test")
-    train_queries = _queries(graph, params, params.n_train, {q["prompt"] for q in test}, rng,
-                             "reach train")
+    test = _queries(graph, params, "test", set(), rng)
+    train_queries = _queries(graph, params, "train", {q["prompt"] for q in test}, rng)
     statements = [{"kind": "edge", "edge": [u, v], "text": f"n{u} -> n{v}"}
                   for u, v in edges] * params.edge_repeats
-    train = statements + train_queries
+    edge_queries = _edge_queries(graph, params.edge_queries, rng)
+    train = statements + edge_queries + train_queries
     order = rng.permutation(len(train))
     graph_json = {"nodes": list(range(params.nodes)), "edges": edges,
                   "layers": graph.members, "max_diameter": params.max_diameter}
+    paths = {kind: sum(q["path"] == kind for q in train_queries if q["answer"] == "yes")
+             for kind in ("knowledge", "context", "mixed")}
     return Dataset(
         tokens=list(WORDS) + [f"n{i}" for i in range(params.nodes)],
         files={"graph.json": graph_json,
                "train.jsonl": chunked(json_line(train[i]) for i in order),
                "test.jsonl": chunked(json_line(q) for q in test)},
         counts={"train": len(train), "train_queries": len(train_queries),
-                "train_edge_statements": len(statements), "test": len(test)},
-        extra={"knowledge_edges": len(edges), "context_edges_per_query": params.n_context},
+                "train_edge_statements": len(statements), "train_edge_queries": len(edge_queries),
+                "test": len(test)},
+        extra={"knowledge_edges": len(edges), "context_edges_per_query": params.n_context,
+               "train_yes_paths": paths},
     )
 
 
 def shape(params: ReachParams) -> TaskShape:
     """A query lists exactly n_context edges "u -> v" joined by "," (4C - 1 tokens); with
     <bos>, ". can s reach t ? <ans>" and the answer it is 4C + 8 tokens. An edge statement is
-    "u -> v" plus <bos> and <eos>: 5 tokens. Every node outside the last layer has one edge."""
+    "u -> v" plus <bos> and <eos>: 5 tokens; an edge query "<bos> . can u reach w ? <ans>" and
+    its answer 9. Every node outside the last layer has one edge."""
     C = params.n_context
     last_layer = params.nodes // (params.max_diameter + 1)  # np.array_split: the last is smallest
     statements = (params.nodes - last_layer) * params.edge_repeats
-    mean = (statements * 5 + params.n_train * (4 * C + 8)) / (statements + params.n_train)
+    edge_queries = (params.nodes - last_layer) * params.edge_queries * 2
+    records = statements + edge_queries + params.n_train
+    mean = (statements * 5 + edge_queries * 9 + params.n_train * (4 * C + 8)) / records
     return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(WORDS) + params.nodes,
-                     row_len=4 * C + 7, tokens_per_record=mean,
-                     train_records=statements + params.n_train)
+                     row_len=4 * C + 7, tokens_per_record=mean, train_records=records)
 
 
 SPEC = TaskSpec(
     name="reach", params_cls=ReachParams, generate=generate,
     help="Graph reachability over knowledge-graph edges (learned) plus context edges.",
-    shape=shape, extra_files=("graph.json",), group_key="distance", headline="accuracy",
+    shape=shape, extra_files=("graph.json",), group_key="group", headline="accuracy",
     pack=False, data_columns={"max_diameter": "diameter"},
 )

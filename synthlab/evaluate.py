@@ -10,8 +10,8 @@ forward pass. Reported per step t = 1..T (and past the trained depth with `steps
 - the step agreement matrix: the fraction of examples whose predicted answers at steps i and j
   are identical (MISSION.md C9);
 - per group (the task SPEC's `group_key`: the bioS attribute, the Mano length, the multihop hop
-  count with the one-hop atomic facts, the reach distance, "no" reach queries as their own group
-  `no_distance`), accuracy and answer loss on every held-out test prompt AND on a sample of
+  count with the one-hop atomic facts, reach's distance and class `d2_yes` / `d2_no` (a "no"
+  at its decoy distance) with the training edge queries `edge_yes` / `edge_no`), accuracy and answer loss on every held-out test prompt AND on a sample of
   training prompts (memorised vs generalised; bioS trains on biographies, not questions: its
   training side is `biography_recall`): `groups`, flattened into results columns by
   `group_columns` (`acc_l2`, `train_acc_l1`, ...); `train_only_groups` names the groups with no
@@ -153,8 +153,7 @@ def _qa_items(data: Dataset, records: list[dict]) -> tuple[list[list[int]], list
 
 def group_label(key: str, value) -> str:
     """A group's name in results columns: an integer value g of key k is k[0] + g (length 2 -> `l2`,
-    hops 1 -> `h1`, distance 3 -> `d3`), a missing value `no_<key>` (reach's "no" queries have no
-    distance), any other value itself (`birth_date`)."""
+    hops 1 -> `h1`), a missing value `no_<key>`, any other value itself (`birth_date`, `d3_no`)."""
     if value is None:
         return f"no_{key}"
     return f"{key[0]}{value}" if isinstance(value, int) else str(value)

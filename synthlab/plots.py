@@ -25,6 +25,7 @@ from synthlab.results import RESULTS, factor_column, read_rows
 STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
 AGREE_COLUMN = re.compile(r"^agree_(\d+)_(\d+)$")
 LENGTH_COLUMN = re.compile(r"^(train_)?acc_l(\d+)$")  # Mano per-length accuracy (synthlab.evaluate.group_columns)
+HOP_COLUMN = re.compile(r"^acc_h(\d+)$")  # multihop held-out accuracy per hop count
 
 
 def read_results(sweep_dir: str | Path) -> pd.DataFrame:
@@ -183,26 +184,65 @@ def plot_lengths(table: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def plot_multihop(table: pd.DataFrame, out: Path) -> list[Path]:
-    """Held-out 3-hop accuracy vs the fraction of questions seen in training, one curve per model."""
-    _need(table, "multihop", "train_fraction", "accuracy", "model")
+    """k-hop accuracy vs the number of unique k-hop training questions, one curve per model (loop
+    count), held-out questions solid and training ones dashed (memorised vs generalised); the band
+    spans the seeds."""
+    x = "train_questions" if "train_questions" in table else "train_fraction"  # older tables: the fraction
+    _need(table, "multihop", x, "accuracy", "model")
     plt, sns = _pyplot()
+    hops = [int(m[1]) for m in map(HOP_COLUMN.match, table.columns) if m]
+    long = table.assign(acc=_percent(table), prompts="held-out")
+    train_column = f"train_acc_h{max(hops)}" if hops else None
+    if train_column in table:
+        long = pd.concat([long, table.assign(acc=_percent(table, train_column), prompts="training")])
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    _mean_and_seeds(sns, ax, table.assign(acc=_percent(table), pct=100 * table["train_fraction"]), "pct", "acc",
-                    hue="model")
-    ax.set(xlabel="training questions (% of the k-hop questions not held out)", ylabel="held-out accuracy (%)",
-           ylim=(0, 100), title="Multi-hop QA" + _seeds_note(table))
+    _mean_and_seeds(sns, ax, long, x, "acc", hue="model", style="prompts",
+                    hue_order=sorted(table["model"].unique(), key=_layers_loops), style_order=["held-out", "training"])
+    ax.set(xscale="log", xlabel="unique k-hop training questions" if x == "train_questions" else x,
+           ylabel="k-hop accuracy (%)", ylim=(0, 100), title="Multi-hop QA" + _seeds_note(table))
     return _save(fig, out, "multihop")
 
 
+REACH_COLUMN = re.compile(r"^acc_d(\d+)_(yes|no)$")  # reach accuracy per distance and class
+
+
+def reach_distances(table: pd.DataFrame) -> pd.DataFrame:
+    """Reach accuracy per row and distance d, both classes pooled (each class's held-out accuracy
+    weighted by its count `n_d<d>_<class>`): columns diameter, loops, the seed columns, distance,
+    acc (a fraction)."""
+    keep = [c for c in ("diameter", "loops", "seed", "data_seed") if c in table]
+    parts = []
+    for d in sorted({int(m[1]) for m in map(REACH_COLUMN.match, table.columns) if m}):
+        classes = [c for c in ("yes", "no") if f"acc_d{d}_{c}" in table]
+        n = sum(table[f"n_d{d}_{c}"] for c in classes)
+        hits = sum(table[f"acc_d{d}_{c}"] * table[f"n_d{d}_{c}"] for c in classes)
+        parts.append(table[keep].assign(distance=d, acc=hits / n))
+    if not parts:  # a table from before the per-distance columns
+        return pd.DataFrame(columns=[*keep, "distance", "acc"])
+    return pd.concat(parts, ignore_index=True).dropna(subset=["acc"])
+
+
 def plot_reach(table: pd.DataFrame, out: Path) -> list[Path]:
-    """Reachability accuracy vs loops, one curve per maximum diameter (chance is 50%)."""
+    """Reachability held-out accuracy vs loops: all queries, one curve per maximum diameter D (left),
+    and per distance d, both classes pooled (right, one panel per D); the band spans the seeds
+    (chance is 50%)."""
     _need(table, "reach", "loops", "accuracy", "diameter")
     plt, sns = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    _mean_and_seeds(sns, ax, table.assign(acc=_percent(table)), "loops", "acc", hue="diameter", palette="viridis")
-    ax.axhline(50, color="grey", ls=":", label="chance")
-    ax.set(xlabel="loops (recurrent steps)", ylabel="accuracy (%)", ylim=(0, 100),
-           title="Graph reachability" + _seeds_note(table))
+    per_distance = reach_distances(table)
+    diameters = sorted(per_distance["diameter"].unique())
+    fig, axes = plt.subplots(1, 1 + len(diameters), figsize=(5 * (1 + len(diameters)), 4), squeeze=False)
+    _mean_and_seeds(sns, axes[0][0], table.assign(acc=_percent(table)), "loops", "acc", hue="diameter",
+                    palette="viridis")
+    axes[0][0].set(title="all test queries" + _seeds_note(table))
+    for ax, D in zip(axes[0][1:], diameters):
+        rows = per_distance[per_distance["diameter"] == D]
+        _mean_and_seeds(sns, ax, rows.assign(acc=100 * rows["acc"]), "loops", "acc", hue="distance",
+                        palette="rocket_r")
+        ax.set(title=f"per distance d (both classes), D = {D}")
+    for ax in axes[0]:
+        ax.axhline(50, color="grey", ls=":", label="chance")
+        ax.set(xlabel="loops (recurrent steps)", ylabel="accuracy (%)", ylim=(0, 100),
+               xticks=sorted(table["loops"].unique()))
     return _save(fig, out, "reach")
 
 

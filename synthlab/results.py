@@ -14,8 +14,8 @@ Columns of a row, by who writes them:
   `n_test`, `acc_step_<t>`, `agree_<i>_<j>`; per group of the task's group key (teacher forced,
   last step; `synthlab.evaluate.group_columns` names them): `acc_<g>`, `answer_loss_<g>`, `n_<g>`
   on held-out prompts and `train_acc_<g>`, `train_answer_loss_<g>`, `train_n_<g>` on a sample of
-  training prompts, <g> e.g. `l2` (Mano length 2), `h1` (one-hop facts), `d3`, `no_distance`,
-  `birth_date`; a group with no held-out prompt has train columns only; with an exit rule
+  training prompts, <g> e.g. `l2` (Mano length 2), `h1` (one-hop facts), `d3_yes` / `d3_no`
+  (reach distance 3, "no" at its decoy distance), `birth_date`; a group with no held-out prompt has train columns only; with an exit rule
   `strategy`, `threshold`, `mean_exit_step` (`accuracy` is then the exit accuracy); with a KV
   strategy `kv`, `kv_bytes`;
 - gate (Ouro stage II): `gate_steps`, `gate_loss`, `gate_s`; capacity (`capacity_metrics`): `p1`,

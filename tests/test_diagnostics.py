@@ -91,8 +91,9 @@ def test_sweep_results_figure_and_report_carry_the_per_length_columns(tmp_path):
 
 
 @pytest.mark.parametrize("task, params, heldout, train", [
-    ("reach", dict(nodes=24, max_diameter=3, n_train=200, n_test=40, edge_repeats=2),
-     ["d1", "d2", "d3", "no_distance"], ["d1", "d2", "d3", "no_distance"]),
+    ("reach", dict(nodes=24, max_diameter=3, n_train=200, n_test=40, edge_repeats=2, edge_queries=1),
+     ["d1_no", "d1_yes", "d2_no", "d2_yes", "d3_no", "d3_yes"],
+     ["d1_no", "d1_yes", "d2_no", "d2_yes", "d3_no", "d3_yes", "edge_no", "edge_yes"]),
     # every atomic fact is a training question: one-hop is a training-only group
     ("multihop", dict(hops=2, layers=3, per_layer=5, relations=2, n_test=10, train_fraction=0.5), ["h2"], ["h1", "h2"]),
 ])
@@ -100,7 +101,7 @@ def test_groups_of_the_other_tasks(tmp_path, task, params, heldout, train):
     import torch
 
     from synthlab.data import load_dataset
-    from synthlab.evaluate import GroupProbe, group_columns
+    from synthlab.evaluate import GroupProbe, group_columns, group_label
     from synthlab.models import ModelConfig, build_model
     from synthlab_generators import TASKS, write_dataset
 
@@ -121,7 +122,7 @@ def test_groups_of_the_other_tasks(tmp_path, task, params, heldout, train):
     for split, records in (("heldout", data.records("test")), ("train", data.records("train"))):
         for label, stats in groups[split].items():
             members = {r.get("prompt", r.get("question")) for r in records if "answer" in r
-                       and (f"no_{key}" if r.get(key) is None else f"{key[0]}{r[key]}") == label}
+                       and group_label(key, r.get(key)) == label}
             assert stats["n"] == min(16, len(members))
 
 

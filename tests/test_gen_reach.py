@@ -1,5 +1,6 @@
-"""Reach generator: answers and distances re-derived with networkx on graph.json + context
-edges, diameter bound, balance, distance spread, both sources needed, splits, bad input."""
+"""Reach generator: answers, distances and decoy distances re-derived with networkx on graph.json +
+context edges, diameter bound, every d >= 2 "yes" needing both edge kinds, balance, the curriculum's
+exact counts, the edge queries, splits, determinism, bad input."""
 
 import json
 from collections import Counter
@@ -11,11 +12,12 @@ from typer.testing import CliRunner
 
 from synthlab.cli import app
 from synthlab.tokenizer import WordTokenizer
+from synthlab_generators.reach import ReachParams, distance_counts, planned_distances
 
 runner = CliRunner()
 D = 5
-ARGS = ["--nodes", "30", "--max-diameter", str(D), "--n-train", "400", "--n-test", "100",
-        "--edge-repeats", "3"]
+ARGS = ["--nodes", "30", "--max-diameter", str(D), "--n-train", "401", "--n-test", "100",
+        "--edge-repeats", "3", "--edge-queries", "2", "--distance-decay", "0.5"]
 
 
 def gen(out: Path, *args: str) -> None:
@@ -34,29 +36,52 @@ def data(tmp_path_factory) -> Path:
     return out
 
 
-def test_answers_and_distances_by_networkx(data):
+def queries(data: Path) -> list[dict]:
+    return [r for r in read(data / "train.jsonl") if r["kind"] == "query"] + read(data / "test.jsonl")
+
+
+def test_answers_distances_and_decoys_by_networkx(data):
     graph = json.loads((data / "graph.json").read_text())
+    layer = {u: i for i, nodes in enumerate(graph["layers"]) for u in nodes}
     knowledge = nx.DiGraph(graph["edges"])
     knowledge.add_nodes_from(graph["nodes"])
-    queries = [r for r in read(data / "train.jsonl") if r["kind"] == "query"]
-    queries += read(data / "test.jsonl")
-    for i, q in enumerate(queries):
+    for i, q in enumerate(queries(data)):
         union = knowledge.copy()
         union.add_edges_from(q["context_edges"])
-        s, t = q["source"], q["target"]
-        reachable = nx.has_path(union, s, t)
-        assert q["answer"] == ("yes" if reachable else "no")
-        if reachable:
-            assert q["distance"] == nx.shortest_path_length(union, s, t)
-            if q["distance"] >= 2:  # needs the weights and the context together
-                context = nx.DiGraph(q["context_edges"])
-                context.add_nodes_from(graph["nodes"])
-                assert not nx.has_path(knowledge, s, t) and not nx.has_path(context, s, t)
-        else:
-            assert q["distance"] is None
+        s, t, d = q["source"], q["target"], q["distance"]
+        assert q["answer"] == ("yes" if nx.has_path(union, s, t) else "no")
+        assert q["group"] == f"d{d}_{q['answer']}" and layer[t] - layer[s] == d
+        if q["answer"] == "yes":
+            assert nx.shortest_path_length(union, s, t) == d
+        else:  # the decoy: a source of s's layer from which t is exactly d hops away
+            decoy = q["decoy_source"]
+            assert decoy != s and layer[decoy] == layer[s]
+            assert nx.shortest_path_length(union, decoy, t) == d
         if i < 20:  # the union's diameter is bounded by D
             lengths = dict(nx.all_pairs_shortest_path_length(union))
             assert max(d for row in lengths.values() for d in row.values()) <= D
+
+
+def test_no_yes_beyond_one_hop_is_answerable_from_one_kind_of_edge(data):
+    """At d >= 2 neither the context alone nor the knowledge graph alone connects s to t; at d = 1
+    `path` says which one edge does."""
+    graph = json.loads((data / "graph.json").read_text())
+    knowledge = nx.DiGraph(graph["edges"])
+    knowledge.add_nodes_from(graph["nodes"])
+    kinds = Counter()
+    for q in queries(data):
+        if q["answer"] != "yes":
+            continue
+        s, t = q["source"], q["target"]
+        context = nx.DiGraph(q["context_edges"])
+        context.add_nodes_from(graph["nodes"])
+        in_context, in_weights = nx.has_path(context, s, t), nx.has_path(knowledge, s, t)
+        if q["distance"] >= 2:
+            assert q["path"] == "mixed" and not in_context and not in_weights
+        else:
+            assert q["path"] == ("context" if in_context else "knowledge") and in_context != in_weights
+            kinds[q["path"]] += 1
+    assert kinds["context"] > 0 and kinds["knowledge"] > 0
 
 
 def test_prompt_lists_the_context(data):
@@ -71,26 +96,50 @@ def test_prompt_lists_the_context(data):
         tok.encode(q["prompt"] + " " + q["answer"])
 
 
-def test_balance_and_distance_spread(data):
-    for split in ("train", "test"):
-        queries = [r for r in read(data / f"{split}.jsonl") if r["kind"] == "query"]
-        answers = Counter(q["answer"] for q in queries)
-        assert answers["yes"] == answers["no"] == len(queries) // 2
-        assert {q["distance"] for q in queries if q["answer"] == "yes"} == set(range(1, D + 1))
+@pytest.mark.parametrize("split, count, decay", [("test", 100, 1.0), ("train", 401, 0.5)])
+def test_the_curriculum_draws_what_it_says(data, split, count, decay):
+    """Each class holds half the queries (the extra one is a "yes"), spread over d = 1..D in
+    proportion to decay ** (d - 1), within one query of the exact share, summing exactly."""
+    found = Counter((q["answer"], q["distance"]) for q in read(data / f"{split}.jsonl")
+                    if q["kind"] == "query")
+    weights = [decay ** (d - 1) for d in range(1, D + 1)]
+    for answer, n in (("yes", (count + 1) // 2), ("no", count // 2)):
+        got = [found[(answer, d)] for d in range(1, D + 1)]
+        assert sum(got) == n
+        assert all(abs(g - n * w / sum(weights)) < 1 for g, w in zip(got, weights))
+    params = ReachParams(nodes=30, max_diameter=D, n_train=401, n_test=100, distance_decay=decay)
+    assert Counter({(a == "yes", d): n for (a, d), n in found.items()}) == Counter(planned_distances(params, split))
 
 
-def test_edge_statements_and_disjoint_splits(data):
+def test_distance_counts():
+    assert distance_counts(10, [4, 2, 1]) == [6, 3, 1]
+    assert distance_counts(7, [1, 1, 1]) == [3, 2, 2]  # ties go to the shorter distance
+    assert distance_counts(0, [1, 2]) == [0, 0]
+
+
+def test_edge_statements_edge_queries_and_disjoint_splits(data):
     graph = json.loads((data / "graph.json").read_text())
+    layer = {u: i for i, nodes in enumerate(graph["layers"]) for u in nodes}
+    successor = dict(map(tuple, graph["edges"]))
     train = read(data / "train.jsonl")
     statements = Counter(tuple(r["edge"]) for r in train if r["kind"] == "edge")
     assert statements == {tuple(e): 3 for e in graph["edges"]}
     for r in train:
         if r["kind"] == "edge":
             assert r["text"] == f"n{r['edge'][0]} -> n{r['edge'][1]}"
+    asked = Counter()
+    for r in (r for r in train if r["kind"] == "edge_query"):
+        words = r["prompt"].split()
+        assert words[:3] == ["<bos>", ".", "can"] and words[4] == "reach" and words[-2:] == ["?", "<ans>"]
+        u, w = int(words[3][1:]), int(words[5][1:])
+        assert (successor[u] == w) == (r["answer"] == "yes") and layer[w] == layer[u] + 1
+        assert r["group"] == f"edge_{r['answer']}" and r["edge"] == [u, successor[u]]
+        asked[(u, r["answer"])] += 1
+    assert asked == {(u, a): 2 for u in successor for a in ("yes", "no")}
     train_prompts = {r["prompt"] for r in train if r["kind"] == "query"}
     test_prompts = [r["prompt"] for r in read(data / "test.jsonl")]
     assert len(set(test_prompts)) == len(test_prompts) and not train_prompts & set(test_prompts)
-    assert all("kind" in r and r["kind"] == "query" for r in read(data / "test.jsonl"))
+    assert all(r["kind"] == "query" for r in read(data / "test.jsonl"))
 
 
 def test_determinism(data, tmp_path):
@@ -106,6 +155,8 @@ def test_determinism(data, tmp_path):
     (["--max-diameter", "0"], "--max-diameter"),
     (["--context-edges", "3"], "--context-edges"),
     (["--n-test", "0"], "--n-test"),
+    (["--distance-decay", "0"], "--distance-decay"),
+    (["--edge-queries", "-1"], "--edge-queries"),
     (["--nodes", "8", "--max-diameter", "1", "--n-train", "2000"], "--n-train"),  # too few
 ])
 def test_bad_input(tmp_path, args, flag):

@@ -27,9 +27,14 @@ def _fixtures() -> dict[str, pd.DataFrame]:
     mano = _grid(model=["2x1", "2x6", "12x1"], L=[3, 5])
     mano["accuracy"] = rng.uniform(0, 1, len(mano))
     multi = _grid(model=["6x1", "6x2", "6x4"], train_fraction=[0.025, 0.1, 0.25])
-    multi["accuracy"] = rng.uniform(0, 1, len(multi))
+    multi["train_questions"] = (1e5 * multi["train_fraction"]).round()
+    multi["accuracy"] = multi["acc_h3"] = rng.uniform(0, 1, len(multi))
+    multi["train_acc_h3"] = rng.uniform(0.5, 1, len(multi))
     reach = _grid(loops=[1, 2, 4], diameter=[2, 8])
     reach["accuracy"] = 0.5 + 0.5 * rng.uniform(0, 1, len(reach))
+    for d, answer in itertools.product(range(1, 9), ("yes", "no")):
+        reach[f"acc_d{d}_{answer}"] = np.where(reach["diameter"] >= d, rng.uniform(0, 1, len(reach)), np.nan)
+        reach[f"n_d{d}_{answer}"] = np.where(reach["diameter"] >= d, 10 + d, np.nan)
     scal = _grid(params=[1e5, 3e5, 1e6], tokens=[1e6, 4e6, 1.6e7], loops=[1, 2])
     scal["loss"] = 1.5 + 300 / scal["params"] ** 0.5 + 900 / scal["tokens"] ** 0.4
     exit_ = _grid(strategy=["static", "q", "diff"], threshold=[1, 2, 3])
@@ -172,3 +177,13 @@ def test_plots_over_seeds_show_the_mean_and_every_seed(kind, tmp_path):
     paths = plots.plot(kind, table, tmp_path)
     svg = next(p for p in paths if p.suffix == ".svg").read_text()
     assert "mean of 3 seeds" in svg  # the figure says what its marks are
+
+
+def test_reach_pools_both_classes_of_a_distance_by_their_counts():
+    table = pd.DataFrame({"diameter": [2, 2], "loops": [1, 2], "acc_d1_yes": [1.0, 0.5], "n_d1_yes": [3, 3],
+                          "acc_d1_no": [0.0, 0.5], "n_d1_no": [1, 1], "acc_d2_yes": [0.5, 1.0], "n_d2_yes": [2, 2],
+                          "acc_d2_no": [1.0, 1.0], "n_d2_no": [2, 2]})
+    long = plots.reach_distances(table)
+    assert long[["loops", "distance", "acc"]].values.tolist() == [[1, 1, 0.75], [2, 1, 0.5], [1, 2, 0.75],
+                                                                   [2, 2, 1.0]]
+    assert plots.reach_distances(table[["diameter", "loops"]]).empty  # a table from before

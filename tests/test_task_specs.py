@@ -31,7 +31,8 @@ SETTINGS = [
                   "train_fraction": 0.3}),
     ("reach", {"nodes": 12, "max_diameter": 2, "n_train": 10, "n_test": 4}),
     ("reach", {"nodes": 23, "max_diameter": 3, "n_train": 40, "n_test": 10,
-               "context_edges": 10, "edge_repeats": 3}),  # uneven layers: 6, 6, 6, 5
+               "context_edges": 10, "edge_repeats": 3, "edge_queries": 2,
+               "distance_decay": 0.5}),  # uneven layers: 6, 6, 6, 5
 ]
 # Tasks whose every record's length is known from the params: shape is exact, not an estimate.
 EXACT = ("mano", "multihop", "reach")
@@ -83,7 +84,8 @@ def test_spec_facts_match_generated_data(generated, i):
     ds = load_dataset(folder, spec.name)
     assert all(spec.group_key in r for r in ds.records("test"))
     fields = {f.name for f in dataclasses.fields(spec.params_cls)}
-    assert set(spec.data_columns) <= fields and spec.data_columns
+    params_now = spec.params_cls(**ds.meta["params"])
+    assert spec.data_columns and all(hasattr(params_now, name) for name in spec.data_columns)
     assert set(ds.meta["params"]) == fields
 
 
@@ -94,8 +96,9 @@ def test_spec_values():
         "bios": (("people.jsonl",), "attribute", "bits_per_param", True, {"n_people": "n_people"}),
         "mano": ((), "length", "accuracy", False, {"L": "L"}),
         "multihop": (("facts.jsonl",), "hops", "accuracy", False,
-                     {"train_fraction": "train_fraction"}),
-        "reach": (("graph.json",), "distance", "accuracy", False, {"max_diameter": "diameter"}),
+                     {"train_fraction": "train_fraction", "n_train": "train_questions",
+                      "head_layers": "head_layers"}),
+        "reach": (("graph.json",), "group", "accuracy", False, {"max_diameter": "diameter"}),
     }
     spec = TASKS["bios"]
     with pytest.raises(TypeError):
