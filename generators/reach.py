@@ -15,9 +15,11 @@ layer i + d is at distance exactly d.
 - Knowledge graph (graph.json): every node outside the last layer has one out-edge to a random
   node of the next layer. It is taught in two forms: the statement "n3 -> n17" (language
   modelled, the form context edges are listed in; each edge --edge-repeats times) and, with
-  --edge-queries R > 0, the question form queries use, with no context: "<bos> . can n3 reach n17
-  ? <ans> yes" and "... can n3 reach n21 ? <ans> no" for a non-successor n21 of the next layer
-  (each R times; group `edge_yes` / `edge_no`, training only).
+  --edge-queries R > 0, the question form queries use, with no context: "<bos> can n3 reach n17
+  ? . <ans> yes" and "... can n3 reach n21 ? . <ans> no" for a non-successor n21 of the next
+  layer (each R times; group `edge_yes` / `edge_no`, training only).
+- The prompt states the query first, then the context: "<bos> can s reach t ? u -> v , ... .
+  <ans>". With causal attention every context edge is then read with the query already known.
 - A query (s, t) at distance d plants two walks of d hops, one from s and one from a decoy
   source s' in the same layer. "yes" asks for the end of the walk from s, "no" for the end of the
   decoy walk, so t always has a planted walk into it and both classes look alike locally. Random
@@ -45,12 +47,14 @@ weights can hold at cpu scale); (3) d = 1 cannot mix edge kinds, so its share of
 weights-only and context-only answers is reported (`path`) instead; (4) knowledge edges are also
 taught as queries, the form in which a query needs them (Physics of LMs 3.1: knowledge stored in
 one form is not used in another unless trained so); (5) the short-distance curriculum gives
-dense early supervision, since each query carries one bit.
+dense early supervision, since each query carries one bit; (6) the query comes before the
+context (the theorem's layer reads both at once; a causal decoder only reads back). The review
+of Ouro in MISSION.md's seeds/ states Theorem 1 as O(log^2 D) loops; MISSION.md writes O(log D).
 
 Records: train has edge statements ({"kind": "edge", "edge": [u, v], "text": "n3 -> n17"}),
 edge queries ({"kind": "edge_query", "prompt", "answer", "edge", "group"}) and queries; test has
 queries only, with prompts that never occur in train. A query: {"kind": "query", "prompt": "<bos>
-n3 -> n9 , ... . can n3 reach n40 ? <ans>", "answer": "yes"|"no", "source", "target",
+can n3 reach n40 ? n3 -> n9 , ... . <ans>", "answer": "yes"|"no", "source", "target",
 "decoy_source", "distance", "path" ("knowledge"|"context"|"mixed"), "group", "context_edges":
 [[u, v], ...]}. Node ids are ints; node i's token is "n{i}".
 """
@@ -241,7 +245,7 @@ def _query(graph: _Graph, params: ReachParams, yes: bool, d: int, draws: _Draws)
         listed = " , ".join(f"n{u} -> n{v}" for u, v in edges)
         answer = "yes" if yes else "no"
         return {"kind": "query",
-                "prompt": f"<bos> {listed} . can n{source} reach n{target} ? <ans>",
+                "prompt": f"<bos> can n{source} reach n{target} ? {listed} . <ans>",
                 "answer": answer, "source": source, "target": target, "decoy_source": decoy,
                 "distance": d, "path": path, "group": f"d{d}_{answer}", "context_edges": edges}
     raise SynthlabError(f"--nodes {params.nodes}: could not build a query in {MAX_TRIES} tries; "
@@ -283,7 +287,7 @@ def _edge_queries(graph: _Graph, repeats: int, rng: np.random.Generator) -> list
         others = [w for w in graph.members[graph.layer[v]] if w != v]
         for w in [v] * repeats + rng.choice(others, size=repeats).tolist():
             answer = "yes" if w == v else "no"
-            out.append({"kind": "edge_query", "prompt": f"<bos> . can n{u} reach n{w} ? <ans>",
+            out.append({"kind": "edge_query", "prompt": f"<bos> can n{u} reach n{w} ? . <ans>",
                         "answer": answer, "edge": [u, v], "group": f"edge_{answer}"})
     return out
 

@@ -88,11 +88,10 @@ def test_prompt_lists_the_context(data):
     tok = WordTokenizer.from_file(data / "vocab.json")
     for q in read(data / "test.jsonl"):
         words = q["prompt"].split()
-        assert words[0] == "<bos>" and words[-6:] == ["can", f"n{q['source']}", "reach",
-                                                      f"n{q['target']}", "?", "<ans>"]
-        listed = " ".join(words[1:-7]).split(" , ")
+        assert words[:6] == ["<bos>", "can", f"n{q['source']}", "reach", f"n{q['target']}", "?"]
+        listed = " ".join(words[6:-2]).split(" , ")
         assert listed == [f"n{u} -> n{v}" for u, v in q["context_edges"]]
-        assert words[-7] == "."
+        assert words[-2:] == [".", "<ans>"]
         tok.encode(q["prompt"] + " " + q["answer"])
 
 
@@ -130,8 +129,8 @@ def test_edge_statements_edge_queries_and_disjoint_splits(data):
     asked = Counter()
     for r in (r for r in train if r["kind"] == "edge_query"):
         words = r["prompt"].split()
-        assert words[:3] == ["<bos>", ".", "can"] and words[4] == "reach" and words[-2:] == ["?", "<ans>"]
-        u, w = int(words[3][1:]), int(words[5][1:])
+        assert words[:2] == ["<bos>", "can"] and words[3] == "reach" and words[5:] == ["?", ".", "<ans>"]
+        u, w = int(words[2][1:]), int(words[4][1:])
         assert (successor[u] == w) == (r["answer"] == "yes") and layer[w] == layer[u] + 1
         assert r["group"] == f"edge_{r['answer']}" and r["edge"] == [u, successor[u]]
         asked[(u, r["answer"])] += 1
