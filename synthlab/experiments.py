@@ -8,7 +8,8 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
     title = "Looping improves knowledge manipulation"
     task = "mano"                    # generator task of the data section
     plot = "mano"                    # plot kind (synthlab.plots.PLOTTERS)
-    stages = ["train", "eval"]       # what each point runs: train, eval, generate, capacity
+    stages = ["train", "eval"]       # what each point runs: train, gate, eval, generate, capacity,
+                                     # export (as Qwen2), ouroboros (C11 on the export)
     notes = "..."                    # optional: what is measured and how (shown in reports)
 
     [base.data]   ...                # generator parameters (+ seed)
@@ -16,6 +17,7 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
     [base.train]  ...                # TrainConfig fields
     [base.eval]   ...                # EvalOptions fields (synthlab.options)
     [base.gate]   ...                # GateOptions (stage "gate": Ouro stage II, synthlab.options)
+    [base.ouroboros] ...             # stage "ouroboros" (after "export"): synthlab.hf.point
 
     [presets.smoke]                  # a preset overrides base sections, may repeat training over
     seeds = 3                        # seeds (see below) ...
@@ -63,12 +65,12 @@ from typing import Any
 from synthlab.config import content_hash
 from synthlab.errors import SynthlabError
 
-SECTIONS = ("data", "model", "train", "eval", "gate")
+SECTIONS = ("data", "model", "train", "eval", "gate", "ouroboros")
 # Sections every resolved config carries; the others only where a definition sets them, so adding a
 # section kind never changes the content hash (the id) of existing points.
 ALWAYS_SECTIONS = ("data", "model", "train", "eval")
 PRESETS = ("smoke", "cpu", "gpu")
-STAGES = ("train", "gate", "eval", "generate", "capacity")
+STAGES = ("train", "gate", "eval", "generate", "capacity", "export", "ouroboros")
 _TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets", "verdicts"}
 # seed keys of a preset -> (factor name, the section.field each value sets)
 SEED_KEYS = {"seeds": ("seed", "train.seed"), "data_seeds": ("data_seed", "data.seed")}

@@ -26,7 +26,7 @@ from synthlab.optim import SCHEDULES
 from synthlab_generators import TASKS
 
 LOSSES = ("last", "mean", "ouro", "ouro_stage2")
-STAGES = ("train", "gate", "eval", "generate", "capacity")
+STAGES = ("train", "gate", "eval", "generate", "capacity", "export", "ouroboros")
 
 
 def _finite(where: str, **values: float) -> None:
@@ -166,6 +166,7 @@ class PointConfig:
     eval: EvalOptions = field(default_factory=EvalOptions)
     gate: GateOptions = field(default_factory=GateOptions)
     stages: tuple[str, ...] = ("train",)
+    ouroboros: Any = None  # stage ouroboros: synthlab.hf.point.OuroborosOptions, parsed by the point runner
 
     @property
     def spec(self):

@@ -1,4 +1,5 @@
-"""The lab's point runner: data (cached) -> train (resumable) -> [gate] -> eval / generate -> capacity.
+"""The lab's point runner: data (cached) -> train (resumable) -> [gate] -> eval / generate -> capacity;
+or train -> export (as a Qwen2 checkpoint) -> ouroboros (C11 on that checkpoint, synthlab.hf.point).
 
 A point runner is a module with the functions the sweep engine (synthlab.sweep) calls:
 - `parse(config) -> point`: the resolved config dict of a grid point, checked and typed once
@@ -23,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.config import content_hash
-from synthlab.errors import SynthlabError
 from synthlab.cost import estimate_seconds, gpu_cost, size_metrics
+from synthlab.errors import SynthlabError
 from synthlab.files import cached_dir
 from synthlab.options import PointConfig, parse_point
 from synthlab.results import capacity_metrics, describe, eval_metrics, train_metrics
@@ -34,16 +35,33 @@ __all__ = ["columns", "estimate_seconds", "gpu_cost", "parse", "run_point"]
 
 def parse(config: dict[str, Any]) -> PointConfig:
     """The point's options, typed (raises SynthlabError naming the section and field)."""
-    return parse_point(config)
+    point = parse_point(config)
+    if "ouroboros" not in point.stages:
+        return point
+    from synthlab.hf.export import qwen2_refusal
+    from synthlab.hf.point import parse_section
+
+    if "export" not in point.stages or "ouroboros" not in config:
+        raise SynthlabError("the ouroboros stage needs the export stage and an [ouroboros] section")
+    if qwen2_refusal(point.model):
+        raise SynthlabError(f"model: {qwen2_refusal(point.model)} (the export stage needs it)")
+    return dataclasses.replace(point, ouroboros=parse_section(config["ouroboros"]))
 
 
 # the columns each stage fills in a point's row (training always runs)
 _STAGE_COLUMNS = {"train": ("loss", "params"), "gate": ("gate_loss",), "eval": ("accuracy",),
-                  "generate": ("accuracy",), "capacity": ("bits",)}
+                  "generate": ("accuracy",), "capacity": ("bits",), "export": (), "ouroboros": ("loss_base",)}
+
+
+def _given_base(point: PointConfig) -> bool:
+    """An ouroboros point on a Qwen2 checkpoint the user gives: no synthlab model is trained."""
+    return point.ouroboros is not None and point.ouroboros.source.base is not None
 
 
 def columns(point: PointConfig) -> list[str]:
     """The columns a finished row of `point` fills: a row missing one makes the sweep run it again."""
+    if _given_base(point):
+        return list(_STAGE_COLUMNS["ouroboros"])
     return list(dict.fromkeys(c for stage in ("train", *point.stages) for c in _STAGE_COLUMNS[stage]))
 
 
@@ -143,6 +161,11 @@ def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int 
     from synthlab.capacity import estimate_capacity
     from synthlab.evaluate import biography_generation, evaluate_run
 
+    if _given_base(point):
+        from synthlab.hf.point import run_stage
+
+        return run_stage(point.ouroboros, None, None, Path(run_dir) / "ouroboros")
+
     data_dir = dataset(point, cache_dir)
     model_dir = Path(run_dir) / "model"
     metrics = {**describe(point), **train_model(point, data_dir, model_dir, nproc)}
@@ -159,4 +182,14 @@ def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int 
         metrics.update(biography_generation(model_dir, kv=options.kv or "full", steps=options.steps))
     if "capacity" in point.stages:
         metrics.update(capacity_metrics(estimate_capacity(model_dir)))
+    if "export" in point.stages:  # once per trained model: the points on it share the folder
+        from synthlab.hf.export import export_run
+
+        qwen2 = Path(run_dir) / "qwen2"
+        if not (qwen2 / "config.json").is_file():
+            export_run(model_dir, qwen2)
+    if "ouroboros" in point.stages:
+        from synthlab.hf.point import run_stage
+
+        metrics.update(run_stage(point.ouroboros, qwen2, data_dir / "train.jsonl", Path(run_dir) / "ouroboros"))
     return metrics

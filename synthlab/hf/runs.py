@@ -23,7 +23,7 @@ from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write
 from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_dtype
 from synthlab.hf.data import pack, read_texts, split_heldout
-from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM
+from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
 from synthlab.hf.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
 from synthlab.runs import resolve_device
 
@@ -58,7 +58,8 @@ def load_trainable(model: OuroborosLM, path: Path) -> None:
 def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str], config: OuroborosConfig,
               train_config: OuroborosTrainConfig, *, device: str | None = None, dtype: str | None = None,
               attn: str = "sdpa", text_field: str = "text", progress: bool = True) -> dict:
-    """Train each looped variant in `variants` on `corpus` into `out`; returns run.json's content."""
+    """Train each looped variant in `variants` on `corpus` into `out` (a rerun resumes, skipping the
+    finished ones); returns run.json's content and each variant's trainable parameter count."""
     import pandas as pd
 
     bad = [v for v in variants if v not in LOOPED_VARIANTS]
@@ -82,12 +83,14 @@ def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str],
             raise SynthlabError(f"{out} holds another OUROBOROS run (its run.json differs): use a new --out")
     else:
         atomic_write(out / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=2) + "\n"))
+    counts = {}
     for variant in variants:
         folder = out / variant
+        model = build_variant(base, config, variant, train_config.seed)
+        counts[variant] = trainable_breakdown(model)["total"]
         if (folder / LOG).is_file():  # finished earlier
             continue
         folder.mkdir(exist_ok=True)
-        model = build_variant(base, config, variant, train_config.seed)
         resume = torch.load(folder / STATE, weights_only=True) if (folder / STATE).is_file() else None
 
         def checkpoint(state, m=model, f=folder):
@@ -97,7 +100,7 @@ def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str],
         log = train(model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume)
         atomic_write(folder / LOG, lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
         (folder / STATE).unlink()
-    return run
+    return run | {"trainable_params": counts}
 
 
 def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, *, batch_size: int = 4,
