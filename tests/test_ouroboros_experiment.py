@@ -1,0 +1,97 @@
+"""experiments/ouroboros.toml (C11): the smoke preset end to end (train -> export -> ouroboros on one
+shared base, one row per variant x seed), its plot, the section's checks, and a given checkpoint."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from synthlab import experiments, plots, stages, sweep  # noqa: E402
+from synthlab.errors import SynthlabError  # noqa: E402
+
+TOML = Path(__file__).resolve().parents[1] / "experiments" / "ouroboros.toml"
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ouroboros-smoke")
+    sweep.run_sweep(experiments.load(TOML), "smoke", out, runner=stages, progress=False)
+    return out
+
+
+def test_smoke_preset_runs_every_variant_and_seed_on_one_base(smoke):
+    table = plots.read_results(smoke)
+    assert sorted(zip(table["variant"], table["seed"])) == sorted(
+        (v, s) for v in ("controller", "static", "nogate") for s in (0, 1))
+    assert table["run_dir"].nunique() == 1  # one synthlab base, trained and exported once
+    run_dir = Path(table["run_dir"].iloc[0])
+    assert (run_dir / "qwen2" / "config.json").is_file()
+    assert len(list((run_dir / "ouroboros").iterdir())) == 6  # one OUROBOROS run per point
+    for column in ("loss_depth_1", "loss_depth_2", "loss_depth_4", "loss_truncated", "loss_base"):
+        assert table[column].map(math.isfinite).all(), column
+    assert (table["ouro_steps"] == 3).all()
+    # the references do not depend on the variant; the seed changes a trained controller
+    assert table["loss_base"].nunique() == 1 and table["loss_truncated"].nunique() == 1
+    controller = table[table["variant"] == "controller"].set_index("seed")
+    assert controller.loc[0, "loss_depth_2"] != controller.loc[1, "loss_depth_2"]
+    # static: r deltas per (step, target) + gate + step norms; the controller adds its MLP
+    sizes = table.groupby("variant")["trainable_params"].first()
+    assert sizes["nogate"] < sizes["static"] < sizes["controller"]
+
+
+def test_rerun_has_nothing_to_do_and_the_plot_shows_seeds(smoke, monkeypatch):
+    before = (smoke / "results.csv").read_text()
+    monkeypatch.setattr(stages, "run_point", lambda *a, **k: pytest.fail("a finished point ran again"))
+    sweep.run_sweep(experiments.load(TOML), "smoke", smoke, runner=stages, progress=False)
+    assert (smoke / "results.csv").read_text() == before
+    paths = plots.plot("ouroboros", plots.read_results(smoke), smoke / "figures")
+    assert [p.name for p in paths] == ["ouroboros.png", "ouroboros.svg"] and all(p.stat().st_size for p in paths)
+
+
+def _smoke_config(**section):
+    config = copy.deepcopy(experiments.load(TOML).points("smoke")[0].config)
+    config["ouroboros"].update(section)
+    return config
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c["ouroboros"].update(colour=1), "ouroboros.colour: unknown field"),
+    (lambda c: c["ouroboros"].update(variant="base"), "ouroboros.variant must be one of"),
+    (lambda c: c["ouroboros"].update(eval_depths=[1, 8]), "exceeds max_steps"),
+    (lambda c: c["ouroboros"].update(base="/somewhere"), "go together"),
+    (lambda c: c.update(stages=["train", "ouroboros"]), "needs the export stage"),
+    (lambda c: c["model"].update(mlp="gelu"), "Qwen2 cannot express this model: mlp = gelu"),
+])
+def test_bad_points_fail_with_one_line(change, message):
+    config = _smoke_config()
+    change(config)
+    with pytest.raises(SynthlabError, match=message):
+        stages.parse(config)
+
+
+def test_every_preset_validates_and_gpu_uses_the_given_checkpoint():
+    exp = experiments.load(TOML)
+    for preset in experiments.PRESETS:
+        assert sweep.parse_points(stages, exp, preset, exp.points(preset))
+    gpu = [stages.parse(p.config) for p in exp.points("gpu")]
+    assert {p.ouroboros.system.variant for p in gpu} == {"controller", "static", "nogate"}
+    assert {p.ouroboros.train.seed for p in gpu} == {0, 1, 2}
+    assert all(p.ouroboros.source.base and stages.columns(p) == ["loss_base"] for p in gpu)
+    first = gpu[0].ouroboros
+    assert (first.system.rank, first.system.controller_hidden, first.train.seq_len,
+            first.train.batch_size * first.train.grad_accum, first.train.depths) == (32, 320, 2048, 32, (4, 8, 16))
+
+
+def test_a_given_checkpoint_trains_no_synthlab_base(smoke, tmp_path):
+    table = plots.read_results(smoke)
+    run_dir = Path(table["run_dir"].iloc[0])
+    corpus = next((smoke / "datasets").glob("bios-*")) / "train.jsonl"
+    point = stages.parse(_smoke_config(base=str(run_dir / "qwen2"), corpus=str(corpus), steps=2))
+    metrics = stages.run_point(point, tmp_path / "run", cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "cache").exists()
+    assert metrics["ouro_steps"] == 2 and metrics["loss_base"] == pytest.approx(table["loss_base"].iloc[0])
