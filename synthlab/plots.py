@@ -412,30 +412,25 @@ def plot_faithfulness(table: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def plot_ouroboros(table: pd.DataFrame, out: Path) -> list[Path]:
-    """C11: held-out loss vs recurrent depth per OUROBOROS variant, each seed a thin line under the
-    variant's mean; the full base and the truncated model (no loop) as horizontal references."""
+    """C11: held-out loss vs recurrent depth per OUROBOROS variant (mean over seeds +- s.e., every
+    seed a point); the full base and the truncated model (no loop) as horizontal references."""
     _need(table, "ouroboros", "variant", "loss_base", "loss_truncated")
     depths = [c for c in table.columns if DEPTH_COLUMN.match(c)]
     if not depths:
         raise SynthlabError("plot 'ouroboros' needs loss_depth_<k> columns in results.csv")
-    units = "seed" if "seed" in table.columns else None
-    long = table.melt(id_vars=["variant", *([units] if units else [])], value_vars=depths, value_name="heldout")
+    seeds = [c for c in ("seed", "data_seed") if c in table]
+    long = table.melt(id_vars=["variant", *seeds], value_vars=depths, value_name="heldout")
     long["depth"] = long["variable"].str.extract(DEPTH_COLUMN, expand=False).astype(int)
     plt, sns = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    variants = list(dict.fromkeys(table["variant"]))
-    if units:
-        sns.lineplot(data=long, x="depth", y="heldout", hue="variant", hue_order=variants, units=units, estimator=None,
-                     lw=0.7, alpha=0.35, legend=False, ax=ax)
-    sns.lineplot(data=long, x="depth", y="heldout", hue="variant", hue_order=variants, errorbar=None, marker="o", ax=ax)
+    _mean_and_seeds(sns, ax, long, "depth", "heldout", hue="variant", hue_order=list(dict.fromkeys(table["variant"])))
     for column, label, style in (("loss_base", "full base", "-"), ("loss_truncated", "truncated (no loop)", "--")):
         ax.axhline(table[column].mean(), color="grey", ls=style, lw=1, label=label)
     ticks = sorted(long["depth"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.minorticks_off()
-    ax.set(xlabel="recurrent depth", ylabel="held-out loss (nats/token)",
-           title=f"OUROBOROS (C11), {table[units].nunique() if units else 1} seed(s) per variant")
+    ax.set(xlabel="recurrent depth", ylabel="held-out loss (nats/token)", title="OUROBOROS (C11)" + _seeds_note(table))
     ax.legend(fontsize=7)
     return _save(fig, out, "ouroboros")
 
