@@ -48,13 +48,17 @@ def _fixtures() -> dict[str, pd.DataFrame]:
     depth = pd.DataFrame({"loops": [2, 4], **{f"acc_step_{t}": [0.1 * t, 0.05 * t] for t in range(1, 9)}})
     faith = pd.DataFrame({"loops": [4], "model": ["1x4"],
                           **{f"agree_{i}_{j}": [1.0 if i == j else 0.5] for i in range(1, 5) for j in range(1, 5)}})
+    ouro = _grid(variant=["controller", "static", "nogate"], seed=[0, 1, 2])
+    ouro = ouro.assign(loss_base=2.0, loss_truncated=3.0,
+                       **{f"loss_depth_{d}": 2.5 + 0.1 * d * rng.uniform(0, 1, len(ouro)) for d in (1, 2, 4, 8)})
     return {"capacity": cap, "mano": mano, "multihop": multi, "reach": reach, "scaling": scal, "exit": exit_,
-            "kvcache": kv, "topology": topo, "recipe": recipe, "depth": depth, "faithfulness": faith}
+            "kvcache": kv, "topology": topo, "recipe": recipe, "depth": depth, "faithfulness": faith,
+            "ouroboros": ouro}
 
 
 UNITS = {"capacity": "(bits)", "mano": "(%)", "multihop": "(%)", "reach": "(%)", "scaling": "(nats/token)",
          "exit": "(recurrent steps per token)", "kvcache": "(KiB)", "topology": "(%)", "recipe": "(%)", "depth": "(%)",
-         "faithfulness": "(%)"}
+         "faithfulness": "(%)", "ouroboros": "(nats/token)"}
 
 
 @pytest.mark.parametrize("kind", sorted(plots.PLOTTERS))
