@@ -114,6 +114,20 @@ def sum_over(world: World, *tensors: torch.Tensor) -> list[torch.Tensor]:
     return out
 
 
+def average_gradients(world: World, params: list[torch.nn.Parameter]) -> None:
+    """Each parameter's gradient replaced by its mean over the processes, in one all-reduce (the
+    manual form of what DDP does in backward, for a model whose few trainable parameters sit on
+    a large frozen one: DDP would first broadcast every frozen weight)."""
+    if world.size == 1:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world.size
+    for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+        g.copy_(part.view_as(g))
+
+
 def any_of(world: World, flag: bool, device: torch.device) -> bool:
     """True on every process when `flag` is true on any (e.g. a stop signal reached one of them)."""
     if world.size == 1:

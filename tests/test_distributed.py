@@ -176,7 +176,8 @@ def test_a_killed_process_stops_the_others_with_one_line(tmp_path, datasets, pro
 def test_the_readme_torchrun_lines_run_as_written(tmp_path):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme.split("## Running bigger", 1)[1].split("```", 2)[1]
-    lines = [line for line in section.splitlines() if line.startswith(("synthlab gen mano", "torchrun "))]
+    lines = [line for line in section.splitlines()
+             if line.startswith(("synthlab gen mano", "torchrun --nproc-per-node 2 -m synthlab train "))]
     assert len(lines) == 2
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     for line in lines:

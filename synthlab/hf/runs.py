@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from synthlab import config as cfgio
+from synthlab import distributed
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write
 from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_dtype
@@ -59,19 +60,28 @@ def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str],
               train_config: OuroborosTrainConfig, *, device: str | None = None, dtype: str | None = None,
               attn: str = "sdpa", text_field: str = "text", progress: bool = True) -> dict:
     """Train each looped variant in `variants` on `corpus` into `out` (a rerun resumes, skipping the
-    finished ones); returns run.json's content and each variant's trainable parameter count."""
-    import pandas as pd
-
+    finished ones); returns run.json's content and each variant's trainable parameter count.
+    Under torchrun (`torchrun --nproc-per-node K -m synthlab ouroboros train ...`) data-parallel:
+    see synthlab.hf.train.train."""
     bad = [v for v in variants if v not in LOOPED_VARIANTS]
     if bad or not variants:
         raise SynthlabError(f"variants must be among {', '.join(LOOPED_VARIANTS)}, got {variants}")
     docs = read_texts(corpus, text_field)  # a bad corpus fails before the (slow) model load
-    dev = resolve_device(device or "auto")
+    # under torchrun: each process its own base (its GPU on CUDA), its share of every batch; rank 0 writes
+    with distributed.process_group(resolve_device(device or "auto")) as (world, dev):
+        return _train_run(base_path, corpus, Path(out), variants, config, train_config, docs, dev, dtype, attn,
+                          text_field, progress, world)
+
+
+def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev, dtype, attn, text_field,
+               progress, world) -> dict:
+    import pandas as pd
+
     base = load_base(base_path, device=dev, dtype=resolve_dtype(dtype, dev), attn=attn)
     sequences = pack(docs, load_tokenizer(base_path), train_config.seq_len)
     train_seqs, heldout = split_heldout(sequences, train_config.heldout_fraction)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if world.main:
+        out.mkdir(parents=True, exist_ok=True)
     run = {
         "base": str(Path(base_path).resolve()), "corpus": str(Path(corpus).resolve()),
         "text_field": text_field, "attn": attn, "variants": variants,
@@ -81,7 +91,7 @@ def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str],
     if (out / "run.json").is_file():  # a rerun resumes: it must be the same run
         if json.loads((out / "run.json").read_text()) != json.loads(json.dumps(run)):
             raise SynthlabError(f"{out} holds another OUROBOROS run (its run.json differs): use a new --out")
-    else:
+    elif world.main:
         atomic_write(out / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=2) + "\n"))
     counts = {}
     for variant in variants:
@@ -90,16 +100,19 @@ def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str],
         counts[variant] = trainable_breakdown(model)["total"]
         if (folder / LOG).is_file():  # finished earlier
             continue
-        folder.mkdir(exist_ok=True)
+        if world.main:
+            folder.mkdir(exist_ok=True)
         resume = torch.load(folder / STATE, weights_only=True) if (folder / STATE).is_file() else None
 
         def checkpoint(state, m=model, f=folder):
             save_trainable(m, f / CHECKPOINT)
             atomic_write(f / STATE, lambda tmp: torch.save(state, tmp))
 
-        log = train(model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume)
-        atomic_write(folder / LOG, lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
-        (folder / STATE).unlink()
+        log = train(model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume,
+                    world=world)
+        if world.main:
+            atomic_write(folder / LOG, lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
+            (folder / STATE).unlink()
     return run | {"trainable_params": counts}
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from synthlab import distributed
 from synthlab.errors import SynthlabError
 from synthlab.hf.system import OuroborosLM, lm_loss
 from synthlab.optim import adamw, lr_factor
@@ -76,7 +77,8 @@ def make_optimizer(model: OuroborosLM, config: OuroborosTrainConfig) -> torch.op
 
 
 def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainConfig, *,
-          on_checkpoint=None, resume: dict | None = None, progress: bool = True) -> list[dict]:
+          on_checkpoint=None, resume: dict | None = None, progress: bool = True,
+          world: distributed.World = distributed.World()) -> list[dict]:
     """Train `model`'s trainable parameters on packed (N, seq_len) `sequences`; a log row per step.
 
     Batches and depths come from two generators seeded with config.seed (data order) and
@@ -84,15 +86,22 @@ def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainCon
     end, `on_checkpoint(state)` gets the whole training state (step, trainable parameters,
     optimiser, both generators, data order and position, log so far); `resume=state` continues
     from such a state, bit-identically to a run that was never stopped (on the CPU).
+
+    Data-parallel (`world`, under torchrun): every process draws the same micro-batches and depths
+    and runs its contiguous share of each micro-batch's rows; the gradients are averaged over the
+    processes before each optimiser step, so the step is the one-process step of the whole batch
+    (packed rows all hold seq_len tokens). Only the main process calls `on_checkpoint`.
     """
     if max(config.depths) > model.config.max_steps:
         raise SynthlabError(f"depths {config.depths} exceed the model's max_steps {model.config.max_steps}")
+    if config.batch_size % world.size:
+        raise SynthlabError(f"batch_size {config.batch_size} does not split into {world.size} processes")
     device = next(p for p in model.parameters() if p.requires_grad).device
     with float32_matmul(device, config.tf32):
-        return _train(model, sequences, config, device, on_checkpoint, resume, progress)
+        return _train(model, sequences, config, device, on_checkpoint, resume, progress and world.main, world)
 
 
-def _train(model, sequences, config, device, on_checkpoint, resume, progress) -> list[dict]:
+def _train(model, sequences, config, device, on_checkpoint, resume, progress, world) -> list[dict]:
     from tqdm import tqdm
 
     data_gen = torch.Generator().manual_seed(config.seed)
@@ -117,19 +126,23 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress) ->
         for _ in range(config.grad_accum):
             if cursor + config.batch_size > len(order):  # new epoch, new order
                 order, cursor = torch.randperm(len(sequences), generator=data_gen), 0
-            batch = sequences[order[cursor: cursor + config.batch_size]].to(device)
+            share = config.batch_size // world.size  # this process's rows of the micro-batch
+            rows = order[cursor + world.rank * share: cursor + (world.rank + 1) * share]
+            batch = sequences[rows].to(device)
             cursor += config.batch_size
             loss = lm_loss(model(batch, depth), batch) / config.grad_accum
             loss.backward()
             total += loss.detach()
-        norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.grad_clip)
+        trainables = [p for p in model.parameters() if p.requires_grad]
+        distributed.average_gradients(world, trainables)
+        norm = torch.nn.utils.clip_grad_norm_(trainables, config.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        total = float(total)  # one sync per optimiser step, for the log
+        total = float(distributed.sum_over(world, total)[0]) / world.size  # one sync per step, for the log
         log.append({"step": step, "depth": depth, "loss": total, "lr": lr, "grad_norm": float(norm)})
         bar.set_postfix(loss=f"{total:.3f}", depth=depth)
         last = step + 1 == config.steps
-        if on_checkpoint is not None and (last or (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0)):
+        if on_checkpoint is not None and world.main and (last or (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0)):
             on_checkpoint({"step": step + 1, "model": model.trainable_state(), "optimizer": optimizer.state_dict(),
                            "data_gen": data_gen.get_state(), "depth_gen": depth_gen.get_state(),
                            "order": order, "cursor": cursor, "log": log})
