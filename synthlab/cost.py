@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from synthlab import config as configlib
@@ -78,6 +79,27 @@ LOSS_BYTES_PER_LOGIT = 14
 GIB = 2**30
 
 
+# OUROBOROS on the Qwen2.5-3B shape (3.09B bf16 base), measured on one H200 (results/gpu,
+# gpu_check.json part "ouroboros"): seconds and peak GiB per micro-batch of 4 x 2048 tokens, by depth.
+OUROBOROS_3B_MEASURED = {4: (0.185, 32.03), 8: (0.248, 38.41), 16: (0.373, 51.15)}
+OUROBOROS_3B_BASE_GIB = 3.09e9 * 2 / GIB
+
+
+def ouroboros_cost(options) -> tuple[int, float, float]:
+    """(tokens, hours, peak GiB) of the OUROBOROS stage of a point (`options`: its parsed
+    [ouroboros] section), from the Qwen2.5-3B step times and memory measured on one H200: both
+    linear in depth (least squares through the three measured depths), time and activation memory
+    proportional to the tokens of a micro-batch. Assumes that shape; evaluation not counted."""
+    t = options.train
+    depths = sorted(OUROBOROS_3B_MEASURED)
+    seconds, peak = (np.polyfit(depths, [OUROBOROS_3B_MEASURED[d][i] for d in depths], 1) for i in (0, 1))
+    scale = t.batch_size * t.seq_len / (4 * 2048)
+    micro_batches = t.steps * t.grad_accum
+    hours = micro_batches * scale * float(np.mean(np.polyval(seconds, t.depths))) / 3600
+    peak_gib = OUROBOROS_3B_BASE_GIB + scale * (float(np.polyval(peak, max(t.depths))) - OUROBOROS_3B_BASE_GIB)
+    return micro_batches * t.batch_size * t.seq_len, hours, peak_gib
+
+
 def gpu_cost(point) -> dict[str, Any]:
     """Tokens, FLOPs, activation and peak memory and hours of a PointConfig on one GPU.
 
@@ -88,7 +110,14 @@ def gpu_cost(point) -> dict[str, Any]:
     counted with a dense attention (the H x S probabilities kept: the worst case of the kernel
     choice); the fused figure is printed beside it. Hours: training FLOPs (4/3 of them with
     checkpointing: one more forward) plus the forward-only gate stage, at ASSUMED_MFU of the peak.
+    gpu_h_shared: the part of gpu_h that points of one trained model share (its training); an
+    OUROBOROS stage is each point's own (`ouroboros_cost`; on a given checkpoint, all of it).
     """
+    ouroboros = getattr(point, "ouroboros", None) if "ouroboros" in point.stages else None
+    if ouroboros is not None and ouroboros.source.base is not None:  # no synthlab model is trained
+        tokens, hours, peak = ouroboros_cost(ouroboros)
+        return {"tokens": tokens, "pflop": math.nan, "layer_mib": "-", "act_gib": "-", "peak_gib": round(peak, 1),
+                "gpu_h": round(hours, 2), "gpu_h_shared": 0.0, "mfu": math.nan}
     train, model = point.train, point.model
     steps, seq = positions(point)
     all_steps = train.loss != "last"
@@ -112,8 +141,12 @@ def gpu_cost(point) -> dict[str, Any]:
     ckpt = train.activation_checkpointing
     layer = {dense: layer_activation_bytes(model, seq, masked=pack, dense=dense) * micro / 2**20 for dense in (False, True)}
     mfu = ASSUMED_MFU[train.compile]
+    peak, shared = 18 * params / GIB + act(ckpt, pack) + logits, work / (mfu * GPU_PEAK_FLOPS) / 3600
+    own = 0.0
+    if ouroboros is not None:  # on the exported synthlab base
+        tokens_own, own, peak_own = ouroboros_cost(ouroboros)
+        tokens, peak = tokens + tokens_own, max(peak, peak_own)
     return {"tokens": tokens, "pflop": round(flops / 1e15, 1),
             "layer_mib": f"{layer[False]:.0f}/{layer[True]:.0f}" if pack else f"{layer[False]:.0f}",
-            "act_gib": f"{act(False, pack):.1f}/{act(True, pack):.1f}",
-            "peak_gib": round(18 * params / GIB + act(ckpt, pack) + logits, 1),
-            "gpu_h": round(work / (mfu * GPU_PEAK_FLOPS) / 3600, 2), "mfu": mfu}
+            "act_gib": f"{act(False, pack):.1f}/{act(True, pack):.1f}", "peak_gib": round(peak, 1),
+            "gpu_h": round(shared + own, 2), "gpu_h_shared": round(shared, 2), "mfu": mfu}

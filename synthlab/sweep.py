@@ -272,7 +272,8 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
     A finished point's cost is its measured wall time; the rest come from the runner's
     `estimate_seconds(point, finished=rows)` (which may calibrate on the finished rows), or NaN
     if it has none. gpu: the runner's optional `gpu_cost(point) -> dict` adds its columns to each
-    row, and its `gpu_h` (hours on one GPU) is the cost of a point still to train.
+    row, and its `gpu_h` (hours on one GPU, less `gpu_h_shared` where an earlier point trains the
+    model) is the cost of a point still to run.
     """
     out = Path(out)
     done = {r["point_id"]: r for r in read_rows(out / RESULTS)}
@@ -290,7 +291,8 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
         if point.point_id in done:
             row.update(status="done", cost_s=float(done[point.point_id]["wall_s"]), cost="measured")
         elif shared:
-            row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=0.0, cost="shared model")
+            own = row["gpu_h"] - row["gpu_h_shared"] if gpu_cost is not None else 0.0
+            row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=own * 3600, cost="shared model")
         else:
             row["status"] = "partial" if run_dir.is_dir() else "todo"
             if gpu_cost is not None:

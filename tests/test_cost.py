@@ -81,3 +81,15 @@ def test_gpu_cost_counts_tokens_flops_and_hours_of_a_point():
     assert checkpointed["gpu_h"] == pytest.approx(got["gpu_h"] * 4 / 3, abs=0.005)  # one more forward
     plain, ckpt = (float(x) for x in got["act_gib"].split("/"))
     assert checkpointed["peak_gib"] == pytest.approx(got["peak_gib"] - plain + ckpt, abs=0.11)
+
+
+def test_ouroboros_cost_gives_back_the_measured_h200_steps():
+    from synthlab.hf.point import parse_section
+
+    for depth, (seconds, peak) in cost.OUROBOROS_3B_MEASURED.items():
+        options = parse_section({"steps": 1000, "batch_size": 4, "seq_len": 2048, "grad_accum": 8, "depths": [depth],
+                                 "max_steps": 16})
+        tokens, hours, peak_gib = cost.ouroboros_cost(options)
+        assert tokens == 1000 * 8 * 4 * 2048
+        assert hours == pytest.approx(8000 * seconds / 3600, rel=0.02)  # a line through three measurements
+        assert peak_gib == pytest.approx(peak, rel=0.02)

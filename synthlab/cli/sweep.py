@@ -59,13 +59,13 @@ def _print_plan(rows: list[dict]) -> None:
     table = pd.DataFrame(rows)
     total = table["cost_s"].sum(min_count=1)
     table["cost"] = [f"{_duration(s)} ({src})" for s, src in zip(table["cost_s"], table["cost"])]
-    typer.echo(table.drop(columns=["cost_s"]).to_string(index=False))
+    typer.echo(table.drop(columns=["cost_s", "gpu_h_shared"], errors="ignore").to_string(index=False))
     todo = table[table["status"] != "done"]
     typer.echo(f"{len(table)} points, {len(todo)} to run; total cost {_duration(total)}")
     if "gpu_h" in table:
         from synthlab import cost
 
-        mfu = ", ".join(f"{m:.0%}" for m in sorted(set(table["mfu"]), reverse=True))
+        mfu = ", ".join(f"{m:.0%}" for m in sorted(set(table["mfu"].dropna()), reverse=True)) or "-"
         typer.echo(f"gpu cost on one {cost.GPU}: {total / 3600:.1f} h at an assumed MFU of {mfu} of "
                    f"{cost.GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s (35% compiled, 25% eager: just under the 38.6% / 25.7% "
                    f"measured in results/gpu; small shapes run below it); largest peak {table['peak_gib'].max():.1f} GiB "
@@ -73,7 +73,8 @@ def _print_plan(rows: list[dict]) -> None:
         typer.echo("columns: pflop = training FLOPs / 1e15; layer_mib = activations of one layer application on one "
                    "micro-batch (packed rows: fused/dense attention); act_gib = all activations kept, without/with "
                    "activation checkpointing; peak_gib = weights, gradients, AdamW, activations (dense for packed "
-                   "rows) and logits, as configured")
+                   "rows) and logits, as configured; OUROBOROS points: from the Qwen2.5-3B step times and "
+                   "memory measured on one H200 (results/gpu)")
 
 
 def _duration(seconds: float) -> str:
