@@ -26,7 +26,7 @@ from synthlab.results import DESCRIPTORS, factor_column
 
 # Columns that identify a run, or repeat another column, or matter only for bookkeeping: in
 # results.csv, left out of the report's tables.
-_HIDDEN = {"point_id", "experiment", "preset", "run_dir", "data_dir", "loss", "train_flops", "params_nonemb",
+_HIDDEN = {"point_id", "experiment", "preset", "run_dir", "data_dir", "loss", "train_flops", "params_nonemb", "model_reused",
            "eval_steps", "n_answers", "wall_s"}
 _MAX_STEP_COLUMNS = 8
 
@@ -130,7 +130,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         figures, lines = [], lines + ["", f"No figure: {err}."]
     lines += [""] + [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in figures]
     if "wall_s" in table:
-        lines += ["", f"Compute: {table['wall_s'].sum() / 60:.1f} min in all (sum of run wall times)."]
+        lines += ["", compute_line(table)]
     shown = _shown_columns(table, factors)
     constant = [c for c in shown if c not in factors and len(table) > 1 and table[c].nunique(dropna=False) == 1]
     if constant:  # said once, above the table, instead of on every row
@@ -169,6 +169,18 @@ def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = Fals
     text = "\n\n".join(p for p in parts if p)
     atomic_write_text(out, text.strip() + "\n")
     return out
+
+
+def compute_line(table: pd.DataFrame) -> str:
+    """"Compute: X min in all": the rows' wall times, plus the training time (train_s) of each model
+    that every one of its rows found already trained (model_reused: trained by another sweep)."""
+    total, extra, reused = table["wall_s"].sum(), 0.0, 0
+    if {"model_reused", "run_dir", "train_s"} <= set(table.columns):
+        for _, rows in table.groupby("run_dir"):
+            if (rows["model_reused"] == 1).all():
+                extra, reused = extra + float(rows["train_s"].iloc[0]), reused + 1
+    shared = f", {extra / 60:.1f} min of it training {reused} model(s) reused from another sweep" if reused else ""
+    return f"Compute: {(total + extra) / 60:.1f} min in all (sum of run wall times{shared})."
 
 
 def claims_table(found: list) -> str:

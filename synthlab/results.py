@@ -8,7 +8,8 @@ Columns of a row, by who writes them:
   `d_model`, `seed` (the training seed) and `data_seed`, and the task's data columns (`L`, `n_people`, `train_fraction`, `diameter`: each
   task's `data_columns`), so plots never depend on which options happened to be grid axes;
 - training (`train_metrics`): `train_steps`, `tokens`, `train_loss` and `loss` (the mean of the
-  last logged 10% of steps), `train_s`; sizes and cost (`synthlab.cost.size_metrics`): `params`,
+  last logged 10% of steps), `train_s`, `model_reused` (1: the trained model was there already,
+  e.g. trained by another sweep sharing the runs store: this row's wall_s has no training in it); sizes and cost (`synthlab.cost.size_metrics`): `params`,
   `params_nonemb`, `train_flops`;
 - eval (`eval_metrics`): `accuracy`, `accuracy_at_trained_depth`, `answer_loss`, `eval_steps`,
   `n_test`, `acc_step_<t>`, `agree_<i>_<j>`; per group of the task's group key (teacher forced,

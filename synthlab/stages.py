@@ -82,8 +82,8 @@ def train_model(point: PointConfig, data_dir: Path, model_dir: Path, nproc: int 
         train = dataclasses.replace(point.train, data=str(Path(data_dir).resolve()))
         return RunConfig(point.model, train)
 
-    _train_or_resume(model_dir, new_run, nproc)
-    return train_metrics(model_dir)
+    reused = _train_or_resume(model_dir, new_run, nproc)
+    return {**train_metrics(model_dir), "model_reused": int(reused)}
 
 
 def train_gate(point: PointConfig, model_dir: Path, run_dir: Path, nproc: int = 0) -> tuple[Path, dict[str, Any]]:
@@ -106,13 +106,13 @@ def train_gate(point: PointConfig, model_dir: Path, run_dir: Path, nproc: int = 
                       "gate_s": stage2["train_s"]}
 
 
-def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> None:
-    """Reuse a finished run, resume a started one, or start `new_run()` (a RunConfig) afresh; in
-    this process, or (nproc >= 1) as a torchrun job of nproc processes."""
+def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> bool:
+    """Reuse a finished run (returns True), resume a started one, or start `new_run()` (a RunConfig)
+    afresh (False); in this process, or (nproc >= 1) as a torchrun job of nproc processes."""
     from synthlab.train import train
 
     if (run_dir / "summary.json").is_file():
-        return
+        return True
     resume = (run_dir / "config.json").is_file()  # resume from the last checkpoint (or step 0 before one)
     if not resume:
         shutil.rmtree(run_dir, ignore_errors=True)  # killed before its config was written
@@ -122,6 +122,7 @@ def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> None:
         interrupted = train(run_dir, None if resume else new_run(), progress=False).interrupted
     if interrupted:
         raise KeyboardInterrupt(f"training in {run_dir} interrupted by a signal (checkpoint written)")
+    return False
 
 
 def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:

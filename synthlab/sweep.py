@@ -11,6 +11,7 @@ Layout of a sweep directory DIR:
                                  (--cache DIR: shared by several sweeps)
 
 Crash safety, kill -9 included: a point's metrics are written to a temporary file and renamed;
+its `wall_s` counts every attempt (`points/<point_id>.elapsed` keeps the running total);
 the row is added by rewriting results.csv to a temporary file and renaming it, under an exclusive
 file lock, skipping point ids already present. So results.csv is always a whole, duplicate-free
 table; a point killed before its metrics file exists reruns (its training resumes from the last
@@ -36,7 +37,9 @@ import json
 import math
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -123,16 +126,49 @@ def run_unit(unit: Unit) -> list[dict[str, Any]]:
             except ValueError:  # cut short: the point runs again
                 record = None
             if record is None or missing_columns(record["metrics"], p.get("columns", ())):
-                start = time.perf_counter()
+                elapsed = done.with_suffix(".elapsed")
                 launch = {"nproc": unit.nproc} if unit.nproc else {}
-                metrics = runner.run_point(p["point"], run_dir, cache_dir=Path(unit.cache_dir), **launch)
-                record = {"metrics": metrics, "wall_s": time.perf_counter() - start}
+                metrics, wall_s = timed(elapsed, lambda: runner.run_point(p["point"], run_dir,
+                                                                          cache_dir=Path(unit.cache_dir), **launch))
+                record = {"metrics": metrics, "wall_s": wall_s}
                 atomic_write_text(done, json.dumps(record, indent=1, sort_keys=True))
+                elapsed.unlink(missing_ok=True)
             factors = {factor_column(axis): value for axis, value in p["factors"].items()}
             row = {"point_id": p["point_id"], "experiment": p["experiment"], "preset": p["preset"], **factors}
             row.update({k: v for k, v in record["metrics"].items() if k not in row})  # factors win a name clash
             rows.append({**row, "wall_s": record["wall_s"], "run_dir": str(run_dir)})
     return rows
+
+
+ELAPSED_EVERY = 5.0  # seconds between saves of a running point's elapsed time
+
+
+def timed(path: Path, work: Callable[[], Any]) -> tuple[Any, float]:
+    """(work(), wall seconds over every attempt): earlier attempts' time (interrupted, or killed:
+    then up to ELAPSED_EVERY s is lost) is read from `path`, which holds the running total, saved
+    every ELAPSED_EVERY s and when the attempt ends, however it ends."""
+    try:
+        before = float(path.read_text()) if path.is_file() else 0.0
+    except ValueError:
+        before = 0.0
+    start, stop = time.perf_counter(), threading.Event()
+
+    def save() -> None:
+        atomic_write_text(path, repr(before + time.perf_counter() - start))
+
+    def beat() -> None:
+        while not stop.wait(ELAPSED_EVERY):
+            save()
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        result = work()
+    finally:
+        stop.set()
+        thread.join()
+        save()
+    return result, before + time.perf_counter() - start
 
 
 def make_units(experiment: Experiment, preset: str, points: list[Point], parsed: list[Any], runs_dir: Path,

@@ -73,3 +73,41 @@ def test_holdout_splits_and_scores():
         sc.holdout_splits(sc.CHINCHILLA, data, "steps")
     with pytest.raises(SynthlabError, match="unknown hold-out"):
         sc.holdout_splits(law, data, "tokens")
+
+
+# The cpu scaling preset's design: 4 model sizes x 4 checkpoints (D) x 4 loop counts (experiments/scaling.toml).
+CPU_TRUTH = {"E": 1.0, "A": 400.0, "alpha": 0.45, "t1": 2e4, "B": 2000.0, "beta": 0.5, "t2": 1e5,
+             "C": 0.5, "gamma": 1.0, "t3": 0.5}
+
+
+def test_the_cpu_preset_design_identifies_the_looplm_law():
+    """Loss from a known LoopLM law (0.1% noise) on a grid shaped like the cpu preset: the fit
+    converges, the bootstrap keeps only converged refits (at least 90% of them) and every
+    constant's interval holds its true value."""
+    n, d, t = (a.ravel() for a in np.meshgrid([1.1e5, 1.9e5, 2.8e5, 6.9e5], [3.3e5, 6.6e5, 1.3e6, 2.6e6],
+                                              [1.0, 2.0, 3.0, 4.0], indexing="ij"))
+    law = sc.LOOPLM
+    clean = law.predict(theta_of(law, CPU_TRUTH), np.column_stack([n, d, t]))
+    data = sc.Data({"N": n, "D": d, "Tm": t}, clean * np.exp(np.random.default_rng(0).normal(0, 1e-3, clean.shape)))
+    result = sc.fit(law, data)
+    assert result.converged and result.r2 > 0.9999
+    boot = sc.bootstrap(law, data, result, np.random.default_rng(1), n_resamples=40)
+    assert not boot.refused and boot.n_converged >= 0.9 * 40
+    assert all(len(v) == boot.n_converged for v in boot.samples.values())  # converged refits only
+    for name, value in CPU_TRUTH.items():
+        lo, hi = boot.intervals[name]
+        assert lo <= value <= hi, (name, lo, hi)
+    # too few converged refits for the asked share: no interval at all, and it says why
+    strict = sc.bootstrap(law, data, result, np.random.default_rng(1), n_resamples=40, min_converged=1.0)
+    assert bool(strict.refused) == (strict.n_converged < 40) and (strict.intervals == {}) == bool(strict.refused)
+
+
+def test_a_holdout_that_leaves_two_levels_says_so():
+    from synthlab.scaling.uncertainty import thin_levels
+
+    n, d = (a.ravel() for a in np.meshgrid([1e6, 1e7, 1e8], [1e8, 1e9, 1e10, 1e11], indexing="ij"))
+    data = sc.Data({"N": n, "D": d}, 2.0 + 0 * n)
+    (name, train), = sc.holdout_splits(sc.CHINCHILLA, data, "size")
+    assert name == "smallest 2 of 3 sizes" and thin_levels(sc.CHINCHILLA, data, train) == "N: 2 levels"
+    assert thin_levels(sc.CHINCHILLA, data, np.ones(len(n), bool)) == ""
+    assert thin_levels(sc.CHINCHILLA, data, d <= 1e9) == "D: 2 levels"

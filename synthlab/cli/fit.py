@@ -33,6 +33,8 @@ def _fit_json(group) -> dict:
         intervals={k: list(v) for k, v in boot.intervals.items()} if boot else {},
         level=boot.level if boot else None,
         bootstrap=boot.n_resamples if boot else 0,
+        bootstrap_converged=boot.n_converged if boot else 0,
+        bootstrap_refused=boot.refused if boot else "",
         holdout=[{k: nan_to_none(v) for k, v in vars(r).items()} for r in group.holdout],
         implausible=sorted(scaling.implausible(result.params)),
     )
@@ -56,8 +58,10 @@ def _fit_text(law, group) -> str:
         return f"  [{lo:.5g}, {hi:.5g}]"
 
     if boot:
-        lines.append(f"  {int(100 * boot.level)}% bootstrap intervals from {boot.n_resamples} resamples "
-                     f"({boot.n_converged} converged)")
+        cold = f" ({boot.n_cold} refitted cold from the full-data fit)" if boot.n_cold else ""
+        lines.append(f"  {int(100 * boot.level)}% bootstrap intervals from the {boot.n_converged} of {boot.n_resamples} "
+                     f"resamples whose refit converged{cold}" if not boot.refused else
+                     f"  bootstrap: {boot.refused}{cold}; the constants below have no interval")
     lines += [f"  {k:>6} = {v:<12.5g}{interval(k)}" for k, v in {**result.params, **group.derived}.items()]
     bad = scaling.implausible(result.params)
     if bad:
@@ -66,7 +70,8 @@ def _fit_text(law, group) -> str:
     if group.holdout:
         lines.append(f"  {'hold-out':<26} {'train':>6} {'test':>5} {'R2 train':>9} {'R2 test':>8} {'RMSE test':>10}")
         lines += [f"  {r.split:<26} {r.train_rows:>6} {r.test_rows:>5} {r.r2_train:>9.4f} {r.r2_test:>8.4f} "
-                  f"{r.rmse_log_test:>10.4g}" for r in group.holdout]
+                  f"{r.rmse_log_test:>10.4g}" + (f"  (fitted on {r.thin}: not identified)" if r.thin else "")
+                  for r in group.holdout]
     return "\n".join(lines)
 
 

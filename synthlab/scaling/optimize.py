@@ -281,7 +281,19 @@ def fit(law: Law | str, data: Data, options: FitOptions = FitOptions(), starts: 
     )
 
 
-def _polish(law: Law, X: np.ndarray, log_loss: np.ndarray, theta: np.ndarray, options: FitOptions):
+def refit_from(law: Law, data: Data, theta: np.ndarray, options: FitOptions = FitOptions(),
+               max_nfev: int = 500) -> tuple[np.ndarray, bool]:
+    """(optimum, converged) of `law` on `data` by the polish (trust-region least squares) started
+    at fit-space `theta`, within max_nfev evaluations: the bootstrap's cold start from the full-data fit."""
+    X = data.matrix(law)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        polished = _polish(law, X, np.log(np.asarray(data.loss, dtype=float)), np.asarray(theta, dtype=float), options,
+                           max_nfev)
+    return polished.x, bool(polished.success)
+
+
+def _polish(law: Law, X: np.ndarray, log_loss: np.ndarray, theta: np.ndarray, options: FitOptions,
+            max_nfev: int = 5000):
     """Refine one endpoint by scipy's trust-region least squares with the same Huber loss.
 
     least_squares(loss="huber", f_scale=delta) minimises sum 2 Huber_delta(r): twice our summed
@@ -300,4 +312,4 @@ def _polish(law: Law, X: np.ndarray, log_loss: np.ndarray, theta: np.ndarray, op
     with np.errstate(over="ignore", invalid="ignore"):
         return optimize.least_squares(residuals, theta, jac=jacobian, loss="huber", f_scale=options.delta,
                                       method="trf", xtol=options.tight_ftol, ftol=options.tight_ftol,
-                                      gtol=options.tight_gtol, max_nfev=5000)
+                                      gtol=options.tight_gtol, max_nfev=max_nfev)

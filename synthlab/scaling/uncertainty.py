@@ -6,8 +6,14 @@ with replacement), so all resamples share one batched objective and are refitted
 distinct endpoints of the full-data grid (other basins), not from the whole grid: a resample
 perturbs the data slightly, so its optimum sits beside the full-data one. Warm starts need the
 tight stopping rules (FitOptions.tight_ftol/gtol): under scipy's absolute ftol a start that
-begins near the optimum stops at once. `cold_refits` refits chosen resamples with `fit` from the
-whole grid; tests/test_scaling_eval.py and benchmarks/bench_fit.py check that both agree.
+begins near the optimum stops at once. A resample whose warm refit did not converge (no stopping
+rule met: line-search failure or the iteration cap) is refitted cold from the full-data fit's
+optimum by the trust-region polish (`optimize.refit_from`; a whole-grid `fit` per resample costs
+about a minute for LoopLM on 2 cores); one that still does not converge is left out, and the
+intervals come from the converged refits only; below `min_converged` (90%) of the resamples no interval is
+given at all (`BootstrapResult.refused` says why; the cold refits stop once that is certain).
+tests/test_scaling_eval.py and
+benchmarks/bench_fit.py check that warm and cold refits agree.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from synthlab.errors import SynthlabError
+from synthlab.files import warn
 from synthlab.scaling.laws import Data, Law, get_law
-from synthlab.scaling.optimize import FitOptions, FitResult, fit, goodness, huber_objective, minimize_batched
+from synthlab.scaling.optimize import (FitOptions, FitResult, fit, goodness, huber_objective, minimize_batched,
+                                       refit_from)
 
 
 def derived(params: Mapping[str, np.ndarray | float], compute: float | None = None) -> dict[str, np.ndarray | float]:
@@ -45,11 +53,13 @@ def derived(params: Mapping[str, np.ndarray | float], compute: float | None = No
 @dataclasses.dataclass(frozen=True)
 class BootstrapResult:
     rows: np.ndarray  # (resamples, R) the row indices drawn for each resample
-    samples: dict[str, np.ndarray]  # every reported parameter and derived quantity, (resamples,)
-    intervals: dict[str, tuple[float, float]]  # percentile intervals at `level`
+    samples: dict[str, np.ndarray]  # every reported parameter and derived quantity of the converged refits
+    intervals: dict[str, tuple[float, float]]  # percentile intervals at `level` (empty when refused)
     level: float
     n_resamples: int
-    n_converged: int  # resamples whose best start met a stopping rule
+    n_converged: int  # resamples whose refit (warm, else cold) met a stopping rule: the samples
+    n_cold: int = 0  # resamples refitted cold (from the full-data fit) after a warm refit that did not converge
+    refused: str = ""  # why no interval is given ("" when they are)
 
 
 def bootstrap(
@@ -63,8 +73,10 @@ def bootstrap(
     compute: float | None = None,
     options: FitOptions = FitOptions(),
     warm_starts: int = 4,
+    min_converged: float = 0.9,
 ) -> BootstrapResult:
-    """Refit `law` on resamples of the runs; percentile intervals for parameters and derived quantities."""
+    """Refit `law` on resamples of the runs; percentile intervals of the converged refits for
+    parameters and derived quantities (none below `min_converged` of the resamples)."""
     law = get_law(law) if isinstance(law, str) else law
     if n_resamples < 2:
         raise SynthlabError(f"bootstrap needs at least 2 resamples, got {n_resamples}")
@@ -84,13 +96,23 @@ def bootstrap(
     f = np.where(np.isfinite(batch.f), batch.f, np.inf).reshape(n_resamples, K)
     best = np.arange(n_resamples) * K + f.argmin(axis=1)
     thetas = batch.theta[best]  # (resamples, P)
-    reported = [law.report(t) for t in thetas]
-    samples = {k: np.array([r[k] for r in reported]) for k in reported[0]}
+    converged = np.isin(batch.status[best], (1, 2))
+    cold, allowed = [], int((1 - min_converged) * n_resamples)  # more failures than this: no interval anyway
+    for i in np.flatnonzero(~converged):
+        if len(cold) - int(converged[cold].sum()) > allowed:
+            break
+        cold.append(i)
+        thetas[i], converged[i] = refit_from(law, data.subset(rows[i]), result.theta, options)
+    reported = [law.report(t) for t in thetas[converged]]
+    samples = {k: np.array([r[k] for r in reported]) for k in law.report(result.theta)}
     samples.update(derived(samples, compute))
+    n_converged = int(converged.sum())
+    refused = "" if n_converged >= min_converged * n_resamples else (
+        f"no interval: {n_converged} of {n_resamples} refits converged (< {100 * min_converged:.0f}%)")
     tail = 100 * (1 - level) / 2
-    intervals = {k: (float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail))) for k, v in samples.items()}
-    n_converged = int(np.isin(batch.status[best], (1, 2)).sum())
-    return BootstrapResult(rows, samples, intervals, level, n_resamples, n_converged)
+    intervals = {} if refused else {k: (float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail)))
+                                    for k, v in samples.items()}
+    return BootstrapResult(rows, samples, intervals, level, n_resamples, n_converged, len(cold), refused)
 
 
 def cold_refits(
@@ -108,6 +130,15 @@ class HoldoutRow:
     r2_train: float
     r2_test: float
     rmse_log_test: float
+    thin: str = ""  # the law's variables with fewer than 3 levels to fit on, e.g. "N: 2 levels"
+
+
+def thin_levels(law: Law, data: Data, train: np.ndarray) -> str:
+    """The variables of `law` that the rows in `train` cover with fewer than 3 distinct values: a
+    coefficient, an exponent and an offset cannot be identified from two levels."""
+    thin = [f"{v}: {n} level{'s' * (n != 1)}" for v in law.variables
+            for n in [len(np.unique(np.asarray(data.variables[v])[train]))] if n < 3]
+    return ", ".join(thin)
 
 
 HOLDOUT_KINDS = ("size", "data", "steps")
@@ -157,5 +188,8 @@ def holdout(law: Law | str, data: Data, kind: str, options: FitOptions = FitOpti
         train_data, test_data = data.subset(train), data.subset(~train)
         result = fit(law, train_data, options)
         r2_test, rmse_test = goodness(law, result.theta, test_data.matrix(law), np.asarray(test_data.loss, dtype=float))
-        rows.append(HoldoutRow(name, int(train.sum()), int((~train).sum()), result.r2, r2_test, rmse_test))
+        thin = thin_levels(law, data, train)
+        if thin:
+            warn(f"hold-out '{name}' leaves {thin} to fit {law.name} on: its constants are not identified")
+        rows.append(HoldoutRow(name, int(train.sum()), int((~train).sum()), result.r2, r2_test, rmse_test, thin))
     return rows
