@@ -22,7 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from synthlab.errors import SynthlabError
-from synthlab.plots import _pyplot, _save, read_results
+from synthlab.draw import pyplot, save
+from synthlab.plots import read_results
 from synthlab.results import RESULTS, _model_dir
 from synthlab.runs import read_metrics
 
@@ -84,7 +85,7 @@ def _tables(curves: list[Curve]) -> tuple[pd.DataFrame, pd.DataFrame]:
 def plot_curves(curves: list[Curve], out: str | Path, name: str = "curves") -> list[Path]:
     """Draw `curves` into OUT/<name>.png and .svg; returns the paths."""
     training, per_step = _tables(curves)
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     from matplotlib.ticker import FormatStrFormatter
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
@@ -101,7 +102,7 @@ def plot_curves(curves: list[Curve], out: str | Path, name: str = "curves") -> l
     sns.lineplot(data=training, x="step", y="lr", ax=axes[2], **{**style, "legend": "auto"})
     axes[2].set(xlabel="optimizer step", ylabel="learning rate", title="schedule")
     axes[2].legend(title=None, fontsize="small", loc="best")
-    paths = _save(fig, Path(out), name)
+    paths = save(fig, Path(out), name)
     learning = _learning(curves)
     if not learning.empty:
         paths += plot_learning(learning, out, f"{name}_groups")
@@ -122,7 +123,7 @@ def _learning(curves: list[Curve]) -> pd.DataFrame:
 
 def plot_learning(learning: pd.DataFrame, out: str | Path, name: str) -> list[Path]:
     """Accuracy per group over optimizer steps, held-out solid and training dashed, one panel per run."""
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     runs = list(dict.fromkeys(learning["run"]))
     fig, axes = plt.subplots(1, len(runs), figsize=(4.5 * len(runs), 3.8), squeeze=False, sharey=True)
     for ax, run in zip(axes[0], runs):
@@ -130,4 +131,4 @@ def plot_learning(learning: pd.DataFrame, out: str | Path, name: str) -> list[Pa
                      hue_order=list(dict.fromkeys(learning["group"])), style="prompts",
                      style_order=["held-out", "training"], marker="o", ax=ax, legend=ax is axes[0][-1])
         ax.set(xlabel="optimizer step", ylabel="exact-match accuracy (%)", ylim=(-2, 102), title=run)
-    return _save(fig, Path(out), name)
+    return save(fig, Path(out), name)

@@ -4,7 +4,7 @@ Each plotter takes the table (a pandas DataFrame with the columns of `synthlab.r
 and an output folder, saves the figure as PNG and SVG, and returns the paths. Axes carry units:
 "bits", "parameters (unique)", "accuracy (%)", "tokens", "recurrent steps", "bytes". A sweep over
 seeds is drawn as the mean over seeds with a band (or bar) of one standard error, and every seed
-as a point (`_mean_and_seeds`); heatmaps show the mean.
+as a point (`synthlab.draw`); heatmaps show the mean.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from synthlab.draw import bars_and_seeds, mean_and_seeds, pyplot, save, seed_count, seeds_note
 from synthlab.errors import SynthlabError
-from synthlab.files import atomic_write
 from synthlab.results import RESULTS, factor_column, read_rows
 
 STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
@@ -48,32 +48,6 @@ def read_results(sweep_dir: str | Path) -> pd.DataFrame:
     return table.rename(columns={c: factor_column(c) for c in table})
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="paper")
-    matplotlib.rcParams["svg.hashsalt"] = "synthlab"  # fixed element ids: an unchanged figure is byte-identical
-    return plt, sns
-
-
-def _save(fig, out: Path, name: str) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.svg"]
-    fig.tight_layout()
-    for path in paths:  # a report copying the figure never sees half of one
-        # no creation date or software version in the file: regenerating leaves git clean
-        metadata = {"Date": None} if path.suffix == ".svg" else {"Software": None}
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=150, metadata=metadata))
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return paths
-
-
 def _need(table: pd.DataFrame, kind: str, *columns: str) -> None:
     missing = [c for c in columns if c not in table.columns]
     if missing:
@@ -84,38 +58,12 @@ def _percent(table: pd.DataFrame, column: str = "accuracy") -> pd.Series:
     return 100.0 * table[column]
 
 
-def seed_count(table: pd.DataFrame) -> int:
-    """How many (training seed, data seed) pairs the table holds (1 without seed columns)."""
-    seeds = [c for c in ("seed", "data_seed") if c in table]
-    return len(table[seeds].drop_duplicates()) if seeds else 1
-
-
-def _mean_and_seeds(sns, ax, data: pd.DataFrame, x: str, y: str, **kw) -> None:
-    """A line through the mean over seeds, a band of +-1 standard error, and every seed as a point."""
-    sns.lineplot(data=data, x=x, y=y, marker="o", errorbar=("se", 1), ax=ax, **kw)
-    if seed_count(data) > 1:
-        sns.scatterplot(data=data, x=x, y=y, ax=ax, legend=False, alpha=0.45, s=16, **kw)
-
-
-def _bars_and_seeds(sns, ax, data: pd.DataFrame, x: str, y: str, **kw) -> None:
-    """Bars at the mean over seeds with +-1 standard error, and every seed as a point."""
-    many = seed_count(data) > 1
-    sns.barplot(data=data, x=x, y=y, errorbar=("se", 1) if many else None, color="lightsteelblue", ax=ax, **kw)
-    if many:
-        sns.stripplot(data=data, x=x, y=y, color="black", size=4, jitter=False, ax=ax, **kw)
-
-
-def _seeds_note(table: pd.DataFrame) -> str:
-    n = seed_count(table)
-    return f" (mean of {n} seeds ± s.e.; points: seeds)" if n > 1 else ""
-
-
 def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
     """Bits stored vs unique parameters, log-log; colour = N people, marker = loops; 1 and 2 bit/param."""
     # P as the estimate counts it (used embedding rows only) when the sweep recorded it
     params = "params_capacity" if "params_capacity" in table else "params"
     _need(table, "capacity", params, "bits", "n_people", "loops")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
     data = table.assign(bits_shown=table["bits"].clip(lower=1.0))  # log axis: an empty model stores ~0
     sns.scatterplot(data=data, x=params, y="bits_shown", hue="n_people", style="loops", s=70,
@@ -134,7 +82,7 @@ def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
     ax.set(xscale="log", yscale="log", xlabel="parameters (unique, count)", ylabel="knowledge stored (bits)",
            title="bioS capacity: bits vs parameters")
     ax.legend(fontsize=7)
-    return _save(fig, out, "capacity")
+    return save(fig, out, "capacity")
 
 
 def _layers_loops(label: str) -> tuple:
@@ -146,7 +94,7 @@ def _layers_loops(label: str) -> tuple:
 def plot_mano(table: pd.DataFrame, out: Path) -> list[Path]:
     """Exact-match accuracy at l = L: heatmap of model (k x m) by L."""
     _need(table, "mano", "model", "L", "accuracy")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     grid = table.assign(acc=_percent(table)).pivot_table(index="model", columns="L", values="acc", aggfunc="mean")
     grid = grid.loc[sorted(grid.index, key=_layers_loops)]
     fig, ax = plt.subplots(figsize=(1.5 + 1.1 * grid.shape[1], 1.2 + 0.45 * grid.shape[0]))
@@ -155,7 +103,7 @@ def plot_mano(table: pd.DataFrame, out: Path) -> list[Path]:
     n = seed_count(table)
     ax.set(xlabel="L (operators in the test expression)", ylabel="model (layers x loops)",
            title="Mano" + (f" (mean of {n} seeds)" if n > 1 else ""))
-    paths = _save(fig, out, "mano")
+    paths = save(fig, out, "mano")
     if any(LENGTH_COLUMN.match(c) for c in table.columns):  # per-length diagnostics recorded
         paths += plot_lengths(table, out)
     return paths
@@ -166,7 +114,7 @@ def plot_lengths(table: pd.DataFrame, out: Path) -> list[Path]:
     (dashed), one panel per L, one colour per model: which lengths a model has learned. Drawn
     with the Mano figure when results.csv has per-length columns (acc_l<l>, train_acc_l<l>)."""
     columns = [c for c in table.columns if LENGTH_COLUMN.match(c)]
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     long = table.melt(id_vars=["model", "L"], value_vars=columns, var_name="column", value_name="acc").dropna(
         subset=["acc"])
     parts = long["column"].str.extract(LENGTH_COLUMN)
@@ -181,7 +129,7 @@ def plot_lengths(table: pd.DataFrame, out: Path) -> list[Path]:
                      legend=ax is axes[0][-1])
         ax.set(xlabel="l (operators in the expression)", ylabel="exact-match accuracy (%)", ylim=(-2, 102),
                title=f"Mano L = {L}", xticks=range(1, int(L) + 1))
-    return _save(fig, out, "mano_lengths")
+    return save(fig, out, "mano_lengths")
 
 
 def plot_multihop(table: pd.DataFrame, out: Path) -> list[Path]:
@@ -190,18 +138,18 @@ def plot_multihop(table: pd.DataFrame, out: Path) -> list[Path]:
     spans the seeds."""
     x = "train_questions" if "train_questions" in table else "train_fraction"  # older tables: the fraction
     _need(table, "multihop", x, "accuracy", "model")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     hops = [int(m[1]) for m in map(HOP_COLUMN.match, table.columns) if m]
     long = table.assign(acc=_percent(table), prompts="held-out")
     train_column = f"train_acc_h{max(hops)}" if hops else None
     if train_column in table:
         long = pd.concat([long, table.assign(acc=_percent(table, train_column), prompts="training")])
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    _mean_and_seeds(sns, ax, long, x, "acc", hue="model", style="prompts",
+    mean_and_seeds(sns, ax, long, x, "acc", hue="model", style="prompts",
                     hue_order=sorted(table["model"].unique(), key=_layers_loops), style_order=["held-out", "training"])
     ax.set(xscale="log", xlabel="unique k-hop training questions" if x == "train_questions" else x,
-           ylabel="k-hop accuracy (%)", ylim=(0, 100), title="Multi-hop QA" + _seeds_note(table))
-    return _save(fig, out, "multihop")
+           ylabel="k-hop accuracy (%)", ylim=(0, 100), title="Multi-hop QA" + seeds_note(table))
+    return save(fig, out, "multihop")
 
 
 REACH_COLUMN = re.compile(r"^acc_d(\d+)_(yes|no)$")  # reach accuracy per distance and class
@@ -228,23 +176,23 @@ def plot_reach(table: pd.DataFrame, out: Path) -> list[Path]:
     and per distance d, both classes pooled (right, one panel per D); the band spans the seeds
     (chance is 50%)."""
     _need(table, "reach", "loops", "accuracy", "diameter")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     per_distance = reach_distances(table)
     diameters = sorted(per_distance["diameter"].unique())
     fig, axes = plt.subplots(1, 1 + len(diameters), figsize=(5 * (1 + len(diameters)), 4), squeeze=False)
-    _mean_and_seeds(sns, axes[0][0], table.assign(acc=_percent(table)), "loops", "acc", hue="diameter",
+    mean_and_seeds(sns, axes[0][0], table.assign(acc=_percent(table)), "loops", "acc", hue="diameter",
                     palette="viridis")
-    axes[0][0].set(title="all test queries" + _seeds_note(table))
+    axes[0][0].set(title="all test queries" + seeds_note(table))
     for ax, D in zip(axes[0][1:], diameters):
         rows = per_distance[per_distance["diameter"] == D]
-        _mean_and_seeds(sns, ax, rows.assign(acc=100 * rows["acc"]), "loops", "acc", hue="distance",
+        mean_and_seeds(sns, ax, rows.assign(acc=100 * rows["acc"]), "loops", "acc", hue="distance",
                         palette="rocket_r")
         ax.set(title=f"per distance d (both classes), D = {D}")
     for ax in axes[0]:
         ax.axhline(50, color="grey", ls=":", label="chance")
         ax.set(xlabel="loops (recurrent steps)", ylabel="accuracy (%)", ylim=(0, 100),
                xticks=sorted(table["loops"].unique()))
-    return _save(fig, out, "reach")
+    return save(fig, out, "reach")
 
 
 def fit_scaling(table: pd.DataFrame):
@@ -267,7 +215,7 @@ def fit_scaling(table: pd.DataFrame):
 def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:
     """Loss vs N, D and T (three panels); dashed: the fitted law's prediction at each run."""
     _need(table, "scaling", "params", "tokens", "loops", "loss")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     from matplotlib.ticker import NullFormatter
 
     result = fit_scaling(table)
@@ -294,13 +242,13 @@ def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:
     title = "no law fitted (needs >= 3 model sizes, >= 3 data sizes and more runs than parameters)" if result is None else (
         f"fitted {result.law}: R² = {result.r2:.3f}, " + ", ".join(f"{k}={v:.3g}" for k, v in result.params.items()))
     fig.suptitle(title, fontsize=8)
-    return _save(fig, out, "scaling")
+    return save(fig, out, "scaling")
 
 
 def plot_exit(table: pd.DataFrame, out: Path) -> list[Path]:
     """Accuracy vs mean exit step, one curve per exit strategy (thresholds along each curve)."""
     _need(table, "exit", "strategy", "mean_exit_step", "accuracy")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
     data = table.assign(acc=_percent(table))
     rule = [c for c in ("strategy", "threshold") if c in data]
@@ -311,39 +259,39 @@ def plot_exit(table: pd.DataFrame, out: Path) -> list[Path]:
         sns.scatterplot(data=data, x="mean_exit_step", y="acc", hue="strategy", alpha=0.4, s=14, legend=False, ax=ax)
     ax.set(xlabel="mean exit step (recurrent steps per token)", ylabel="accuracy (%)",
            title="Early exit" + (f" (mean of {seed_count(data)} seeds; points: seeds)" if seed_count(data) > 1 else ""))
-    return _save(fig, out, "exit")
+    return save(fig, out, "exit")
 
 
 def plot_kvcache(table: pd.DataFrame, out: Path) -> list[Path]:
     """Accuracy and decode-time KV-cache memory per strategy (two panels)."""
     _need(table, "kvcache", "kv", "accuracy", "kv_bytes")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
     order = [s for s in ("full", "first", "last", "mean") if s in set(table["kv"])]
-    _bars_and_seeds(sns, left, table.assign(acc=_percent(table)), "kv", "acc", order=order)
+    bars_and_seeds(sns, left, table.assign(acc=_percent(table)), "kv", "acc", order=order)
     left.set(xlabel="KV-cache strategy", ylabel="accuracy (%)", ylim=(0, 100))
     sns.barplot(data=table.assign(kib=table["kv_bytes"] / 1024), x="kv", y="kib", order=order, ax=right)
     right.set(xlabel="KV-cache strategy", ylabel="cache memory (KiB)")
-    fig.suptitle("KV-cache reuse at decode time" + _seeds_note(table))
-    return _save(fig, out, "kvcache")
+    fig.suptitle("KV-cache reuse at decode time" + seeds_note(table))
+    return save(fig, out, "kvcache")
 
 
 def plot_topology(table: pd.DataFrame, out: Path) -> list[Path]:
     """Accuracy per topology (sandwich, full-stack loop, injection and state-init variants)."""
     _need(table, "topology", "model", "accuracy")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     fig, ax = plt.subplots(figsize=(6, 0.8 + 0.4 * table["model"].nunique()))
     data = table.assign(acc=_percent(table))
     order = data.groupby("model")["acc"].mean().sort_values(ascending=False).index
-    _bars_and_seeds(sns, ax, data, "acc", "model", order=order)
-    ax.set(xlabel="accuracy (%)", ylabel="topology", xlim=(0, 100), title="Recurrence topology" + _seeds_note(table))
-    return _save(fig, out, "topology")
+    bars_and_seeds(sns, ax, data, "acc", "model", order=order)
+    ax.set(xlabel="accuracy (%)", ylabel="topology", xlim=(0, 100), title="Recurrence topology" + seeds_note(table))
+    return save(fig, out, "topology")
 
 
 def plot_recipe(table: pd.DataFrame, out: Path) -> list[Path]:
     """Held-out accuracy and final training loss per recipe: every seed as a point, the mean as a bar."""
     _need(table, "recipe", "recipe", "accuracy", "train_loss")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     data = table.assign(acc=_percent(table))
     order = data.groupby("recipe")["acc"].mean().sort_values(ascending=False).index
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 0.9 + 0.4 * len(order)), sharey=True)
@@ -353,7 +301,7 @@ def plot_recipe(table: pd.DataFrame, out: Path) -> list[Path]:
     sns.stripplot(data=data, y="recipe", x="train_loss", order=order, color="black", size=5, jitter=False, ax=right)
     right.set(xlabel="training loss, last 10% of steps (nats)", xscale="log")
     fig.suptitle("Training recipes (points: seeds; bars: their mean)")
-    return _save(fig, out, "recipe")
+    return save(fig, out, "recipe")
 
 
 def _step_long(table: pd.DataFrame) -> pd.DataFrame:
@@ -368,16 +316,16 @@ def _step_long(table: pd.DataFrame) -> pd.DataFrame:
 def plot_depth(table: pd.DataFrame, out: Path) -> list[Path]:
     """Accuracy vs the number of recurrent steps at evaluation, past the trained depth (dotted)."""
     _need(table, "depth", "loops")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     long = _step_long(table)
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    _mean_and_seeds(sns, ax, long.assign(acc=100 * long["acc_at_step"]), "step", "acc", hue="loops",
+    mean_and_seeds(sns, ax, long.assign(acc=100 * long["acc_at_step"]), "step", "acc", hue="loops",
                     palette="viridis")
     for loops in sorted(table["loops"].unique()):
         ax.axvline(loops, color="grey", ls=":", lw=0.8)
     ax.set(xlabel="recurrent steps at evaluation T", ylabel="accuracy (%)", ylim=(0, 100),
-           title="Depth extrapolation (dotted: trained loops)" + _seeds_note(table))
-    return _save(fig, out, "depth")
+           title="Depth extrapolation (dotted: trained loops)" + seeds_note(table))
+    return save(fig, out, "depth")
 
 
 def agreement_matrix(row: pd.Series) -> np.ndarray:
@@ -394,7 +342,7 @@ def plot_faithfulness(table: pd.DataFrame, out: Path) -> list[Path]:
     """Step x step agreement of the answers (%), one heatmap per model (the mean over its seeds)."""
     if not any(AGREE_COLUMN.match(c) for c in table.columns):
         raise SynthlabError("plot 'faithfulness' needs agree_<i>_<j> columns in results.csv")
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     keys = [c for c in ("model", "loops", "train.loss") if c in table]
     groups = [g for _, g in table.groupby(keys, sort=False, dropna=False)] if keys else [table]
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.8), squeeze=False)
@@ -408,7 +356,7 @@ def plot_faithfulness(table: pd.DataFrame, out: Path) -> list[Path]:
             f", {row['train.loss']} loss" if "train.loss" in row else "") + (
             f" (mean of {seed_count(group)} seeds)" if seed_count(group) > 1 else "")
         ax.set(xlabel="recurrent step", ylabel="recurrent step", title=title)
-    return _save(fig, out, "faithfulness")
+    return save(fig, out, "faithfulness")
 
 
 def plot_ouroboros(table: pd.DataFrame, out: Path) -> list[Path]:
@@ -421,18 +369,18 @@ def plot_ouroboros(table: pd.DataFrame, out: Path) -> list[Path]:
     seeds = [c for c in ("seed", "data_seed") if c in table]
     long = table.melt(id_vars=["variant", *seeds], value_vars=depths, value_name="heldout")
     long["depth"] = long["variable"].str.extract(DEPTH_COLUMN, expand=False).astype(int)
-    plt, sns = _pyplot()
+    plt, sns = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    _mean_and_seeds(sns, ax, long, "depth", "heldout", hue="variant", hue_order=list(dict.fromkeys(table["variant"])))
+    mean_and_seeds(sns, ax, long, "depth", "heldout", hue="variant", hue_order=list(dict.fromkeys(table["variant"])))
     for column, label, style in (("loss_base", "full base", "-"), ("loss_truncated", "truncated (no loop)", "--")):
         ax.axhline(table[column].mean(), color="grey", ls=style, lw=1, label=label)
     ticks = sorted(long["depth"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.minorticks_off()
-    ax.set(xlabel="recurrent depth", ylabel="held-out loss (nats/token)", title="OUROBOROS (C11)" + _seeds_note(table))
+    ax.set(xlabel="recurrent depth", ylabel="held-out loss (nats/token)", title="OUROBOROS (C11)" + seeds_note(table))
     ax.legend(fontsize=7)
-    return _save(fig, out, "ouroboros")
+    return save(fig, out, "ouroboros")
 
 
 PLOTTERS: dict[str, Callable[[pd.DataFrame, Path], list[Path]]] = {

@@ -1,0 +1,65 @@
+"""Drawing helpers shared by the figures (`synthlab.plots`, `synthlab.curves`): matplotlib set up for
+files, figures saved reproducibly as PNG and SVG, and sweeps over seeds drawn as the mean over
+seeds with one standard error and every seed as a point.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from synthlab.files import atomic_write
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper")
+    matplotlib.rcParams["svg.hashsalt"] = "synthlab"  # fixed element ids: an unchanged figure is byte-identical
+    return plt, sns
+
+
+def save(fig, out: Path, name: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.svg"]
+    fig.tight_layout()
+    for path in paths:  # a report copying the figure never sees half of one
+        # no creation date or software version in the file: regenerating leaves git clean
+        metadata = {"Date": None} if path.suffix == ".svg" else {"Software": None}
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=150, metadata=metadata))
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return paths
+
+
+def seed_count(table: pd.DataFrame) -> int:
+    """How many (training seed, data seed) pairs the table holds (1 without seed columns)."""
+    seeds = [c for c in ("seed", "data_seed") if c in table]
+    return len(table[seeds].drop_duplicates()) if seeds else 1
+
+
+def mean_and_seeds(sns, ax, data: pd.DataFrame, x: str, y: str, **kw) -> None:
+    """A line through the mean over seeds, a band of +-1 standard error, and every seed as a point."""
+    sns.lineplot(data=data, x=x, y=y, marker="o", errorbar=("se", 1), ax=ax, **kw)
+    if seed_count(data) > 1:
+        sns.scatterplot(data=data, x=x, y=y, ax=ax, legend=False, alpha=0.45, s=16, **kw)
+
+
+def bars_and_seeds(sns, ax, data: pd.DataFrame, x: str, y: str, **kw) -> None:
+    """Bars at the mean over seeds with +-1 standard error, and every seed as a point."""
+    many = seed_count(data) > 1
+    sns.barplot(data=data, x=x, y=y, errorbar=("se", 1) if many else None, color="lightsteelblue", ax=ax, **kw)
+    if many:
+        sns.stripplot(data=data, x=x, y=y, color="black", size=4, jitter=False, ax=ax, **kw)
+
+
+def seeds_note(table: pd.DataFrame) -> str:
+    """What a figure's title adds for a table over several seeds ("" for one)."""
+    n = seed_count(table)
+    return f" (mean of {n} seeds ± s.e.; points: seeds)" if n > 1 else ""
