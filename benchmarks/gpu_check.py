@@ -6,7 +6,8 @@ short by its timeout still leaves what it measured.
                 the 2 x 6 looped point at the largest L, its batch and row length) eager and with
                 torch.compile, against a minimal reference GPT of the same shape (12 layers, the
                 same FLOPs) in the same run: tokens/s and MFU (3 x forward FLOPs from
-                synthlab.models.flops_per_token, over the device's dense bf16 peak).
+                synthlab.models.flops_per_token, over the device's dense bf16 peak); peak memory of
+                each, the Mano model's against the GPU cost model's (synthlab.cost.peak_gib).
     learn       a 200-step Mano run through the real trainer (`synthlab.train.train`, device auto:
                 CUDA + bf16 autocast; d = 512, 2 layers x 2 loops) on one-operator expressions mod
                 7: the loss falls, and the accuracy on one-operator prompts (training ones, and
@@ -157,6 +158,7 @@ def time_steps(step, device: torch.device, warmup: int, steps: int) -> float:
 
 
 def throughput(args, part: Part) -> None:
+    from synthlab.cost import peak_gib
     from synthlab.models import build_model, count_params, flops_per_token
     from synthlab.models.losses import token_losses
     from synthlab.train import build_optimizer
@@ -173,7 +175,9 @@ def throughput(args, part: Part) -> None:
     part.record("shape", {"d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_layers": cfg.n_layers,
                           "loops": cfg.loops, "vocab": cfg.vocab_size, "batch": batch, "seq": seq,
                           "tokens_per_step": batch * seq, "train_flops_per_step": flops,
-                          "reference_flops_per_step": 3 * flops_per_token(ref_cfg, seq) * batch * seq})
+                          "reference_flops_per_step": 3 * flops_per_token(ref_cfg, seq) * batch * seq,
+                          # the cost model's peak (synthlab.cost), to hold against mano_eager's measured peak_gib
+                          "predicted_peak_gib": round(peak_gib(cfg, seq, batch * seq, all_steps=False), 3)})
     backend = "aot_eager" if args.dry_run else "inductor"
     for name in ("mano_eager", "reference_eager", "mano_compiled", "reference_compiled"):
         torch.manual_seed(0)
@@ -200,6 +204,8 @@ def throughput(args, part: Part) -> None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
 
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
         step()  # the first step (compiles)
         sync(device)
@@ -209,7 +215,9 @@ def throughput(args, part: Part) -> None:
         part.record(name, {"params": count_params(model) if name.startswith("mano") else sum(p.numel() for p in model.parameters()),
                            "first_step_s": round(first, 2), "step_ms": round(seconds * 1e3, 3),
                            "tokens_per_s": round(batch * seq / seconds), "flops_per_s": flops / seconds,
-                           "mfu": None if peak is None else round(flops / seconds / peak, 4)})
+                           "mfu": None if peak is None else round(flops / seconds / peak, 4),
+                           "peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+                           if device.type == "cuda" else None})
         del model, optimizer, fn
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -100,13 +100,23 @@ def ouroboros_cost(options) -> tuple[int, float, float]:
     return micro_batches * t.batch_size * t.seq_len, hours, peak_gib
 
 
+def peak_gib(model: ModelConfig, seq_len: int, tokens: int, *, all_steps: bool, masked: bool = False,
+             dense: bool = False, checkpoint: bool = False) -> float:
+    """Peak training memory of `model` on a micro-batch of `tokens` tokens in rows of seq_len: 18
+    bytes per parameter (float32 weights, gradients, two AdamW moments; bf16 weight copies), the
+    activations kept (and, with checkpoint, one step recomputed), the loss's logits."""
+    kept, recomputed = activation_bytes_per_token(model, seq_len, all_steps=all_steps, masked=masked, dense=dense,
+                                                  checkpoint=checkpoint)
+    with torch.device("meta"):
+        params = count_params(LoopedGPT(model))
+    readouts = model.loops if all_steps else 1
+    return (18 * params + (kept + recomputed + readouts * model.vocab_size * LOSS_BYTES_PER_LOGIT) * tokens) / GIB
+
+
 def gpu_cost(point) -> dict[str, Any]:
     """Tokens, FLOPs, activation and peak memory and hours of a PointConfig on one GPU.
 
-    Memory is for one micro-batch (batch_size / grad_accum rows): the activations the forward
-    keeps (synthlab.models.activation_bytes_per_token), plus one recomputed step with activation
-    checkpointing, plus the loss's logits, plus 18 bytes per parameter (float32 weights,
-    gradients and two AdamW moments, and the bf16 copies of the weights). Packed rows are
+    Memory is `peak_gib` for one micro-batch (batch_size / grad_accum rows). Packed rows are
     counted with a dense attention (the H x S probabilities kept: the worst case of the kernel
     choice); the fused figure is printed beside it. Hours: training FLOPs (4/3 of them with
     checkpointing: one more forward) plus the forward-only gate stage, at ASSUMED_MFU of the peak.
@@ -135,13 +145,11 @@ def gpu_cost(point) -> dict[str, Any]:
                                                       dense=dense and pack, checkpoint=checkpoint)
         return (kept + recomputed) * micro / GIB
 
-    with torch.device("meta"):
-        params = count_params(LoopedGPT(model))
-    logits = (model.loops if all_steps else 1) * model.vocab_size * LOSS_BYTES_PER_LOGIT * micro / GIB
-    ckpt = train.activation_checkpointing
     layer = {dense: layer_activation_bytes(model, seq, masked=pack, dense=dense) * micro / 2**20 for dense in (False, True)}
     mfu = ASSUMED_MFU[train.compile]
-    peak, shared = 18 * params / GIB + act(ckpt, pack) + logits, work / (mfu * GPU_PEAK_FLOPS) / 3600
+    peak = peak_gib(model, seq, micro, all_steps=all_steps, masked=pack, dense=pack,
+                    checkpoint=train.activation_checkpointing)
+    shared = work / (mfu * GPU_PEAK_FLOPS) / 3600
     own = 0.0
     if ouroboros is not None:  # on the exported synthlab base
         tokens_own, own, peak_own = ouroboros_cost(ouroboros)
