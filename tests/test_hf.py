@@ -350,3 +350,24 @@ def test_two_torchrun_processes_train_as_one(checkpoint, tmp_path):
     # AdamW divides each gradient by its own scale: rounding in near-zero gradients moves a weight
     # by up to ~1e-5 here (lr 1e-2, 4 steps; measured 1.7e-5 at most)
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=1e-4) for k in a)
+
+
+def test_per_document_rows_are_padded_and_padding_is_never_scored(checkpoint):
+    from synthlab.hf.data import PAD, documents
+
+    tokenizer = load_tokenizer(checkpoint)
+    docs = _corpus_docs(3, 5)
+    rows = documents(docs, tokenizer, 40)
+    lengths = []
+    for row, doc in zip(rows, docs):
+        ids = tokenizer(doc, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        assert row[: len(ids)].tolist() == ids and (row[len(ids):] == PAD).all()
+        lengths.append(len(ids))
+    model = _system(_base(checkpoint), "controller")
+    _randomise_trainables(model)
+    with torch.no_grad():  # a padded row scores as the same row cut at its end (the system is causal)
+        cut = [lm_loss(model(row[None, :n], 2), row[None, :n]) for row, n in zip(rows, lengths)]
+        for row, loss in zip(rows, cut):
+            torch.testing.assert_close(lm_loss(model(row[None], 2), row[None]), loss)
+    expected = sum(float(loss) * (n - 1) for loss, n in zip(cut, lengths)) / sum(n - 1 for n in lengths)
+    assert evaluate(model, rows, 2, batch_size=2) == pytest.approx(expected, rel=1e-6)

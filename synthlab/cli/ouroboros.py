@@ -101,6 +101,9 @@ def train(
     checkpoint_every: int | None = typer.Option(
         None, help="Save the whole training state every K steps (default 0: at the end only); rerunning the same "
                    "command into --out resumes a variant from its last checkpoint."),
+    per_document: bool | None = typer.Option(
+        None, "--per-document/--packed", help="One document per sequence (padded, BOS first: how a synthlab base "
+                                              "was trained) or a packed stream (default)."),
     rank: int = typer.Option(32, help="LoRA rank r."),
     alpha: float = typer.Option(16.0, help="LoRA alpha."),
     controller_hidden: int = typer.Option(320, help="Width of the controller MLP."),
@@ -123,6 +126,7 @@ def train(
     train_config = cfgio.merge(train_config, {
         "steps": steps, "seq_len": seq_len, "batch_size": batch_size, "grad_accum": grad_accum, "lr": lr,
         "warmup_steps": warmup_steps, "seed": seed, "checkpoint_every": checkpoint_every,
+        "per_document": per_document,
         "depths": _int_list(depths, "depths") if depths else None,
     })
     ouroboros = _ouroboros_config("controller", prelude_layers, recurrent_layer, coda_layers, rank, alpha,

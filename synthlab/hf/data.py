@@ -1,4 +1,5 @@
-"""Local text corpora for the Qwen2 system: read, tokenise, pack into fixed-length sequences."""
+"""Local text corpora for the Qwen2 system: read, tokenise, pack into fixed-length sequences, or lay
+out one document per row (padded with PAD, which is never a target)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import torch
 
 from synthlab.errors import SynthlabError
+
+PAD = -1  # padding of per-document rows: read as token 0 by the system, never a target of the loss
 
 
 def read_texts(path: str | Path, text_field: str = "text") -> list[str]:
@@ -67,6 +70,22 @@ def pack(docs: list[str], tokenizer, seq_len: int, max_sequences: int | None = N
     if n == 0:
         raise SynthlabError(f"corpus: {len(stream)} tokens is less than one sequence of seq_len {seq_len}")
     return torch.tensor(stream[: n * seq_len], dtype=torch.long).view(n, seq_len)
+
+
+def documents(docs: list[str], tokenizer, seq_len: int, max_sequences: int | None = None) -> torch.Tensor:
+    """(N, seq_len) token ids, one document per row, as a synthlab base is trained (no attention
+    across documents): BOS (when the tokenizer has one), the document, EOS (when it has one), cut
+    at seq_len, then PAD."""
+    if seq_len < 2:
+        raise SynthlabError(f"seq_len must be >= 2 (one shift needs two tokens), got {seq_len}")
+    docs = docs[:max_sequences]
+    rows = torch.full((len(docs), seq_len), PAD, dtype=torch.long)
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    for row, ids in zip(rows, tokenizer(docs, add_special_tokens=False)["input_ids"]):
+        ids = (bos + ids + eos)[:seq_len]
+        row[: len(ids)] = torch.tensor(ids)
+    return rows
 
 
 def split_heldout(sequences: torch.Tensor, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:

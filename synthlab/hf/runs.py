@@ -23,7 +23,7 @@ from synthlab import distributed
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write
 from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_dtype
-from synthlab.hf.data import pack, read_texts, split_heldout
+from synthlab.hf.data import documents, pack, read_texts, split_heldout
 from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
 from synthlab.hf.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
 from synthlab.runs import resolve_device
@@ -31,6 +31,12 @@ from synthlab.runs import resolve_device
 CHECKPOINT = "trainable.safetensors"
 STATE = "state.pt"
 LOG = "train_log.csv"
+
+
+def corpus_rows(docs: list[str], tokenizer, config: OuroborosTrainConfig, max_sequences: int | None = None):
+    """The corpus as (N, seq_len) rows: one document per row with config.per_document, else packed."""
+    layout = documents if config.per_document else pack
+    return layout(docs, tokenizer, config.seq_len, max_sequences)
 
 
 def build_variant(base, config: OuroborosConfig, variant: str, seed: int) -> OuroborosLM:
@@ -78,7 +84,7 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
     import pandas as pd
 
     base = load_base(base_path, device=dev, dtype=resolve_dtype(dtype, dev), attn=attn)
-    sequences = pack(docs, load_tokenizer(base_path), train_config.seq_len)
+    sequences = corpus_rows(docs, load_tokenizer(base_path), train_config)
     train_seqs, heldout = split_heldout(sequences, train_config.heldout_fraction)
     if world.main:
         out.mkdir(parents=True, exist_ok=True)
@@ -143,10 +149,10 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
     dev = resolve_device(device or "auto")
     base = load_base(run["base"], device=dev, dtype=resolve_dtype(dtype, dev), attn=run["attn"])
     tokenizer = load_tokenizer(run["base"])
-    sequences = pack(docs.pop("heldout"), tokenizer, train_config.seq_len)
+    sequences = corpus_rows(docs.pop("heldout"), tokenizer, train_config)
     corpora = {"heldout": split_heldout(sequences, train_config.heldout_fraction)[1][:max_sequences]}
     for name, texts in docs.items():
-        corpora[name] = pack(texts, tokenizer, train_config.seq_len, max_sequences)
+        corpora[name] = corpus_rows(texts, tokenizer, train_config, max_sequences)
 
     unfinished = [v for v in run["variants"] if not (run_dir / v / LOG).is_file()]
     if unfinished:

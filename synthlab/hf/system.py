@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from synthlab.errors import SynthlabError
+from synthlab.hf.data import PAD
 from synthlab.hf.lora import TARGETS, ModulatedLinear, Split, lora_bases, mean_residual, target_linear
 from synthlab.models.controller import causal_running_mean
 
@@ -266,7 +267,7 @@ class OuroborosLM(nn.Module):
         if variant in LOOPED_VARIANTS and not 1 <= depth <= self.config.max_steps:
             raise SynthlabError(f"depth must be in 1..{self.config.max_steps} (max_steps), got {depth}")
         inner = self.base.model
-        h = inner.embed_tokens(input_ids)
+        h = inner.embed_tokens(input_ids.clamp(min=0))  # PAD (-1) of per-document rows read as token 0
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
         position_embeddings = inner.rotary_emb(h, positions)
         mask = causal_mask(input_ids.shape[1], h.dtype, h.device)
@@ -287,8 +288,8 @@ class OuroborosLM(nn.Module):
 
 
 def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy with ONE shift: position t predicts token t + 1."""
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten())
+    """Next-token cross-entropy with ONE shift: position t predicts token t + 1 (PAD is no target)."""
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten(), ignore_index=PAD)
 
 
 def trainable_breakdown(model: OuroborosLM) -> dict[str, int]:

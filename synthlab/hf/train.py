@@ -15,6 +15,7 @@ import torch
 
 from synthlab import distributed
 from synthlab.errors import SynthlabError
+from synthlab.hf.data import PAD
 from synthlab.hf.system import OuroborosLM, lm_loss
 from synthlab.optim import adamw, lr_factor
 from synthlab.runs import float32_matmul
@@ -38,6 +39,7 @@ class OuroborosTrainConfig:
     heldout_fraction: float = 0.05
     checkpoint_every: int = 0  # 0: only at the end
     seed: int = 0
+    per_document: bool = False  # one document per sequence (padded, BOS first), as synthlab bases train; else packed
     tf32: bool = True  # on CUDA, TF32 tensor cores for the float32 gate / controller matmuls
 
     def __post_init__(self) -> None:
@@ -153,14 +155,14 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
 @torch.no_grad()
 def evaluate(model: OuroborosLM, sequences: torch.Tensor, depth: int, batch_size: int, tf32: bool = True) -> float:
     """Mean next-token loss over every predicted token of `sequences` at `depth` (batch means
-    weighted by their token counts, so a short last batch counts for what it holds)."""
+    weighted by their token counts, so a short last batch or a padded row counts for what it holds)."""
     model.eval()
     device = next(model.parameters()).device
     total, count = torch.zeros((), dtype=torch.float64, device=device), 0
     with float32_matmul(device, tf32):
         for start in range(0, len(sequences), batch_size):
             batch = sequences[start: start + batch_size].to(device)
-            tokens = batch.shape[0] * (batch.shape[1] - 1)
+            tokens = int((batch[:, 1:] != PAD).sum())
             total += lm_loss(model(batch, depth), batch).double() * tokens
             count += tokens
     return float(total) / count
