@@ -249,6 +249,13 @@ def pack_rows(examples: Examples, order: np.ndarray, seq_len: int, pad_id: int) 
     return Rows(rows.inputs, rows.targets, rows.loss_mask, doc_ids)
 
 
+def row_layout(train, max_seq_len: int, examples: Examples, task: str) -> tuple[bool, int]:
+    """(pack, row length) of a run's rows (`train`: its TrainConfig): packed rows of train.seq_len
+    (default max_seq_len) where the run packs (default: the task's choice), else the longest example."""
+    pack = train.pack if train.pack is not None else TASKS[task].pack
+    return pack, (train.seq_len or max_seq_len) if pack else int(examples.lengths.max()) - 1
+
+
 class Batcher:
     """Endless, deterministic batches of `batch_size` rows; state = (epoch, cursor) only."""
 

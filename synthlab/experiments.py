@@ -70,7 +70,7 @@ SECTIONS = ("data", "model", "train", "eval", "gate", "ouroboros")
 # section kind never changes the content hash (the id) of existing points.
 ALWAYS_SECTIONS = ("data", "model", "train", "eval")
 PRESETS = ("smoke", "cpu", "gpu")
-STAGES = ("train", "gate", "eval", "generate", "capacity", "export", "ouroboros")
+STAGES = ("train", "gate", "eval", "heldout", "generate", "capacity", "export", "ouroboros")
 _TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets", "verdicts"}
 # seed keys of a preset -> (factor name, the section.field each value sets)
 SEED_KEYS = {"seeds": ("seed", "train.seed"), "data_seeds": ("data_seed", "data.seed")}

@@ -26,7 +26,7 @@ from synthlab.optim import SCHEDULES
 from synthlab_generators import TASKS
 
 LOSSES = ("last", "mean", "ouro", "ouro_stage2")
-STAGES = ("train", "gate", "eval", "generate", "capacity", "export", "ouroboros")
+STAGES = ("train", "gate", "eval", "heldout", "generate", "capacity", "export", "ouroboros")
 
 
 def _finite(where: str, **values: float) -> None:
@@ -124,10 +124,15 @@ class EvalOptions:
     kv: str | None = option(None, "Decode-time KV-cache strategy: full, first, last or mean.")
     agreement: bool = option(False, "Report the step x step answer agreement matrix.")
     batch_size: int = option(256, "Examples per forward pass.")
+    checkpoint: int | None = option(None, "heldout stage: score the checkpoint of this optimizer step instead of the "
+                                          "final model (the run must keep it: train.keep_checkpoints).")
+    heldout_rows: int = option(64, "heldout stage: rows of a fresh dataset (same generator, another seed) scored.")
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.steps < 1:
             raise SynthlabError(f"eval.steps must be >= 1, got {self.steps}")
+        if (self.checkpoint is not None and self.checkpoint < 1) or self.heldout_rows < 1:
+            raise SynthlabError("eval.checkpoint and eval.heldout_rows must be >= 1")
         if self.kv is not None and self.kv not in KV_STRATEGIES:
             raise SynthlabError(f"eval.kv must be one of {', '.join(KV_STRATEGIES)}, not {self.kv!r}")
         if self.exit is not None:

@@ -214,6 +214,8 @@ def fit_scaling(table: pd.DataFrame):
 
 def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:
     """Loss vs N, D and T (three panels); dashed: the fitted law's prediction at each run."""
+    if "eval_loss" in table:  # the held-out loss at each scored checkpoint (the heldout stage)
+        table = table.assign(tokens=table["eval_tokens"], loss=table["eval_loss"])
     _need(table, "scaling", "params", "tokens", "loops", "loss")
     plt, sns = pyplot()
     from matplotlib.ticker import NullFormatter

@@ -19,6 +19,9 @@ Columns of a row, by who writes them:
   (reach distance 3, "no" at its decoy distance), `birth_date`; a group with no held-out prompt has train columns only; with an exit rule
   `strategy`, `threshold`, `mean_exit_step` (`accuracy` is then the exit accuracy); with a KV
   strategy `kv`, `kv_bytes`;
+- heldout (`heldout_columns`): `eval_loss` (held-out loss at the last recurrent step, nats/token),
+  `eval_loss_step_<t>`, `eval_tokens` (D: tokens trained on when the scored checkpoint was written),
+  `eval_checkpoint` (its optimizer step), `eval_n_tokens` (target tokens scored);
 - gate (Ouro stage II): `gate_steps`, `gate_loss`, `gate_s`; capacity (`capacity_metrics`): `p1`,
   `p2`, `bits`, `bits_name`, `bits_attributes`, `bits_<attribute>` (gender, birth_date, ...),
   `max_bits`, `bits_per_param`, `bits_per_param_nonemb`, `fraction_of_max`, `params_capacity`.
@@ -185,6 +188,14 @@ def eval_metrics(result: dict[str, Any], options) -> dict[str, Any]:
     return out
 
 
+def heldout_columns(result: dict[str, Any]) -> dict[str, Any]:
+    """Flatten a synthlab.heldout.heldout_loss result into results.csv columns."""
+    out = {"eval_loss": result["loss_per_step"][-1], "eval_tokens": result["tokens"],
+           "eval_checkpoint": result["step"], "eval_n_tokens": result["n_tokens"]}
+    out.update({f"eval_loss_step_{t}": v for t, v in enumerate(result["loss_per_step"], 1)})
+    return out
+
+
 def capacity_metrics(report: dict[str, Any]) -> dict[str, Any]:
     """Capacity columns from an estimate_capacity report."""
     keys = ("p1", "p2", "bits", "bits_name", "bits_attributes", "max_bits", "bits_per_param",
@@ -198,20 +209,28 @@ def capacity_metrics(report: dict[str, Any]) -> dict[str, Any]:
 def step_rows(sweep_dir: Path) -> list[dict[str, Any]]:
     """One row per (run, recurrent step) of a finished sweep, for the step-wise law (`synthlab fit steps`).
 
-    Each run's row is repeated for t = 1..loops with `step` = t and `loss` = the training loss read
-    out after step t (the mean over the last logged 10% of optimizer steps, like `loss`); the
-    per-step accuracy columns are dropped (they belong to the run, not to the step).
+    Each row is repeated for t = 1..loops with `step` = t and `loss` = the loss read out after step
+    t: the held-out loss (`eval_loss_step_<t>`, with `tokens` = `eval_tokens`) where the sweep ran
+    the heldout stage, else the training loss (the mean over the last logged 10% of optimizer steps,
+    like `loss`); the per-step accuracy and loss columns are dropped (they belong to the row, not
+    to the step).
     """
     rows = read_rows(Path(sweep_dir) / RESULTS)
     if not rows:
         raise SynthlabError(f"no results.csv rows in {sweep_dir} (run `synthlab sweep` first)")
     out = []
-    for row in rows:  # every logged record has every step's loss (train.py reads all steps out on log steps)
-        lines = read_metrics(_model_dir(Path(sweep_dir), row["run_dir"]))
-        tail = lines[-max(1, len(lines) // 10):]
-        per_step = [sum(r["loss_per_step"][t] for r in tail) / len(tail) for t in range(len(tail[0]["loss_per_step"]))]
-        base = {k: v for k, v in row.items() if not k.startswith(("acc_step_", "agree_"))}
-        out.extend({**base, "step": t, "loss": loss} for t, loss in enumerate(per_step, 1))
+    for row in rows:
+        held = sorted((int(k[len("eval_loss_step_"):]), float(v)) for k, v in row.items()
+                      if k.startswith("eval_loss_step_") and v != "")
+        if held:
+            per_step, extra = [v for _, v in held], {"tokens": row["eval_tokens"]}
+        else:  # every logged record has every step's loss (train.py reads all steps out on log steps)
+            lines = read_metrics(_model_dir(Path(sweep_dir), row["run_dir"]))
+            tail = lines[-max(1, len(lines) // 10):]
+            per_step = [sum(r["loss_per_step"][t] for r in tail) / len(tail) for t in range(len(tail[0]["loss_per_step"]))]
+            extra = {}
+        base = {k: v for k, v in row.items() if not k.startswith(("acc_step_", "agree_", "eval_loss_step_"))}
+        out.extend({**base, **extra, "step": t, "loss": loss} for t, loss in enumerate(per_step, 1))
     return out
 
 

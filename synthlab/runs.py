@@ -202,6 +202,24 @@ def open_run(run_dir: str | Path, device: torch.device | str = "cpu"):
     return model.eval(), run, derived
 
 
+def open_checkpoint(run_dir: str | Path, step: int, device: torch.device | str = "cpu"):
+    """(model in eval mode with the weights of checkpoint-<step>.pt, RunConfig, the checkpoint's
+    tokens seen) of a run that kept that checkpoint (train.keep_checkpoints)."""
+    run, _ = load_run(run_dir)
+    path = Path(run_dir) / f"checkpoint-{step}.pt"
+    if not path.is_file():
+        kept = sorted(int(p.stem[len("checkpoint-"):]) for p in checkpoint_files(run_dir) if p.stem != "checkpoint")
+        raise SynthlabError(f"no checkpoint of step {step} in {run_dir} (kept: {kept or 'none'}; raise "
+                            f"train.keep_checkpoints to keep more)")
+    try:
+        ckpt = _read_checkpoint(path, device)
+    except ValueError as err:
+        raise SynthlabError(f"damaged checkpoint {path}: {err}") from None
+    model = build_model(run.model).to(device)
+    model.load_state_dict(ckpt["model"])
+    return model.eval(), run, int(ckpt["tokens_seen"])
+
+
 def load_model(run_dir: str | Path, device: torch.device | str = "cpu") -> torch.nn.Module:
     """The trained model of the run in `run_dir`, in eval mode, on `device` (`synthlab.load_model`).
 

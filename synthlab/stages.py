@@ -28,7 +28,7 @@ from synthlab.cost import estimate_seconds, gpu_cost, size_metrics
 from synthlab.errors import SynthlabError
 from synthlab.files import cached_dir
 from synthlab.options import PointConfig, parse_point
-from synthlab.results import capacity_metrics, describe, eval_metrics, train_metrics
+from synthlab.results import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
 
 __all__ = ["columns", "estimate_seconds", "gpu_cost", "parse", "run_point"]
 
@@ -49,7 +49,7 @@ def parse(config: dict[str, Any]) -> PointConfig:
 
 
 # the columns each stage fills in a point's row (training always runs)
-_STAGE_COLUMNS = {"train": ("loss", "params"), "gate": ("gate_loss",), "eval": ("accuracy",),
+_STAGE_COLUMNS = {"train": ("loss", "params"), "gate": ("gate_loss",), "eval": ("accuracy",), "heldout": ("eval_loss",),
                   "generate": ("accuracy",), "capacity": ("bits",), "export": (), "ouroboros": ("loss_base",)}
 
 
@@ -156,6 +156,18 @@ def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
     return False
 
 
+def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path) -> dict[str, Any]:
+    """The held-out loss columns of the point's model (or its eval.checkpoint) on a fresh dataset:
+    the same generator parameters under the data seed + HELDOUT_SEED_OFFSET."""
+    from synthlab.heldout import HELDOUT_SEED_OFFSET, heldout_loss
+
+    seed = point.data_seed + HELDOUT_SEED_OFFSET
+    fresh = dataclasses.replace(point, data_seed=seed, data_key={**point.data_key, "seed": seed})
+    result = heldout_loss(model_dir, dataset(fresh, cache_dir), rows=point.eval.heldout_rows,
+                          checkpoint=point.eval.checkpoint, batch_size=min(point.eval.batch_size, 16))
+    return heldout_columns(result)
+
+
 def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int = 0) -> dict[str, Any]:
     """Generate, train, evaluate and (for bioS) measure capacity; returns the row's metrics.
     nproc >= 1: the training stages run as torchrun jobs of nproc processes."""
@@ -179,6 +191,8 @@ def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int 
         result = evaluate_run(model_dir, steps=options.steps, exit_rule=options.exit, kv=options.kv,
                               batch_size=options.batch_size)
         metrics.update(eval_metrics(result, options))
+    if "heldout" in point.stages:
+        metrics.update(heldout_metrics(point, model_dir, cache_dir))
     if "generate" in point.stages:
         metrics.update(biography_generation(model_dir, kv=options.kv or "full", steps=options.steps))
     if "capacity" in point.stages:

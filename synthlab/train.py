@@ -39,7 +39,7 @@ import torch
 from synthlab import config as configlib
 from synthlab import distributed
 from synthlab.board import Board, summary_writer
-from synthlab.data import Batcher, Dataset, Rows, load_dataset, training_examples
+from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
 from synthlab.files import atomic_write_text, check_writable
@@ -51,7 +51,6 @@ from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
 from synthlab.runs import (RunConfig, autocast, checkpoint_files, float32_matmul, load_checkpoint, load_run, load_weights,
                            resolve_device, save_checkpoint, save_weights, data_sha256, trained_data)
-from synthlab_generators import TASKS
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -147,9 +146,7 @@ def prepare_run(run: RunConfig, data: Dataset) -> tuple[dict[str, Any], Batcher]
     """Check the model fits the data (vocabulary, lengths), build the batcher, derive the run length."""
     cfg = run.train
     examples = training_examples(data)
-    pack = cfg.pack if cfg.pack is not None else TASKS[data.task].pack
-    longest = int(examples.lengths.max()) - 1  # input positions of the longest example
-    seq_len = (cfg.seq_len or run.model.max_seq_len) if pack else longest
+    pack, seq_len = row_layout(cfg, run.model.max_seq_len, examples, data.task)
     if seq_len > run.model.max_seq_len:
         raise SynthlabError(f"rows need {seq_len} positions but model.max_seq_len is {run.model.max_seq_len}")
     check_run(run.model, cfg)

@@ -16,7 +16,7 @@ FLOORS = [
     ("synthlab.models", 2),
     ("synthlab.scaling", 3),
     ("synthlab.optim", 4), ("synthlab.options", 4), ("synthlab.runs", 4), ("synthlab.board", 4), ("synthlab.data", 4), ("synthlab.distributed", 4),
-    ("synthlab.train", 5), ("synthlab.evaluate", 5), ("synthlab.capacity", 5), ("synthlab.hf", 5),
+    ("synthlab.train", 5), ("synthlab.evaluate", 5), ("synthlab.heldout", 5), ("synthlab.capacity", 5), ("synthlab.hf", 5),
     ("synthlab.results", 6), ("synthlab.cost", 6), ("synthlab.stages", 6), ("synthlab.experiments", 6),
     ("synthlab.sweep", 6), ("synthlab.plots", 6), ("synthlab.curves", 6), ("synthlab.report", 6),
     ("synthlab.verdicts", 6), ("synthlab.draw", 6),

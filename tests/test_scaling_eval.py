@@ -84,7 +84,7 @@ def test_the_cpu_preset_design_identifies_the_looplm_law():
     """Loss from a known LoopLM law (0.1% noise) on a grid shaped like the cpu preset: the fit
     converges, the bootstrap keeps only converged refits (at least 90% of them) and every
     constant's interval holds its true value."""
-    n, d, t = (a.ravel() for a in np.meshgrid([1.1e5, 1.9e5, 2.8e5, 6.9e5], [3.3e5, 6.6e5, 1.3e6, 2.6e6],
+    n, d, t = (a.ravel() for a in np.meshgrid([8.0e4, 1.1e5, 1.9e5, 2.8e5], [2e5, 4e5, 8e5, 1.6e6],
                                               [1.0, 2.0, 3.0, 4.0], indexing="ij"))
     law = sc.LOOPLM
     clean = law.predict(theta_of(law, CPU_TRUTH), np.column_stack([n, d, t]))
