@@ -187,7 +187,7 @@ def claims_table(found: list) -> str:
     """The claims table: one row per (experiment, rule) with its verdict, estimate, interval and n."""
     if not found:
         return ""
-    rows = [(v.rule.claim, name, v.rule.says, v.outcome, "" if math.isnan(v.estimate) else f"{v.estimate:+.4g}",
+    rows = [(v.rule.claim, name, v.rule.says, v.outcome + (f" ({v.why})" if v.why else ""), "" if math.isnan(v.estimate) else f"{v.estimate:+.4g}",
              "" if math.isnan(v.low) else f"[{v.low:.4g}, {v.high:.4g}]", v.n, v.rule.condition())
             for name, v in sorted(found, key=lambda f: _claim_key(f[1].rule.claim))]
     table = pd.DataFrame(rows, columns=["claim", "experiment", "claim as tested", "verdict", "estimate",

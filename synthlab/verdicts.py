@@ -90,11 +90,12 @@ class Verdict:
     low: float  # the interval (NaN without one)
     high: float
     n: int  # seeds
+    why: str = ""  # for "no data": what the table lacks
 
     def summary(self) -> str:
         """"reproduced: +0.12 [0.05, 0.19], n = 3", "too few seeds (n = 1 < 3): +0.12"."""
         if self.outcome == "no data":
-            return "no data"
+            return f"no data ({self.why})" if self.why else "no data"
         if self.outcome == "too few seeds":
             return f"too few seeds (n = {self.n} < {self.rule.min_seeds}): estimate {self.estimate:+.4g}"
         return f"{self.outcome}: {self.estimate:+.4g} [{self.low:.4g}, {self.high:.4g}], n = {self.n}"
@@ -163,7 +164,7 @@ def seed_statistics(rule: Rule, table, factors: list[str]) -> list[float]:
         return []
     table = table.assign(_value=value).dropna(subset=["_value"])
     seeds = [c for c in SEED_COLUMNS if c in table]
-    table = table.assign(_unit=table[seeds].astype(str).agg("/".join, axis=1) if seeds else "all")
+    table = table.assign(_unit=table[seeds].map(str).agg("/".join, axis=1) if seeds else "all")
     a_rows = table[_same(table[rule.column], rule.a)] if rule.column else table
     b_rows = table[_same(table[rule.column], rule.b)] if rule.b is not None else a_rows
     match = list(rule.match) if rule.match is not None else [  # the factors both arms span alike
@@ -234,7 +235,16 @@ def decide(rule: Rule, statistics: list[float]) -> Verdict:
 
 def evaluate(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) -> list[Verdict]:
     """Every rule's verdict on a results table (`factors`: its grid factor columns)."""
-    return [decide(rule, seed_statistics(rule, table, factors)) for rule in rules]
+    out = []
+    for rule in rules:
+        verdict = decide(rule, seed_statistics(rule, table, factors))
+        if verdict.outcome == "no data":
+            needed = [*rule.metric.split(" - "), rule.column, rule.x, *(rule.match or ()), *(c for c, _ in rule.where)]
+            missing = [c for c in dict.fromkeys(needed) if c is not None and c not in table]
+            why = f"results.csv has no {', '.join(missing)}" if missing else "no row or pair the rule can use"
+            verdict = dataclasses.replace(verdict, why=why)
+        out.append(verdict)
+    return out
 
 
 def aggregate(table, factors: list[str], metrics: list[str]):
