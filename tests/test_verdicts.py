@@ -153,6 +153,18 @@ def test_a_curve_is_read_at_the_other_arms_x():
     assert verdicts.seed_statistics(rule, pd.DataFrame(rows), ["seed", "strategy"]) == pytest.approx([0.05] * 3)
 
 
+def test_rows_without_a_seed_value_are_one_seed_of_their_own():
+    """A one-seed sweep extended with `seeds = 3`: its first rows have no seed or data_seed value."""
+    rows = []
+    for seed in range(3):
+        unit = {"seed": float("nan"), "data_seed": float("nan")} if seed == 0 else {"seed": seed, "data_seed": 0}
+        rows += [{**unit, "strategy": "static", "step": t, "accuracy": 0.1 * t} for t in (1, 2, 3, 4)]
+        rows += [{**unit, "strategy": "gate", "step": 2.5, "accuracy": 0.25 + 0.01 * seed}]
+    rule = _rule(column="strategy", a="gate", b="static", x="step")
+    assert sorted(verdicts.seed_statistics(rule, pd.DataFrame(rows), ["seed", "strategy"])) == pytest.approx(
+        [0.0, 0.01, 0.02])
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"expect": "higher"}, "expect must be"),
     ({"column": None, "b": "base"}, "need `column`"),
