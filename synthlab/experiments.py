@@ -8,8 +8,9 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
     title = "Looping improves knowledge manipulation"
     task = "mano"                    # generator task of the data section
     plot = "mano"                    # plot kind (synthlab.plots.PLOTTERS)
-    stages = ["train", "eval"]       # what each point runs: train, gate, eval, generate, capacity,
-                                     # export (as Qwen2), ouroboros (C11 on the export)
+    stages = ["train", "eval"]       # what each point runs: train, gate, eval, heldout (held-out LM
+                                     # loss, synthlab.heldout), generate, capacity, export (as
+                                     # Qwen2), ouroboros (C11 on the export)
     notes = "..."                    # optional: what is measured and how (shown in reports)
 
     [base.data]   ...                # generator parameters (+ seed)
