@@ -106,7 +106,7 @@ def test_every_model_and_train_field_is_a_flag_with_help():
     from synthlab.models import ModelConfig
     from synthlab.options import TrainConfig
 
-    result = runner.invoke(app, ["train", "--help"], terminal_width=300)
+    result = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "400"})  # rich wraps at COLUMNS (80 off a terminal)
     for cls in (ModelConfig, TrainConfig):
         for f in dataclasses.fields(cls):
             if f.name != "vocab_size":
