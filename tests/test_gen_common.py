@@ -28,7 +28,7 @@ TEXT_FIELDS = ("prompt", "question", "text")
 def test_registry_matches_cli():
     assert sorted(TASKS) == sorted(SMALL)
     for name, spec in TASKS.items():
-        result = runner.invoke(app, ["gen", name, "--help"], terminal_width=200)
+        result = runner.invoke(app, ["gen", name, "--help"], env={"COLUMNS": "400"})  # rich wraps at COLUMNS
         assert result.exit_code == 0
         for f in dataclasses.fields(spec.params_cls):
             assert flag_of(spec.params_cls, f.name) in result.output
