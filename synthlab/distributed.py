@@ -69,6 +69,18 @@ def lost_peer(err: BaseException) -> bool:
     return isinstance(err, dist.DistError) or (isinstance(err, RuntimeError) and "gloo" in str(err))
 
 
+@contextlib.contextmanager
+def peers_lost_as_error(world: World, where) -> Iterator[None]:
+    """A collective failing because another process died (`lost_peer`) becomes one SynthlabError
+    line: "process R of K lost contact with the others " + where() (called then: e.g. the step)."""
+    try:
+        yield
+    except RuntimeError as err:
+        if not lost_peer(err):
+            raise
+        raise SynthlabError(f"process {world.rank} of {world.size} lost contact with the others {where()}") from None
+
+
 def check_split(batch_size: int, world: World, grad_accum: int) -> None:
     """The batch must split evenly into processes x micro-batches."""
     if batch_size % (world.size * grad_accum):

@@ -210,14 +210,11 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
         # It is forked so that training can seed and checkpoint it without touching the caller's state.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), float32_matmul(device, cfg.tf32):
             trainer = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
+            where = (lambda: f"at step {trainer.step + 1}; the last checkpoint in {run_dir} is kept "
+                             f"(continue with: synthlab train --resume {run_dir})")
             try:
-                return trainer.run(progress, GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
-            except RuntimeError as err:
-                if not distributed.lost_peer(err):
-                    raise
-                raise SynthlabError(f"process {world.rank} of {world.size} lost contact with the others at step "
-                                    f"{trainer.step + 1}; the last checkpoint in {run_dir} is kept "
-                                    f"(continue with: synthlab train --resume {run_dir})") from None
+                with distributed.peers_lost_as_error(world, where):
+                    return trainer.run(progress, GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
             finally:
                 trainer.parallel = trainer.forward = None  # DDP is freed as the group closes (see process_group)
 

@@ -371,3 +371,16 @@ def test_per_document_rows_are_padded_and_padding_is_never_scored(checkpoint):
             torch.testing.assert_close(lm_loss(model(row[None], 2), row[None]), loss)
     expected = sum(float(loss) * (n - 1) for loss, n in zip(cut, lengths)) / sum(n - 1 for n in lengths)
     assert evaluate(model, rows, 2, batch_size=2) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_lost_process_is_one_error_line(checkpoint, tmp_path, monkeypatch):
+    import synthlab.hf.runs as runs
+
+    def lost(*args, **kwargs):  # what a collective raises when another torchrun process died (gloo)
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4711")
+
+    monkeypatch.setattr(runs, "train", lost)
+    config = OuroborosTrainConfig(steps=2, seq_len=16, batch_size=4, grad_accum=1, depths=(1,))
+    with pytest.raises(SynthlabError, match=r"process 0 of 1 lost contact .* \(rerun the same command to resume\)"):
+        runs.train_run(str(checkpoint), str(checkpoint / "train.jsonl"), tmp_path / "run", ["controller"],
+                       OuroborosConfig(max_steps=4), config, progress=False)

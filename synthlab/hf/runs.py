@@ -114,8 +114,11 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
             save_trainable(m, f / CHECKPOINT)
             atomic_write(f / STATE, lambda tmp: torch.save(state, tmp))
 
-        log = train(model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume,
-                    world=world)
+        where = (lambda v=variant, f=folder: f"while training {v}; the last checkpoint in {f} is kept "
+                                               f"(rerun the same command to resume)")
+        with distributed.peers_lost_as_error(world, where):
+            log = train(model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume,
+                        world=world)
         if world.main:
             atomic_write(folder / LOG, lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
             (folder / STATE).unlink()
