@@ -33,8 +33,8 @@ layer i + d is at distance exactly d.
 - `distance`: d for both classes. For "no" it is the decoy distance: t lies d layers after s, so
   ruling it out takes following every path from s for d hops, and the decoy source
   (`decoy_source`, same layer as s) reaches t at exactly distance d: the nearest miss is a walk
-  of d hops that ends at t from the wrong source. `group` = "d<d>_yes" / "d<d>_no": evaluation reports accuracy per
-  distance and per decoy distance.
+  of d hops that ends at t from the wrong source. `group` = "d<d>_yes" / "d<d>_no": evaluation
+  reports accuracy per distance and per decoy distance.
 - Distances: test queries are spread evenly over d = 1..D and classes (exact counts). Training
   queries follow the curriculum --distance-decay q: the count at distance d is proportional to
   q^(d - 1) (q = 1: uniform; q = 0.5 halves each step: a mixture weighted toward short
