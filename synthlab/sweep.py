@@ -282,6 +282,15 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
     return results
 
 
+def _command_line() -> str | None:
+    """This process's command as a user would type it, when it is synthlab's command line (the
+    entry point or `python -m synthlab`), else None (a library caller such as a test)."""
+    prog = Path(sys.argv[0])
+    if prog.name == "synthlab" or (prog.name == "__main__.py" and prog.parent.name == "synthlab"):
+        return " ".join(["synthlab", *sys.argv[1:]])
+    return None
+
+
 def _record_invocation(out: Path, experiment: Experiment, preset: str) -> None:
     """DIR/sweep.json: what this directory holds and every command that ran in it (for reports)."""
     path = out / "sweep.json"
@@ -290,7 +299,7 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str) -> None:
         if info.get("experiment", experiment.name) != experiment.name or info.get("preset", preset) != preset:
             raise SynthlabError(f"--out {out} holds sweep {info['experiment']}/{info['preset']}, not "
                                 f"{experiment.name}/{preset}; choose another --out")
-        command = " ".join(["synthlab", *sys.argv[1:]]) if Path(sys.argv[0]).name == "synthlab" else None
+        command = _command_line()
         info.update(experiment=experiment.name, preset=preset, claim=experiment.claim, title=experiment.title,
                     plot=experiment.plot, definition=experiment.source, notes=experiment.notes.strip())
         if command:

@@ -232,3 +232,12 @@ def test_sweeps_sharing_a_model_store_train_once(tmp_path):
     assert _table(first) == _table(second)
     logs = [(d / "starts.log").read_text().split() for d in store.iterdir()]
     assert len(logs) == 4 and all(log == ["0", "5"] for log in logs)  # each model trained once, in sweep a
+
+
+@pytest.mark.parametrize("argv0, recorded", [("/venv/bin/synthlab", True), ("/repo/synthlab/__main__.py", True),
+                                             ("/venv/bin/pytest", False)])
+def test_the_command_line_is_recorded_from_the_entry_point_and_python_m(monkeypatch, argv0, recorded):
+    from synthlab.sweep import _command_line
+
+    monkeypatch.setattr(sys, "argv", [argv0, "sweep", "mano", "--preset", "smoke"])
+    assert _command_line() == ("synthlab sweep mano --preset smoke" if recorded else None)
