@@ -65,7 +65,10 @@ def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple]:
     from synthlab import experiments
 
     try:
-        experiment = experiments.load(info["definition"])
+        definition = Path(info["definition"])  # `experiments/<name>.toml`, relative to the repo root
+        if not definition.is_file() and (experiments.builtin_dir() / definition.name).is_file():
+            definition = experiments.builtin_dir() / definition.name  # reported from elsewhere
+        experiment = experiments.load(definition)
         points = experiment.points(info["preset"])
         factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
         axes = [factor_column(a) for a in points[0].factors] if points else []

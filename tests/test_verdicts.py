@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from synthlab import experiments, verdicts
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
+from synthlab.report import write_report
 
 FAKE = Path(__file__).parent / "fixtures" / "sweep_fake.toml"
 
@@ -205,3 +206,11 @@ def test_report_prints_the_claims_table_and_means_over_seeds(tmp_path):
     # one row per (model, L) cell: the mean and standard error over the three seeds, and n
     cell = table[(table["model"] == "base") & (table["L"] == 2)]["accuracy"]
     assert f"| {cell.mean():.4g} ± {cell.std(ddof=1) / math.sqrt(3):.4g} |" in text
+
+
+def test_the_report_finds_a_shipped_definition_from_any_directory(tmp_path, monkeypatch):
+    exit_results = Path(__file__).resolve().parent.parent / "results" / "exit"  # three seeds, committed
+    monkeypatch.chdir(tmp_path)  # no experiments/ here: the committed sweep.json names experiments/exit.toml
+    write_report([exit_results], tmp_path / "report.md")
+    text = (tmp_path / "report.md").read_text()
+    assert "states no rule" not in text and "| C6 | exit |" in text
