@@ -210,8 +210,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
         # It is forked so that training can seed and checkpoint it without touching the caller's state.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), float32_matmul(device, cfg.tf32):
             trainer = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
-            where = (lambda: f"at step {trainer.step + 1}; the last checkpoint in {run_dir} is kept "
-                             f"(continue with: synthlab train --resume {run_dir})")
+            where = lambda: f"at step {trainer.step + 1}; {trainer.kept()} (continue with: synthlab train --resume {run_dir})"
             try:
                 with distributed.peers_lost_as_error(world, where):
                     return trainer.run(progress, GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
