@@ -49,7 +49,8 @@ class Rule:
     b: Any = None  # None: the statistic is arm a's level
     match: tuple[str, ...] | None = None  # pair a and b rows on these (default: the other grid factors
     # whose values are the same set in both arms, e.g. L in mano, not the arch axis behind `model`)
-    where: tuple[tuple[str, Any], ...] = ()  # keep rows whose column equals the value (or is in the list)
+    where: dict[str, Any] = dataclasses.field(default_factory=dict)  # keep rows whose column equals
+    # the value (or is in the list)
     x: str | None = None  # read b as a curve along this column at a's values
     threshold: float = 0.0
     margin: float = 0.0
@@ -103,24 +104,21 @@ class Verdict:
 
 def parse_rules(raw: Any, where: str) -> tuple[Rule, ...]:
     """The `[[verdicts]]` tables of a definition, checked."""
+    from synthlab.config import from_dict
+
     if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
         raise SynthlabError(f"{where}: `verdicts` must be an array of tables ([[verdicts]])")
-    names = {f.name for f in dataclasses.fields(Rule)}
+    required = [f.name for f in dataclasses.fields(Rule) if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING]
     rules = []
     for i, table in enumerate(raw, 1):
-        unknown = set(table) - names
-        missing = [k for k in ("claim", "says", "metric", "expect") if k not in table]
-        if unknown or missing:
-            raise SynthlabError(f"{where}: verdict {i}: unknown key(s) {sorted(unknown)} or missing {missing} "
-                                f"(keys: {sorted(names)})")
-        fields = dict(table)
-        if "match" in fields:
-            fields["match"] = tuple(fields["match"])
-        if "where" in fields:
-            if not isinstance(fields["where"], dict):
-                raise SynthlabError(f"{where}: verdict {i}: `where` must be a table column = value")
-            fields["where"] = tuple(fields["where"].items())
-        rules.append(Rule(**fields))
+        context = f"{where}: verdict {i}"
+        missing = [k for k in required if k not in table]
+        if missing:
+            raise SynthlabError(f"{context}: missing {missing}")
+        if not isinstance(table.get("where", {}), dict):
+            raise SynthlabError(f"{context}: `where` must be a table column = value")
+        rules.append(from_dict(Rule, table, where=f"{context}: "))
     return tuple(rules)
 
 
@@ -155,7 +153,7 @@ def seed_statistics(rule: Rule, table, factors: list[str]) -> list[float]:
     import numpy as np
     import pandas as pd
 
-    for column, value in rule.where:
+    for column, value in rule.where.items():
         if column not in table:
             return []
         table = table[_same(table[column], value)]
@@ -239,7 +237,7 @@ def evaluate(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) ->
     for rule in rules:
         verdict = decide(rule, seed_statistics(rule, table, factors))
         if verdict.outcome == "no data":
-            needed = [*rule.metric.split(" - "), rule.column, rule.x, *(rule.match or ()), *(c for c, _ in rule.where)]
+            needed = [*rule.metric.split(" - "), rule.column, rule.x, *(rule.match or ()), *rule.where]
             missing = [c for c in dict.fromkeys(needed) if c is not None and c not in table]
             why = f"results.csv has no {', '.join(missing)}" if missing else "no row or pair the rule can use"
             verdict = dataclasses.replace(verdict, why=why)

@@ -135,9 +135,9 @@ def test_one_seed_is_too_few_and_says_n():
 
 def test_relative_level_where_and_row_differences():
     table = _paired([0.1, 0.1, 0.1])
-    rel = verdicts.seed_statistics(_rule(relative=True, where=(("L", 2),)), table, ["seed", "L", "model"])
+    rel = verdicts.seed_statistics(_rule(relative=True, where={"L": 2}), table, ["seed", "L", "model"])
     assert rel == pytest.approx([(0.11) / (0.5 + 0.01 * s) for s in range(3)])
-    level = verdicts.seed_statistics(_rule(b=None, where=(("L", [3]),)), table, ["seed", "L", "model"])
+    level = verdicts.seed_statistics(_rule(b=None, where={"L": [3]}), table, ["seed", "L", "model"])
     assert level == pytest.approx([0.6 + 0.01 * s + 0.1 - 0.01 for s in range(3)])
     table = table.assign(other=table["accuracy"] - 0.25)
     assert verdicts.seed_statistics(verdicts.Rule(claim="C0", says="s", metric="accuracy - other", expect="above"),
@@ -177,7 +177,10 @@ def test_bad_rules_are_one_line_errors(fields, message):
         _rule(**fields)
     raw = _raw()
     raw["verdicts"] = [{"claim": "C0", "says": "s", "metric": "m", "expect": "above", "colour": 1}]
-    with pytest.raises(SynthlabError, match="unknown key"):
+    with pytest.raises(SynthlabError, match="unknown config key '.*verdict 1: colour' for Rule"):
+        experiments.parse(raw)
+    raw["verdicts"] = [{"claim": "C0", "says": "s", "metric": "m"}]
+    with pytest.raises(SynthlabError, match=r"verdict 1: missing \['expect'\]"):
         experiments.parse(raw)
 
 
