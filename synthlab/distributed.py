@@ -6,6 +6,8 @@ torchrun starts K copies of the command and tells each its place through the env
 changes. Every process builds the same batcher and draws the same global batch; `share` gives
 process r its contiguous slice of rows, so K processes together train on exactly the batch one
 process would, and DDP averages their gradients. Only the main process (rank 0) writes files.
+`shard` is the other way to run a model across processes, for one that does not fit a device:
+PyTorch's FSDP (fully_shard) keeps 1/K of its parameters on each process.
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ def process_group(device: torch.device) -> Iterator[tuple[World, torch.device]]:
     if started:
         gc.collect()  # a DDP wrapper freed later, by chance, would wait on the others where they are not
         dist.destroy_process_group()
+
+
+def reporting() -> bool:
+    """Whether this process reports on the command line: the only one, or rank 0 of those torchrun
+    started (the others would print the same lines again)."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def lost_peer(err: BaseException) -> bool:
@@ -138,6 +146,49 @@ def average_gradients(world: World, params: list[torch.nn.Parameter]) -> None:
     flat /= world.size
     for g, part in zip(grads, flat.split([g.numel() for g in grads])):
         g.copy_(part.view_as(g))
+
+
+def check_shardable(world: World, device: torch.device) -> None:
+    """FSDP needs several processes and a device its collectives run on (gloo: CPU, NCCL: CUDA)."""
+    if world.size == 1:
+        raise SynthlabError("FSDP shards the model across processes and this is the only one: start the command "
+                            "with torchrun --nproc-per-node K (K >= 2)")
+    if device.type not in ("cpu", "cuda"):
+        raise SynthlabError(f"FSDP runs on cpu (gloo) or cuda (NCCL), not on {device.type}")
+
+
+def shard(model: torch.nn.Module, units: list[torch.nn.Module], keep: list[torch.nn.Parameter],
+          world: World, device: torch.device) -> None:
+    """Shard `model` in place with PyTorch's FSDP (`fully_shard`) over the processes: each module
+    of `units` (e.g. the decoder layers) one group, the rest of `model` the root group; every
+    process keeps 1/K of each group's parameters on `device` and gathers a group's whole weights
+    for its forward (and backward) only. `model` must be called as a whole (its forward first).
+    The parameters in `keep` stay whole on every process (moved to `device`), their gradients
+    left to the caller (`average_gradients`): the few trainable ones on a large frozen model.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    check_shardable(world, device)
+    mesh = init_device_mesh(device.type, (world.size,))
+    for unit in units:
+        fully_shard(unit, mesh=mesh)
+    fully_shard(model, mesh=mesh, ignored_params=set(keep))
+    for p in keep:
+        p.data = p.data.to(device)
+
+
+def most_held(world: World, params, device: torch.device) -> int:
+    """The largest number of parameter elements of `params` that one process holds (of a sharded
+    parameter, its own shard)."""
+    from torch.distributed.tensor import DTensor
+
+    local = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params)
+    if world.size == 1:
+        return local
+    t = torch.tensor([local], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def any_of(world: World, flag: bool, device: torch.device) -> bool:

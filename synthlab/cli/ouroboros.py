@@ -115,9 +115,13 @@ def train(
     device: str | None = typer.Option(None, help="Device (default: cuda if available, else cpu)."),
     dtype: str | None = typer.Option(None, help="Base dtype: bfloat16 (GPU default), float32 (CPU default), float16."),
     attn: str = typer.Option("sdpa", help="Attention implementation: sdpa or eager (always causal-masked)."),
+    fsdp: bool = typer.Option(
+        False, "--fsdp", help="Under torchrun: shard the frozen base over the processes with PyTorch's FSDP (1/K of "
+                              "it on each), for a base that does not fit one device; same training and checkpoints."),
 ) -> None:
     """Train the looped variants on a local corpus (resumes when rerun); checkpoints hold the trainable parameters only."""
     from synthlab import config as cfgio
+    from synthlab.distributed import reporting
     from synthlab.hf.runs import train_run
     from synthlab.hf.train import OuroborosTrainConfig
 
@@ -132,8 +136,14 @@ def train(
     ouroboros = _ouroboros_config("controller", prelude_layers, recurrent_layer, coda_layers, rank, alpha,
                                   controller_hidden, max_steps)
     names = [v.strip() for v in variants.split(",") if v.strip()]
-    train_run(str(base), str(corpus), out, names, ouroboros, train_config, device=device, dtype=dtype,
-              attn=attn, text_field=text_field)
+    run = train_run(str(base), str(corpus), out, names, ouroboros, train_config, device=device, dtype=dtype,
+                    attn=attn, text_field=text_field, fsdp=fsdp)
+    if not reporting():
+        return
+    if "base_held" in run:
+        held = run["base_held"]
+        typer.echo(f"FSDP: at most {held['most_per_process']:,} of the base's {held['total']:,} parameters "
+                   f"on one process")
     typer.echo(f"trained {', '.join(names)} -> {out}")
 
 
@@ -146,12 +156,17 @@ def evaluate(
     max_sequences: int | None = typer.Option(None, help="Evaluate at most this many sequences per corpus."),
     device: str | None = typer.Option(None, help="Device (default: cuda if available, else cpu)."),
     dtype: str | None = typer.Option(None, help="Base dtype (default bfloat16 on GPU, float32 on CPU)."),
+    fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard the base over the processes (FSDP)."),
 ) -> None:
-    """Loss vs depth for every variant; writes results.csv, results.json and c11_loss_vs_depth.png."""
+    """Loss vs depth for every variant; writes results.csv, results.json and c11_loss_vs_depth.png.
+    Under torchrun each process evaluates its share of the sequences (the same numbers as one process)."""
+    from synthlab.distributed import reporting
     from synthlab.hf.runs import eval_run
 
     table = eval_run(run_dir, _int_list(depths, "depths"), str(corpus) if corpus else None, batch_size=batch_size,
-                     max_sequences=max_sequences, device=device, dtype=dtype)
+                     max_sequences=max_sequences, device=device, dtype=dtype, fsdp=fsdp)
+    if not reporting():
+        return
     wide = table.pivot_table(index=["corpus", "variant"], columns="depth", values="loss", observed=True)
     typer.echo(wide.round(4).to_string())
     typer.echo(f"-> {run_dir / 'results.csv'}, {run_dir / 'c11_loss_vs_depth.png'}")

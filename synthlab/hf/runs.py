@@ -62,28 +62,53 @@ def load_trainable(model: OuroborosLM, path: Path) -> None:
     model.load_state_dict(state, strict=False)
 
 
+def _base_loader(path: str, dev: torch.device, dtype: str | None, attn: str, fsdp: bool):
+    """A function loading the base: onto `dev`, or under FSDP into CPU memory (`_shard` moves each
+    process's shards to `dev`); under FSDP each variant needs a base of its own (sharding rewrites it)."""
+    def load():
+        return load_base(path, device=torch.device("cpu") if fsdp else dev, dtype=resolve_dtype(dtype, dev),
+                         attn=attn)
+    return load
+
+
+def _shard(model: OuroborosLM, world: distributed.World, dev: torch.device) -> dict:
+    """The variant's frozen base sharded by FSDP, a group per decoder layer (the embeddings and final
+    norm in the root's group); its trainable parameters whole on every process. Returns the base's
+    parameter count and the most that one process holds."""
+    distributed.shard(model, list(model.base.model.layers), [p for p in model.parameters() if p.requires_grad],
+                      world, dev)
+    return {"total": sum(p.numel() for p in model.base.parameters()),
+            "most_per_process": distributed.most_held(world, model.base.parameters(), dev)}
+
+
 def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str], config: OuroborosConfig,
               train_config: OuroborosTrainConfig, *, device: str | None = None, dtype: str | None = None,
-              attn: str = "sdpa", text_field: str = "text", progress: bool = True) -> dict:
+              attn: str = "sdpa", text_field: str = "text", progress: bool = True, fsdp: bool = False) -> dict:
     """Train each looped variant in `variants` on `corpus` into `out` (a rerun resumes, skipping the
     finished ones); returns run.json's content and each variant's trainable parameter count.
     Under torchrun (`torchrun --nproc-per-node K -m synthlab ouroboros train ...`) data-parallel:
-    see synthlab.hf.train.train."""
+    see synthlab.hf.train.train. With `fsdp` (under torchrun) the frozen base is sharded by
+    PyTorch's FSDP, 1/K of it on each process (`base_held` in the result: its parameters and the
+    most one process holds), for a base that does not fit one device; the trainable parameters
+    stay whole on every process, so checkpoints and the training itself are the same."""
     bad = [v for v in variants if v not in LOOPED_VARIANTS]
     if bad or not variants:
         raise SynthlabError(f"variants must be among {', '.join(LOOPED_VARIANTS)}, got {variants}")
     docs = read_texts(corpus, text_field)  # a bad corpus fails before the (slow) model load
     # under torchrun: each process its own base (its GPU on CUDA), its share of every batch; rank 0 writes
     with distributed.process_group(resolve_device(device or "auto")) as (world, dev):
+        if fsdp:
+            distributed.check_shardable(world, dev)
         return _train_run(base_path, corpus, Path(out), variants, config, train_config, docs, dev, dtype, attn,
-                          text_field, progress, world)
+                          text_field, progress, world, fsdp)
 
 
 def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev, dtype, attn, text_field,
-               progress, world) -> dict:
+               progress, world, fsdp) -> dict:
     import pandas as pd
 
-    base = load_base(base_path, device=dev, dtype=resolve_dtype(dtype, dev), attn=attn)
+    load = _base_loader(base_path, dev, dtype, attn, fsdp)
+    base = None if fsdp else load()
     sequences = corpus_rows(docs, load_tokenizer(base_path), train_config)
     train_seqs, heldout = split_heldout(sequences, train_config.heldout_fraction)
     if world.main:
@@ -99,16 +124,20 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
             raise SynthlabError(f"{out} holds another OUROBOROS run (its run.json differs): use a new --out")
     elif world.main:
         atomic_write(out / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=2) + "\n"))
-    counts = {}
+    counts, held = {}, {}
     for variant in variants:
         folder = out / variant
-        model = build_variant(base, config, variant, train_config.seed)
+        model = build_variant(base if base is not None else load(), config, variant, train_config.seed)
         counts[variant] = trainable_breakdown(model)["total"]
         if (folder / LOG).is_file():  # finished earlier
             continue
+        if fsdp:
+            held = _shard(model, world, dev)
         if world.main:
             folder.mkdir(exist_ok=True)
-        resume = torch.load(folder / STATE, weights_only=True) if (folder / STATE).is_file() else None
+        # on the CPU: under torchrun every process reads the file rank 0 wrote from its own device
+        state = folder / STATE
+        resume = torch.load(state, map_location="cpu", weights_only=True) if state.is_file() else None
 
         def checkpoint(state, m=model, f=folder):
             save_trainable(m, f / CHECKPOINT)
@@ -122,20 +151,21 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
         if world.main:
             atomic_write(folder / LOG, lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
             (folder / STATE).unlink()
-    return run | {"trainable_params": counts}
+    return run | {"trainable_params": counts} | ({"base_held": held} if held else {})
 
 
 def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, *, batch_size: int = 4,
              max_sequences: int | None = None, device: str | None = None, dtype: str | None = None,
-             progress: bool = True):
+             progress: bool = True, fsdp: bool = False):
     """Loss of every variant (trained looped ones, truncated, base) at each depth, on the held-out
     part of the training corpus and on `corpus` (another distribution); writes the table and plot.
 
     Truncated and base do not loop: each is evaluated once per corpus and its loss is listed at
-    every depth (a flat reference line in the plot).
+    every depth (a flat reference line in the plot). Under torchrun each process evaluates its share
+    of every corpus and the sums are added up (synthlab.hf.train.evaluate): every process returns the
+    one-process table, rank 0 writes it; `fsdp` shards the base as in `train_run`.
     """
     import pandas as pd
-    from tqdm import tqdm
 
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").is_file():
@@ -145,41 +175,57 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
     train_config = cfgio.from_dict(OuroborosTrainConfig, run["train"])
     if not depths or min(depths) < 1 or max(depths) > config.max_steps:
         raise SynthlabError(f"depths must lie in 1..{config.max_steps}, got {depths}")
+    unfinished = [v for v in run["variants"] if not (run_dir / v / LOG).is_file()]
+    if unfinished:
+        raise SynthlabError(f"{run_dir}: {', '.join(unfinished)} did not finish training (rerun train to resume)")
     docs = {"heldout": read_texts(run["corpus"], run["text_field"])}
     if corpus is not None:
         name = Path(corpus).stem
         docs["other" if name == "heldout" else name] = read_texts(corpus, run["text_field"])
-    dev = resolve_device(device or "auto")
-    base = load_base(run["base"], device=dev, dtype=resolve_dtype(dtype, dev), attn=run["attn"])
     tokenizer = load_tokenizer(run["base"])
     sequences = corpus_rows(docs.pop("heldout"), tokenizer, train_config)
     corpora = {"heldout": split_heldout(sequences, train_config.heldout_fraction)[1][:max_sequences]}
     for name, texts in docs.items():
         corpora[name] = corpus_rows(texts, tokenizer, train_config, max_sequences)
 
-    unfinished = [v for v in run["variants"] if not (run_dir / v / LOG).is_file()]
-    if unfinished:
-        raise SynthlabError(f"{run_dir}: {', '.join(unfinished)} did not finish training (rerun train to resume)")
+    with distributed.process_group(resolve_device(device or "auto")) as (world, dev):
+        if fsdp:
+            distributed.check_shardable(world, dev)
+        with distributed.peers_lost_as_error(world, lambda: "while evaluating; nothing was written"):
+            rows = _eval_rows(run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress,
+                              world, fsdp)
+    table = pd.DataFrame(rows)
+    table["variant"] = pd.Categorical(table["variant"], [v for v in VARIANTS if v in set(table["variant"])])
+    table = table.sort_values(["corpus", "variant", "depth"]).reset_index(drop=True)
+    if world.main:
+        atomic_write(run_dir / "results.csv", lambda tmp: table.to_csv(tmp, index=False))
+        atomic_write(run_dir / "results.json",
+                     lambda tmp: tmp.write_text(table.to_json(orient="records", indent=2) + "\n"))
+        atomic_write(run_dir / "c11_loss_vs_depth.png", lambda tmp: plot_loss_vs_depth(table, tmp))
+    return table
+
+
+def _eval_rows(run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world,
+               fsdp) -> list[dict]:
+    from tqdm import tqdm
+
+    load = _base_loader(run["base"], dev, dtype, run["attn"], fsdp)
+    base = None if fsdp else load()
     jobs = [(v, [1]) for v in ("truncated", "base")] + [(v, depths) for v in run["variants"]]
     rows = []
-    bar = tqdm(total=sum(len(d) for _, d in jobs) * len(corpora), desc="eval", disable=not progress)
+    bar = tqdm(total=sum(len(d) for _, d in jobs) * len(corpora), desc="eval", disable=not (progress and world.main))
     for variant, variant_depths in jobs:
-        model = build_variant(base, config, variant, train_config.seed)
+        model = build_variant(base if base is not None else load(), config, variant, train_config.seed)
         if variant in LOOPED_VARIANTS:
             load_trainable(model, run_dir / variant / CHECKPOINT)
+        if fsdp:
+            _shard(model, world, dev)
         for name, seqs in corpora.items():
             for depth in variant_depths:
-                loss = evaluate(model, seqs, depth, batch_size, train_config.tf32)
+                loss = evaluate(model, seqs, depth, batch_size, train_config.tf32, world)
                 listed = depths if variant not in LOOPED_VARIANTS else [depth]
                 rows += [{"variant": variant, "corpus": name, "depth": d, "loss": loss,
                           "sequences": len(seqs)} for d in listed]
                 bar.update()
     bar.close()
-    table = pd.DataFrame(rows)
-    table["variant"] = pd.Categorical(table["variant"], [v for v in VARIANTS if v in set(table["variant"])])
-    table = table.sort_values(["corpus", "variant", "depth"]).reset_index(drop=True)
-    atomic_write(run_dir / "results.csv", lambda tmp: table.to_csv(tmp, index=False))
-    atomic_write(run_dir / "results.json",
-                  lambda tmp: tmp.write_text(table.to_json(orient="records", indent=2) + "\n"))
-    atomic_write(run_dir / "c11_loss_vs_depth.png", lambda tmp: plot_loss_vs_depth(table, tmp))
-    return table
+    return rows

@@ -287,9 +287,11 @@ class OuroborosLM(nn.Module):
         return self.base.lm_head(self.hidden(input_ids, depth))
 
 
-def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy with ONE shift: position t predicts token t + 1 (PAD is no target)."""
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten(), ignore_index=PAD)
+def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Next-token cross-entropy with ONE shift: position t predicts token t + 1 (PAD is no target);
+    the mean over the targets, or (reduction "sum") their sum."""
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten(), ignore_index=PAD,
+                           reduction=reduction)
 
 
 def trainable_breakdown(model: OuroborosLM) -> dict[str, int]:

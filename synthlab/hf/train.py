@@ -92,7 +92,8 @@ def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainCon
     Data-parallel (`world`, under torchrun): every process draws the same micro-batches and depths
     and runs its contiguous share of each micro-batch's rows; the gradients are averaged over the
     processes before each optimiser step, so the step is the one-process step of the whole batch
-    (packed rows all hold seq_len tokens). Only the main process calls `on_checkpoint`.
+    (each process's mean weighted by its share of the micro-batch's targets, which differs between
+    processes in padded per-document rows). Only the main process calls `on_checkpoint`.
     """
     if max(config.depths) > model.config.max_steps:
         raise SynthlabError(f"depths {config.depths} exceed the model's max_steps {model.config.max_steps}")
@@ -130,9 +131,13 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
                 order, cursor = torch.randperm(len(sequences), generator=data_gen), 0
             share = config.batch_size // world.size  # this process's rows of the micro-batch
             rows = order[cursor + world.rank * share: cursor + (world.rank + 1) * share]
+            # this process's part of the micro-batch's mean: its targets over all of the micro-batch's
+            # (counted on the host, known to every process; 1 / K of them in packed rows)
+            whole = int((sequences[order[cursor: cursor + config.batch_size], 1:] != PAD).sum())
+            part = world.size * int((sequences[rows, 1:] != PAD).sum()) / whole  # K x: the gradients are averaged
             batch = sequences[rows].to(device)
             cursor += config.batch_size
-            loss = lm_loss(model(batch, depth), batch) / config.grad_accum
+            loss = lm_loss(model(batch, depth), batch) * part / config.grad_accum
             loss.backward()
             total += loss.detach()
         trainables = [p for p in model.parameters() if p.requires_grad]
@@ -153,19 +158,29 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
 
 
 @torch.no_grad()
-def evaluate(model: OuroborosLM, sequences: torch.Tensor, depth: int, batch_size: int, tf32: bool = True) -> float:
-    """Mean next-token loss over every predicted token of `sequences` at `depth` (batch means
-    weighted by their token counts, so a short last batch or a padded row counts for what it holds)."""
+def evaluate(model: OuroborosLM, sequences: torch.Tensor, depth: int, batch_size: int, tf32: bool = True,
+             world: distributed.World = distributed.World()) -> float:
+    """Mean next-token loss over every predicted token of `sequences` at `depth` (the sum over all
+    targets over their count, so a short last batch or a padded row counts for what it holds).
+
+    Across processes (`world`) each evaluates its contiguous share of the rows and the sums are
+    added up, so every process returns the one-process number (to float rounding). The shares are
+    equal, the last ones filled up with rows of PAD (no targets): every process runs the same
+    forwards, as a model sharded by FSDP needs."""
     model.eval()
     device = next(model.parameters()).device
-    total, count = torch.zeros((), dtype=torch.float64, device=device), 0
+    n = -(-len(sequences) // world.size)  # rows per process
+    filled = torch.full((n * world.size, sequences.shape[1]), PAD, dtype=sequences.dtype)
+    filled[: len(sequences)] = sequences
+    mine = filled[world.rank * n: (world.rank + 1) * n]
+    total = torch.zeros((), dtype=torch.float64, device=device)
     with float32_matmul(device, tf32):
-        for start in range(0, len(sequences), batch_size):
-            batch = sequences[start: start + batch_size].to(device)
-            tokens = int((batch[:, 1:] != PAD).sum())
-            total += lm_loss(model(batch, depth), batch).double() * tokens
-            count += tokens
-    return float(total) / count
+        for start in range(0, n, batch_size):
+            batch = mine[start: start + batch_size].to(device)
+            total += lm_loss(model(batch, depth), batch, reduction="sum").double()
+    count = torch.tensor(int((mine[:, 1:] != PAD).sum()), dtype=torch.float64, device=device)
+    total, count = distributed.sum_over(world, total, count)
+    return float(total / count)
 
 
 def plot_loss_vs_depth(table, path: str | Path) -> None:
