@@ -135,3 +135,22 @@ def test_fsdp_without_processes_to_shard_over_is_one_line(checkpoint, tmp_path):
     with pytest.raises(SynthlabError, match=r"^FSDP runs on cpu \(gloo\) or cuda \(NCCL\), not on mps$"):
         check_shardable(World(0, 2), torch.device("mps"))
 
+
+@pytest.mark.slow
+def test_the_readme_ouroboros_torchrun_lines_run_as_written(tmp_path):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = readme.split("## Running bigger", 1)[1].split("```")
+    gen = [line for line in blocks[1].splitlines() if line.startswith("synthlab gen mano")]
+    lines = gen + [line for line in blocks[3].splitlines()[1:] if line]
+    assert len(lines) == 5 and lines[-1].startswith("torchrun --nproc-per-node 2 -m synthlab ouroboros eval")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    outs = []
+    for line in lines:
+        done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outs.append(done.stdout)
+    assert "FSDP: at most 397,632 of the base's 795,264 parameters on one process" in outs[3]
+    table = pd.read_csv(tmp_path / "runs" / "ouro-fsdp" / "results.csv")
+    assert set(table["variant"]) == {"controller", "truncated", "base"} and set(table["depth"]) == {1, 2, 4}
