@@ -18,6 +18,12 @@ layer i + d is at distance exactly d.
   --edge-queries R > 0, the question form queries use, with no context: "<bos> can n3 reach n17
   ? . <ans> yes" and "... can n3 reach n21 ? . <ans> no" for a non-successor n21 of the next
   layer (each R times; group `edge_yes` / `edge_no`, training only).
+- Context lookups (--lookup-queries K, training only, group `lookup`): "<bos> can s reach what
+  ? <context> . <ans>" answered by the node v of the one listed edge s -> v (s has no other listed
+  out-edge), on the contexts of the first K training queries. The lookup a query needs at every
+  context hop ("is s -> t listed?") is otherwise taught by one yes/no bit per query, and a
+  looped layer on cpu did not learn it from that (results/reach/probe.md); a node answer
+  trains the same attention (find the edge that starts at s) with a token target.
 - The prompt states the query first, then the context: "<bos> can s reach t ? u -> v , ... .
   <ans>". With causal attention every context edge is then read with the query already known.
 - A query (s, t) at distance d plants two walks of d hops, one from s and one from a decoy
@@ -48,19 +54,23 @@ weights-only and context-only answers is reported (`path`) instead; (4) knowledg
 taught as queries, the form in which a query needs them (Physics of LMs 3.1: knowledge stored in
 one form is not used in another unless trained so); (5) the short-distance curriculum gives
 dense early supervision, since each query carries one bit; (6) the query comes before the
-context (the theorem's layer reads both at once; a causal decoder only reads back). The review
+context (the theorem's layer reads both at once; a causal decoder only reads back); (7) the
+context lookups are extra supervision for the in-prompt step the theorem takes as given (its
+input is the context graph's adjacency matrix, not a list of edges to search). The review
 of Ouro in MISSION.md's seeds/ states Theorem 1 as O(log^2 D) loops; MISSION.md writes O(log D).
 
 Records: train has edge statements ({"kind": "edge", "edge": [u, v], "text": "n3 -> n17"}),
-edge queries ({"kind": "edge_query", "prompt", "answer", "edge", "group"}) and queries; test has
-queries only, with prompts that never occur in train. A query: {"kind": "query", "prompt": "<bos>
-can n3 reach n40 ? n3 -> n9 , ... . <ans>", "answer": "yes"|"no", "source", "target",
-"decoy_source", "distance", "path" ("knowledge"|"context"|"mixed"), "group", "context_edges":
-[[u, v], ...]}. Node ids are ints; node i's token is "n{i}".
+edge queries ({"kind": "edge_query", "prompt", "answer", "edge", "group"}), context lookups
+({"kind": "lookup", "prompt", "answer": "n9", "source", "context_edges", "group": "lookup"}) and
+queries; test has queries only, with prompts that never occur in train. A query: {"kind":
+"query", "prompt": "<bos> can n3 reach n40 ? n3 -> n9 , ... . <ans>", "answer": "yes"|"no",
+"source", "target", "decoy_source", "distance", "path" ("knowledge"|"context"|"mixed"), "group",
+"context_edges": [[u, v], ...]}. Node ids are ints; node i's token is "n{i}".
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,7 +80,7 @@ from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, SynthlabError, 
                                          TaskShape, TaskSpec, chunked, json_line, param)
 
 MAX_TRIES = 1_000  # rejection-sampling tries per query before giving up
-WORDS = ("->", ",", ".", "can", "reach", "?", "yes", "no")  # besides the node tokens
+WORDS = ("->", ",", ".", "can", "reach", "what", "?", "yes", "no")  # besides the node tokens
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,9 @@ class ReachParams(TaskParams):
     edge_repeats: int = param(20, "How many times each knowledge edge is stated as 'u -> v'.")
     edge_queries: int = param(0, "How many times each knowledge edge is also asked as a "
                                  "context-free query, with as many 'no' queries from its source.")
+    lookup_queries: int = param(0, "Context lookups in train (at most --n-train): '<bos> can "
+                                   "s reach what ? <context> . <ans>' answered by the one node "
+                                   "s leads to in the context.")
     distance_decay: float = param(1.0, "Curriculum: training queries at distance d are in "
                                        "proportion to this ** (d - 1), in (0, 1] (1: uniform).")
 
@@ -101,6 +114,7 @@ class ReachParams(TaskParams):
             self.require_int("context_edges", 2 * max(1, self.max_diameter - 1), 100_000)
         self.require_int("edge_repeats", 1, 10_000)
         self.require_int("edge_queries", 0, 10_000)
+        self.require_int("lookup_queries", 0, self.n_train)
         self.require(isinstance(self.distance_decay, (int, float))
                      and 0 < self.distance_decay <= 1, "distance_decay", "must be in (0, 1]")
         sizes = [len(a) for a in np.array_split(np.arange(self.nodes), self.max_diameter + 1)]
@@ -217,6 +231,10 @@ def _adjacency(edges) -> dict[int, list[int]]:
     return adj
 
 
+def _listed(edges: list[list[int]]) -> str:
+    return " , ".join(f"n{u} -> n{v}" for u, v in edges)
+
+
 def _query(graph: _Graph, params: ReachParams, yes: bool, d: int, draws: _Draws) -> dict:
     D = params.max_diameter
     for _ in range(MAX_TRIES):
@@ -242,10 +260,9 @@ def _query(graph: _Graph, params: ReachParams, yes: bool, d: int, draws: _Draws)
             continue
         edges = sorted(context)
         edges = [list(edges[k]) for k in draws.rng.permutation(len(edges))]
-        listed = " , ".join(f"n{u} -> n{v}" for u, v in edges)
         answer = "yes" if yes else "no"
         return {"kind": "query",
-                "prompt": f"<bos> can n{source} reach n{target} ? {listed} . <ans>",
+                "prompt": f"<bos> can n{source} reach n{target} ? {_listed(edges)} . <ans>",
                 "answer": answer, "source": source, "target": target, "decoy_source": decoy,
                 "distance": d, "path": path, "group": f"d{d}_{answer}", "context_edges": edges}
     raise SynthlabError(f"--nodes {params.nodes}: could not build a query in {MAX_TRIES} tries; "
@@ -292,6 +309,28 @@ def _edge_queries(graph: _Graph, repeats: int, rng: np.random.Generator) -> list
     return out
 
 
+def _lookups(train_queries: list[dict], count: int, rng: np.random.Generator) -> list[dict]:
+    """`count` context lookups, on the contexts of the first training queries in turn (one whose
+    every listed source has two out-edges is skipped): a source s with exactly one listed
+    out-edge s -> v is asked "can s reach what ?", the answer is v."""
+    out = []
+    for query in train_queries:
+        if len(out) == count:
+            break
+        edges = query["context_edges"]
+        out_degree = Counter(u for u, _ in edges)
+        single = [(u, v) for u, v in edges if out_degree[u] == 1]
+        if single:
+            u, v = single[int(rng.integers(len(single)))]
+            prompt = f"<bos> can n{u} reach what ? {_listed(edges)} . <ans>"
+            out.append({"kind": "lookup", "prompt": prompt, "answer": f"n{v}", "source": u,
+                        "context_edges": edges, "group": "lookup"})
+    if len(out) < count:
+        raise SynthlabError(f"--lookup-queries {count}: only {len(out)} training contexts list a "
+                            f"source with one out-edge; use fewer")
+    return out
+
+
 def generate(params: ReachParams, rng: np.random.Generator) -> Dataset:
     graph = _Graph(params, rng)
     edges = [list(edge) for edge in graph.edges]
@@ -300,7 +339,8 @@ def generate(params: ReachParams, rng: np.random.Generator) -> Dataset:
     statements = [{"kind": "edge", "edge": [u, v], "text": f"n{u} -> n{v}"}
                   for u, v in edges] * params.edge_repeats
     edge_queries = _edge_queries(graph, params.edge_queries, rng)
-    train = statements + edge_queries + train_queries
+    lookups = _lookups(train_queries, params.lookup_queries, rng)
+    train = statements + edge_queries + train_queries + lookups
     order = rng.permutation(len(train))
     graph_json = {"nodes": list(range(params.nodes)), "edges": edges,
                   "layers": graph.members, "max_diameter": params.max_diameter}
@@ -313,6 +353,7 @@ def generate(params: ReachParams, rng: np.random.Generator) -> Dataset:
                "test.jsonl": chunked(json_line(q) for q in test)},
         counts={"train": len(train), "train_queries": len(train_queries),
                 "train_edge_statements": len(statements), "train_edge_queries": len(edge_queries),
+                "train_lookups": len(lookups),
                 "test": len(test)},
         extra={"knowledge_edges": len(edges), "context_edges_per_query": params.n_context,
                "train_yes_paths": paths},
@@ -323,13 +364,16 @@ def shape(params: ReachParams) -> TaskShape:
     """A query lists exactly n_context edges "u -> v" joined by "," (4C - 1 tokens); with
     <bos>, ". can s reach t ? <ans>" and the answer it is 4C + 8 tokens. An edge statement is
     "u -> v" plus <bos> and <eos>: 5 tokens; an edge query "<bos> . can u reach w ? <ans>" and
-    its answer 9. Every node outside the last layer has one edge."""
+    its answer 9; a context lookup "<bos> can s reach what ? <context> . <ans>" (a
+    query's layout, "what" in place of t) and its answer 4C + 8. Every node outside the last
+    layer has one edge."""
     C = params.n_context
     last_layer = params.nodes // (params.max_diameter + 1)  # np.array_split: the last is smallest
     statements = (params.nodes - last_layer) * params.edge_repeats
     edge_queries = (params.nodes - last_layer) * params.edge_queries * 2
-    records = statements + edge_queries + params.n_train
-    mean = (statements * 5 + edge_queries * 9 + params.n_train * (4 * C + 8)) / records
+    records = statements + edge_queries + params.n_train + params.lookup_queries
+    mean = (statements * 5 + edge_queries * 9 + params.n_train * (4 * C + 8)
+            + params.lookup_queries * (4 * C + 8)) / records
     return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(WORDS) + params.nodes,
                      row_len=4 * C + 7, tokens_per_record=mean, train_records=records)
 

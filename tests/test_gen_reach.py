@@ -1,6 +1,6 @@
 """Reach generator: answers, distances and decoy distances re-derived with networkx on graph.json +
 context edges, diameter bound, every d >= 2 "yes" needing both edge kinds, balance, the curriculum's
-exact counts, the edge queries, splits, determinism, bad input."""
+exact counts, the edge queries, the context lookups, splits, determinism, bad input."""
 
 import json
 from collections import Counter
@@ -17,7 +17,8 @@ from synthlab_generators.reach import ReachParams, distance_counts, planned_dist
 runner = CliRunner()
 D = 5
 ARGS = ["--nodes", "30", "--max-diameter", str(D), "--n-train", "401", "--n-test", "100",
-        "--edge-repeats", "3", "--edge-queries", "2", "--distance-decay", "0.5"]
+        "--edge-repeats", "3", "--edge-queries", "2", "--distance-decay", "0.5",
+        "--lookup-queries", "150"]
 
 
 def gen(out: Path, *args: str) -> None:
@@ -141,6 +142,20 @@ def test_edge_statements_edge_queries_and_disjoint_splits(data):
     assert all(r["kind"] == "query" for r in read(data / "test.jsonl"))
 
 
+def test_context_lookups_ask_a_source_with_one_listed_out_edge(data):
+    train = read(data / "train.jsonl")
+    contexts = [r["context_edges"] for r in train if r["kind"] == "query"]
+    lookups = [r for r in train if r["kind"] == "lookup"]
+    assert len(lookups) == 150 and all(r["group"] == "lookup" for r in lookups)
+    assert json.loads((data / "meta.json").read_text())["counts"]["train_lookups"] == 150
+    for r in lookups:
+        edges, s = r["context_edges"], r["source"]
+        assert edges in contexts  # the context of a training query
+        listed = " , ".join(f"n{u} -> n{v}" for u, v in edges)
+        assert r["prompt"] == f"<bos> can n{s} reach what ? {listed} . <ans>"
+        assert [f"n{v}" for u, v in edges if u == s] == [r["answer"]]  # re-derived, unique
+
+
 def test_determinism(data, tmp_path):
     gen(tmp_path / "b", *ARGS)
     gen(tmp_path / "c", *ARGS, "--seed", "1")
@@ -156,6 +171,7 @@ def test_determinism(data, tmp_path):
     (["--n-test", "0"], "--n-test"),
     (["--distance-decay", "0"], "--distance-decay"),
     (["--edge-queries", "-1"], "--edge-queries"),
+    (["--n-train", "10", "--lookup-queries", "11"], "--lookup-queries"),
     (["--nodes", "8", "--max-diameter", "1", "--n-train", "2000"], "--n-train"),  # too few
 ])
 def test_bad_input(tmp_path, args, flag):

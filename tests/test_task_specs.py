@@ -32,7 +32,7 @@ SETTINGS = [
     ("reach", {"nodes": 12, "max_diameter": 2, "n_train": 10, "n_test": 4}),
     ("reach", {"nodes": 23, "max_diameter": 3, "n_train": 40, "n_test": 10,
                "context_edges": 10, "edge_repeats": 3, "edge_queries": 2,
-               "distance_decay": 0.5}),  # uneven layers: 6, 6, 6, 5
+               "distance_decay": 0.5, "lookup_queries": 30}),  # uneven layers: 6, 6, 6, 5
 ]
 # Tasks whose every record's length is known from the params: shape is exact, not an estimate.
 EXACT = ("mano", "multihop", "reach")
@@ -114,7 +114,7 @@ def test_shape_of_default_params():
     assert shapes["bios"].vocab_size == 2779 and shapes["bios"].row_len is None
     assert shapes["bios"].tokens_per_record == pytest.approx(58.1, abs=0.1)
     assert (shapes["multihop"].vocab_size, shapes["multihop"].row_len) == (4 + 5 + 20 + 500, 15)
-    assert (shapes["reach"].vocab_size, shapes["reach"].row_len) == (4 + 8 + 64, 4 * 16 + 7)
+    assert (shapes["reach"].vocab_size, shapes["reach"].row_len) == (4 + 9 + 64, 4 * 16 + 7)
 
 
 def _pool_size(name: str) -> int:
