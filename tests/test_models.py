@@ -16,7 +16,9 @@ from synthlab.models import (ModelConfig, build_model, count_params, flops_per_t
                              ouro_stage2_loss, token_losses)
 
 V, S = 50, 12
-BASE = dict(vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=64)
+# GPT-2's head (tied to the embedding, as the reference computations below write it out) and init
+# scale (the float tolerances below are set for it); the defaults are test_models_recipe.py's.
+BASE = dict(vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=64, tie_head=True, init_std=0.02)
 
 # Every topology, injection, state init and modulation, each in a tiny config.
 VARIANTS = {

@@ -14,10 +14,11 @@ from synthlab.models import ModelConfig, build_model, count_params, flops_per_to
 V, S = 50, 10
 BASE = dict(vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=64)
 
-# One entry per new option value (the defaults rope / tied / gpt2 / no bias / rmsnorm are what
-# test_models.py covers), plus the 60-line reference GPT's recipe all at once.
+# One entry per option value (test_models.py covers rope / tied / gpt2 / no bias / rmsnorm; the
+# default head is untied), plus the 60-line reference GPT's recipe all at once.
 OPTIONS = {
     "untied": dict(tie_head=False),
+    "gpt2_std": dict(tie_head=True, init_std=0.02),  # GPT-2's head and init scale
     "learned_pos": dict(positions="learned"),
     "no_pos": dict(positions="none"),
     "init_torch": dict(init="torch"),
@@ -76,12 +77,22 @@ def reference_forward(model, idx):
 
 
 # --- config ---------------------------------------------------------------------------------------
-def test_defaults_are_the_previous_model():
+def test_defaults_are_the_benchmarked_recipe():
     c = ModelConfig(vocab_size=V)
-    assert (c.positions, c.tie_head, c.init, c.bias, c.norm_type) == ("rope", True, "gpt2", False,
+    assert (c.positions, c.tie_head, c.init, c.bias, c.norm_type) == ("rope", False, "gpt2", False,
                                                                       "rmsnorm")
     model = make()
-    assert model.lm_head is None and model.pos_embed is None and model.rotary is not None
+    assert model.lm_head is not None and model.pos_embed is None and model.rotary is not None
+
+
+@pytest.mark.parametrize("d_model", [32, 128, 768])
+def test_default_init_std_is_gpt2s_scaled_as_one_over_sqrt_width(d_model):
+    model = make(d_model=d_model, n_heads=4)
+    std = 0.02 * (768 / d_model) ** 0.5  # GPT-2's 0.02 at d = 768
+    assert model.config.weight_std == pytest.approx(std)
+    weights = torch.cat([model.embed.weight.flatten(), model.core[0].attn.qkv.weight.flatten()])
+    assert weights.std().item() == pytest.approx(std, rel=0.05)
+    assert make(d_model=d_model, n_heads=4, init_std=0.02).embed.weight.std().item() == pytest.approx(0.02, rel=0.05)
 
 
 @pytest.mark.parametrize("positions", ["learned", "none"])
@@ -208,12 +219,13 @@ def test_untied_head_is_its_own_weight_and_both_tables_learn():
     idx = ids(8)
     model(idx).logits.logsumexp(-1).mean().backward()
     assert model.lm_head.weight.grad.abs().sum() > 0 and model.embed.weight.grad.abs().sum() > 0
-    tied = make()
+    tied = make(tie_head=True)
     assert tied.lm_head is None and "embed.weight" in dict(tied.named_parameters())
 
 
 def test_learned_position_table_is_trained_and_changes_the_output():
-    model = make(positions="learned").train()
+    # tied head: an untied head's draws would follow the table's, so the two models' heads differ
+    model = make(positions="learned", tie_head=True).train()
     model(ids(9)).logits.logsumexp(-1).mean().backward()
     grad = model.pos_embed.weight.grad
     assert grad[:S].abs().sum(-1).gt(0).all() and grad[S:].abs().sum() == 0  # rows used only
@@ -221,7 +233,7 @@ def test_learned_position_table_is_trained_and_changes_the_output():
         before = model.eval()(ids(9)).logits
         model.pos_embed.weight.zero_()
         assert not torch.allclose(model(ids(9)).logits, before)
-        assert torch.equal(model(ids(9)).logits, make(positions="none").eval()(ids(9)).logits)
+        assert torch.equal(model(ids(9)).logits, make(positions="none", tie_head=True).eval()(ids(9)).logits)
 
 
 def test_torch_init_is_pytorchs_default_seeded_and_keeps_the_recurrence_inits():
@@ -249,7 +261,7 @@ def test_torch_init_is_pytorchs_default_seeded_and_keeps_the_recurrence_inits():
 @pytest.mark.parametrize("init, depth", [("gpt2", 4), ("gpt2_depth", 10)])
 def test_gpt2_inits_scale_residual_projections_by_distinct_or_run_depth(init, depth):
     model = make(init=init, topology="sandwich", n_layers=4, n_prelude=1, n_coda=1, loops=4,
-                 injection="add", n_heads=2, d_model=64)
+                 injection="add", n_heads=2, d_model=64, init_std=0.02)
     down = torch.cat([b.mlp.down.weight.flatten() for b in [*model.prelude, *model.core,
                                                             *model.coda]])
     assert down.std().item() == pytest.approx(0.02 * (2 * depth) ** -0.5, rel=0.05)

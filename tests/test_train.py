@@ -117,7 +117,7 @@ def test_a_short_run_lowers_the_loss(tmp_path, datasets, task):
     run = run_config(datasets(task), task, steps=25, lr=1e-2, warmup_steps=3, batch_size=4 if task == "bios" else 8)
     train(tmp_path / "run", run, progress=False)
     losses = [step[-1] for step in losses_of(tmp_path / "run")]
-    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    assert sum(losses[-5:]) / 5 < 0.8 * losses[0]  # against the untrained model (its first batch)
 
 
 def test_bad_input_is_one_readable_line(tmp_path, datasets):

@@ -58,12 +58,15 @@ class ModelConfig:
     positions: str = option("rope", "Position signal: rope (rotary, relative, in every attention layer), learned "
                                     "(absolute table added to the token embedding at the input) or none (causal mask only).")
     rope_base: float = option(10000.0, "RoPE base (positions = rope only).")
-    tie_head: bool = option(True, "Output head tied to the token embedding; false: a separate Linear(d, vocab) without bias.")
+    tie_head: bool = option(False, "Output head tied to the token embedding (GPT-2's choice); false: a separate "
+                                   "Linear(d, vocab) without bias (the default: results/recipe/bench).")
     dropout: float = option(0.0, "Dropout probability.")
     init: str = option("gpt2", "Weight init: gpt2 (N(0, init_std), residual projections scaled by 1/sqrt(2 n_layers) "
                                "over DISTINCT layers), gpt2_depth (scaled by the depth actually run) or torch "
                                "(PyTorch's default module init). Recurrence modules keep their own inits.")
-    init_std: float = option(0.02, "Standard deviation of the gpt2 inits.")
+    init_std: float | None = option(None, "Standard deviation of the gpt2 inits and of the recurrence modules' "
+                                          "projections (default: GPT-2's 0.02 at its width 768 carried to d_model "
+                                          "as 1/sqrt(d): 0.02 sqrt(768 / d_model), 0.049 at d = 128; 0.02: GPT-2's).")
     # --- recurrence -----------------------------------------------------------------------------
     topology: str = option("ouro", "ouro (loop the whole stack) or sandwich (prelude / core / coda).")
     loops: int = option(1, "Recurrent steps T: whole-stack passes (ouro) or core steps (sandwich).")
@@ -116,10 +119,12 @@ class ModelConfig:
              "head size must be even (RoPE)")
         need(self.d_ff is None or self.d_ff >= 1, "d_ff", "must be positive")
         for name in ("rope_base", "dropout", "init_std", "state_init_std", "step_sigma", "lora_alpha"):
-            need(math.isfinite(getattr(self, name)), name, f"must be a finite number, got {getattr(self, name)}")
+            need(getattr(self, name) is None or math.isfinite(getattr(self, name)), name,
+                 f"must be a finite number, got {getattr(self, name)}")
         need(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
         need(self.rope_base > 1.0, "rope_base", "must be > 1")
-        need(self.init_std > 0 and self.state_init_std > 0, "init_std", "must be positive")
+        need(self.init_std is None or self.init_std > 0, "init_std", "must be positive or null")
+        need(self.state_init_std > 0, "state_init_std", "must be positive")
         need(self.n_prelude >= 0, "n_prelude", "must be >= 0")
         need(self.n_coda >= 0, "n_coda", "must be >= 0")
         if self.topology == "ouro":
@@ -149,6 +154,11 @@ class ModelConfig:
     @property
     def step_table_size(self) -> int:
         return self.max_steps if self.max_steps is not None else self.loops
+
+    @property
+    def weight_std(self) -> float:
+        """init_std, or by default GPT-2's 0.02 at d = 768 scaled as 1/sqrt(d_model) (0.049 at d = 128)."""
+        return self.init_std if self.init_std is not None else 0.02 * math.sqrt(768 / self.d_model)
 
     @property
     def head_dim(self) -> int:

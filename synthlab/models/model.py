@@ -89,13 +89,13 @@ class LoopedGPT(InferenceMixin, nn.Module):
         """Initialise every weight from `generator` by config.init, then the recurrence modules'
         own inits (gates, zero heads...), under every scheme.
 
-        gpt2 / gpt2_depth: N(0, init_std) Linear and Embedding weights, zero biases, residual
+        gpt2 / gpt2_depth: N(0, weight_std) Linear and Embedding weights, zero biases, residual
         output projections (attn.o, mlp.down) scaled by 1/sqrt(2 L), L = n_layers (distinct
         layers) or the depth run, n_prelude + loops n_core + n_coda. torch: every module's own
         reset_parameters() (PyTorch's default init) under a CPU RNG seeded from `generator`, so
         the draw is reproducible and the global RNG is left as it was.
         """
-        c, std = self.config, self.config.init_std
+        c, std = self.config, self.config.weight_std
         if c.init == "torch":
             seed = int(torch.randint(0, 2**62, (), generator=generator, device=generator.device))
             with torch.random.fork_rng(devices=[]):
