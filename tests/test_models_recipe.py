@@ -277,3 +277,12 @@ def test_flops_per_token_match_torch_flop_counter(option):
     layer_runs = cfg.n_prelude + cfg.loops * (cfg.n_core + cfg.n_coda)
     attention = 4 * S * cfg.d_model * layer_runs  # CPU SDPA is not counted by the counter
     assert flops_per_token(cfg, S) == counter.get_total_flops() / idx.numel() + attention
+
+
+@pytest.mark.parametrize("init", ["gpt2", "torch"])
+def test_recurrence_modules_keep_0_02_unless_init_std_is_set(init):
+    """The width-scaled default is for the main weights; the injection projection keeps 0.02."""
+    sandwich = dict(d_model=128, n_heads=4, topology="sandwich", n_prelude=1, n_coda=1, n_layers=3, loops=2,
+                    injection="concat", init=init)
+    assert make(**sandwich).injection.proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert make(**sandwich, init_std=0.05).injection.proj.weight.std().item() == pytest.approx(0.05, rel=0.05)

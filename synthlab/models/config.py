@@ -64,9 +64,10 @@ class ModelConfig:
     init: str = option("gpt2", "Weight init: gpt2 (N(0, init_std), residual projections scaled by 1/sqrt(2 n_layers) "
                                "over DISTINCT layers), gpt2_depth (scaled by the depth actually run) or torch "
                                "(PyTorch's default module init). Recurrence modules keep their own inits.")
-    init_std: float | None = option(None, "Standard deviation of the gpt2 inits and of the recurrence modules' "
-                                          "projections (default: GPT-2's 0.02 at its width 768 carried to d_model "
-                                          "as 1/sqrt(d): 0.02 sqrt(768 / d_model), 0.049 at d = 128; 0.02: GPT-2's).")
+    init_std: float | None = option(None, "Standard deviation of the gpt2 inits (default: GPT-2's 0.02 at its "
+                                          "width 768 carried to d_model as 1/sqrt(d): 0.02 sqrt(768 / d_model), "
+                                          "0.049 at d = 128; 0.02: GPT-2's) and of the recurrence modules' "
+                                          "projections under every init (default 0.02: not part of the recipe search).")
     # --- recurrence -----------------------------------------------------------------------------
     topology: str = option("ouro", "ouro (loop the whole stack) or sandwich (prelude / core / coda).")
     loops: int = option(1, "Recurrent steps T: whole-stack passes (ouro) or core steps (sandwich).")
@@ -159,6 +160,13 @@ class ModelConfig:
     def weight_std(self) -> float:
         """init_std, or by default GPT-2's 0.02 at d = 768 scaled as 1/sqrt(d_model) (0.049 at d = 128)."""
         return self.init_std if self.init_std is not None else 0.02 * math.sqrt(768 / self.d_model)
+
+    @property
+    def recurrence_std(self) -> float:
+        """init_std, or 0.02: the recurrence modules' projections (injection, gate, controller) kept
+        the scale they had before the width-scaled default, which results/recipe/bench measured
+        for the main weights only."""
+        return self.init_std if self.init_std is not None else 0.02
 
     @property
     def head_dim(self) -> int:

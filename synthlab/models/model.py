@@ -114,7 +114,7 @@ class LoopedGPT(InferenceMixin, nn.Module):
                         nn.init.zeros_(module.bias)
         for module in self.modules():
             if module is not self and hasattr(module, "init_weights"):
-                module.init_weights(generator, std)
+                module.init_weights(generator, c.recurrence_std)
 
     # --- the pieces of one pass --------------------------------------------------------------------
     def _rope(self, start: int, length: int):
