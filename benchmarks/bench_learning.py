@@ -249,17 +249,16 @@ def parse_data(task: str, text: str) -> dict:
 class Scorer:
     """Every metric of one model on the task's fixed evaluation sets, through the lab's scorers."""
 
-    def __init__(self, ds, task: str, max_eval: int):
-        self.ds, self.task = ds, task
+    def __init__(self, ds, task: str, max_eval: int, device: torch.device):
+        self.ds, self.task, self.device = ds, task, device
         self.probe = None if task == "bios" else GroupProbe(ds, per_group=max_eval, seed=0)
         self.people = len(ds.records("train"))
 
     @torch.no_grad()
     def __call__(self, model) -> dict[str, float]:
-        cpu = torch.device("cpu")
         if self.probe is not None:
-            return group_columns(self.probe.groups(model, cpu))
-        recall = biography_recall(model, self.ds, device=cpu, people=self.people)
+            return group_columns(self.probe.groups(model, self.device))
+        recall = biography_recall(model, self.ds, device=self.device, people=self.people)
         out = {"name_nats": recall["name"]["loss"],
                "attr_nats": float(np.mean([recall[a]["loss"] for a in ATTRIBUTES])),
                "attr_acc": float(np.mean([recall[a]["accuracy"] for a in ATTRIBUTES]))}
@@ -299,9 +298,11 @@ def main() -> None:
                     "fields, e.g. tie_head=false,positions=learned,init=torch,bias=true,norm_type=layernorm,"
                     "schedule=constant,weight_decay=0,grad_clip=0")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda: both models train there in float32 (default cpu)")
     ap.add_argument("--out", help="write the table to OUT.json and OUT.csv (suffix replaced)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     task, spec = args.task, TASKS[args.task]
     for key, value in TASK_DEFAULTS[task].items():
         if getattr(args, key, "n/a") is None:
@@ -314,7 +315,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_dataset(spec, spec.params_cls(**data), seed=args.data_seed, out=Path(tmp) / task)
         ds = load_dataset(folder, task)
-        scorer = Scorer(ds, task, args.max_eval)  # reads train and test while the folder exists
+        scorer = Scorer(ds, task, args.max_eval, device)  # reads train and test while the folder exists
     examples = training_examples(ds)
     seq_len = args.seq_len if spec.pack else int(examples.lengths.max()) - 1
     batcher = Batcher(examples, batch_size=args.batch_size, seq_len=seq_len, pack=spec.pack, pad_id=ds.pad_id,
@@ -325,11 +326,11 @@ def main() -> None:
                                        n_heads=args.n_heads), model_over)
     tcfg = configlib.merge(TrainConfig(task=task, seed=args.seed, batch_size=args.batch_size, steps=args.steps,
                                        lr=args.lr, pack=spec.pack, seq_len=seq_len if spec.pack else None,
-                                       device="cpu"), train_over)
-    syn = build_model(mcfg, seed=tcfg.seed)
+                                       device=device.type), train_over)
+    syn = build_model(mcfg, seed=tcfg.seed).to(device)
     syn_trainer = SynthlabTrainer(syn, tcfg, args.steps)
     torch.manual_seed(args.seed)
-    ref = RefGPT(vocab, args.d_model, args.n_layers, args.n_heads, mcfg.max_seq_len)
+    ref = RefGPT(vocab, args.d_model, args.n_layers, args.n_heads, mcfg.max_seq_len).to(device)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=args.lr, weight_decay=0.0)
     n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     config = {
@@ -341,7 +342,7 @@ def main() -> None:
                       "positions": "learned", "norm": "LayerNorm (bias)", "bias": True, "tie_head": False,
                       "init": "torch default", "optimizer": "AdamW(betas=(0.9, 0.999), eps=1e-8, weight_decay=0)",
                       "lr": args.lr, "schedule": "constant, no warmup", "grad_clip": 0, "params": n_params(ref)},
-        "steps": args.steps, "eval_at": eval_at, "threads": args.threads,
+        "steps": args.steps, "eval_at": eval_at, "threads": args.threads, "device": args.device,
     }
     keys = metric_keys(task, data)
     sizes = scorer.sizes()
@@ -355,7 +356,7 @@ def main() -> None:
     rows, syn_losses, ref_losses = [], [], []
     t_syn = t_ref = 0.0
     for step in range(1, args.steps + 1):
-        inputs, targets, mask, doc_ids = to_device(batcher.next_batch(), torch.device("cpu"))
+        inputs, targets, mask, doc_ids = to_device(batcher.next_batch(), device)
         t0 = time.perf_counter()
         syn.train()
         syn_losses.append(syn_trainer.step(inputs, targets, mask, doc_ids))

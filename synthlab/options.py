@@ -53,7 +53,7 @@ class TrainConfig:
     schedule: str = option("cosine", "Learning-rate schedule after the linear warmup: cosine, constant or wsd (warmup-stable-decay).")
     min_lr_ratio: float = option(0.1, "cosine (and wsd's cooldown) decay to lr times this.")
     decay_fraction: float = option(0.2, "wsd: share of the run spent in the final linear cooldown.")
-    warmup_steps: int = option(20, "Linear warmup steps.")
+    warmup_steps: int = option(50, "Linear warmup steps.")
     weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights (not norms, biases, gains).")
     beta1: float = option(0.9, "AdamW beta1.")
     beta2: float = option(0.98, "AdamW beta2.")

@@ -91,9 +91,13 @@ def _over_seeds(table: pd.DataFrame, shown: list[str], factors: list[str]) -> pd
     return means[[*keys, "n", *metrics]]
 
 
-def _verdict_lines(rules, table: pd.DataFrame, factors: list[str]) -> tuple[list[str], list[verdicts.Verdict]]:
-    found = verdicts.evaluate(rules, table, factors)
+def _verdict_lines(rules, table: pd.DataFrame, factors: list[str], preset: str
+                   ) -> tuple[list[str], list[verdicts.Verdict]]:
+    """The rules' verdicts as report lines; a rule scoped to other presets is listed as untested."""
+    found = verdicts.evaluate([r for r in rules if r.applies_to(preset)], table, factors)
     lines = [f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}** ({v.rule.condition()})" for v in found]
+    lines += [f"- {r.claim}, {r.says}: not tested by preset `{preset}` (the rule is for "
+              f"{', '.join(f'`{p}`' for p in r.presets)})" for r in rules if not r.applies_to(preset)]
     return (["", "Verdicts (the definition's rules, over seeds):", "", *lines] if lines else
             ["", "Verdict: the definition states no rule."]), found
 
@@ -123,7 +127,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         lines += ["", " ".join(info["notes"].split())]
     if info.get("commands"):
         lines += ["", "Commands:", "", "```", *dict.fromkeys(info["commands"]), "```"]
-    verdict_lines, found = _verdict_lines(rules, table, factors)
+    verdict_lines, found = _verdict_lines(rules, table, factors, info["preset"])
     lines += verdict_lines
     if name in notes:
         lines += ["", f"Reading: {notes[name].strip()}"]

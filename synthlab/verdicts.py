@@ -11,6 +11,7 @@ An experiment definition states its rules as `[[verdicts]]` tables (fields: `Rul
     b = "1x1"
     match = ["L"]                        # a and b rows are paired on these columns
     expect = "above"                     # above / below threshold, or within threshold +- margin
+    presets = ["gpu"]                    # optional: only these presets' grids test it
 
 The statistic is computed once per seed (the unit of replication: the `seed` and `data_seed`
 columns; a table without them is one seed): the mean over the matched cells of mean(a) - mean(b)
@@ -57,6 +58,11 @@ class Rule:
     relative: bool = False
     min_seeds: int = 3
     level: float = 0.95
+    presets: tuple[str, ...] = ()  # the presets whose grid tests this rule (empty: every preset); the
+    # report lists the rule as untested under any other preset instead of deciding it
+
+    def applies_to(self, preset: str) -> bool:
+        return not self.presets or preset in self.presets
 
     def __post_init__(self) -> None:
         if self.expect not in EXPECT:

@@ -217,3 +217,44 @@ def test_the_report_finds_a_shipped_definition_from_any_directory(tmp_path, monk
     write_report([exit_results], tmp_path / "report.md")
     text = (tmp_path / "report.md").read_text()
     assert "states no rule" not in text and "| C6 | exit |" in text
+
+
+@pytest.mark.parametrize("name", experiments.available())
+def test_every_rule_names_arms_its_presets_train(name):
+    """A rule that applies to a claim-testing preset (cpu, gpu) compares values that preset's grid trains
+    (else it could only say "no data"); columns made by evaluation (kv, strategy) are not checked."""
+    from synthlab.options import parse_point
+    from synthlab.results import describe, factor_column
+
+    experiment = experiments.load(name)
+    for preset in [p for p in experiment.presets if p in ("cpu", "gpu")]:
+        values: dict[str, set[str]] = {}
+        for point in experiment.points(preset):
+            columns = {factor_column(axis): value for axis, value in point.factors.items()}
+            parsed = parse_point(point.config)
+            if parsed.model is not None:  # a model-training point (not the OUROBOROS system's)
+                columns = {**describe(parsed), **columns}
+            for column, value in columns.items():
+                values.setdefault(column, set()).add(str(value))
+        for rule in experiment.verdicts:
+            if rule.column is None or not rule.applies_to(preset):
+                continue
+            for arm in (rule.a, rule.b):
+                if arm is not None and rule.column in values:
+                    assert str(arm) in values.get(rule.column, set()), \
+                        f"{name} preset {preset}: rule '{rule.says}' compares {rule.column} = {arm!r}, " \
+                        f"which the grid does not train ({sorted(values.get(rule.column, set()))})"
+
+
+def test_a_rule_scoped_to_other_presets_is_listed_untested_not_decided():
+    from synthlab.report import _verdict_lines
+
+    rules = verdicts.parse_rules([
+        {"claim": "C0", "says": "loop beats base", "metric": "accuracy", "column": "model", "a": "loop", "b": "base",
+         "expect": "above", "presets": ["cpu"]},
+        {"claim": "C0", "says": "big loop beats big base", "metric": "accuracy", "column": "model", "a": "big",
+         "b": "base", "expect": "above", "presets": ["gpu"]}], "test")
+    assert rules[0].presets == ("cpu",) and rules[0].applies_to("cpu") and not rules[1].applies_to("cpu")
+    lines, found = _verdict_lines(rules, _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], "cpu")
+    assert [v.rule.says for v in found] == ["loop beats base"] and found[0].outcome == "reproduced"
+    assert any("big loop beats big base: not tested by preset `cpu` (the rule is for `gpu`)" in line for line in lines)
