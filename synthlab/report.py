@@ -201,7 +201,8 @@ def claims_table(found: list) -> str:
                                         "interval", "n (seeds)", "rule"])
     return ("## Claims\n\nEach verdict comes from the rule stated in the experiment's definition "
             "(`[[verdicts]]`), decided by `synthlab report` over training seeds; with fewer seeds than the "
-            "rule needs it says so instead of guessing.\n\n" + markdown_table(table))
+            "rule needs it says so instead of guessing, and where a compared model has not learned what the claim "
+            "builds on (the rule's `requires`) it says \"not tested\" and shows the estimate anyway.\n\n" + markdown_table(table))
 
 
 def _claim_key(claim: str) -> tuple:

@@ -12,6 +12,7 @@ An experiment definition states its rules as `[[verdicts]]` tables (fields: `Rul
     match = ["L"]                        # a and b rows are paired on these columns
     expect = "above"                     # above / below threshold, or within threshold +- margin
     presets = ["gpu"]                    # optional: only these presets' grids test it
+    requires = ["train_acc_l1 >= 0.99"]  # optional: what every compared row must have learned
 
 The statistic is computed once per seed (the unit of replication: the `seed` and `data_seed`
 columns; a table without them is one seed): the mean over the matched cells of mean(a) - mean(b)
@@ -23,20 +24,27 @@ mean exit step). Over the n seeds: the mean and its Student-t interval at `level
 - "contradicted": it lies wholly on the other side (wholly outside the band for `within`);
 - "inconclusive": it straddles;
 - "too few seeds": n < min_seeds (the estimate is shown, no interval is claimed);
-- "no data": no row (or no pair) the rule can use.
+- "no data": no row (or no pair) the rule can use;
+- "not tested": a compared row fails a `requires` condition: the models did not learn what the
+  claim builds on (e.g. the single operations, the attribute values), so neither "reproduced" nor
+  "contradicted" would mean anything; the estimate and interval are still shown.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import operator
+import re
 from typing import Any
 
 from synthlab.errors import SynthlabError
 
 EXPECT = ("above", "below", "within")
 SEED_COLUMNS = ("seed", "data_seed")
-OUTCOMES = ("reproduced", "contradicted", "inconclusive", "too few seeds", "no data")
+OUTCOMES = ("reproduced", "contradicted", "inconclusive", "too few seeds", "no data", "not tested")
+COMPARE = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+REQUIREMENT = re.compile(r"^\s*([\w.]+)\s*(>=|<=|>|<)\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?)\s*$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +68,8 @@ class Rule:
     level: float = 0.95
     presets: tuple[str, ...] = ()  # the presets whose grid tests this rule (empty: every preset); the
     # report lists the rule as untested under any other preset instead of deciding it
+    requires: tuple[str, ...] = ()  # "column >= number" (or <=, >, <) every compared row must meet,
+    # e.g. "train_acc_l1 >= 0.99": what the models must have learned for the claim to be tested
 
     def applies_to(self, preset: str) -> bool:
         return not self.presets or preset in self.presets
@@ -73,6 +83,9 @@ class Rule:
             raise SynthlabError(f"verdict '{self.says}': `b` and `x` need `column`")
         if self.x is not None and self.b is None:
             raise SynthlabError(f"verdict '{self.says}': `x` reads arm b as a curve; set `b`")
+        bad = [r for r in self.requires if not REQUIREMENT.match(r)]
+        if bad:
+            raise SynthlabError(f"verdict '{self.says}': `requires` entries look like 'column >= 0.99', got {bad}")
         if self.min_seeds < 2 or not 0 < self.level < 1 or self.margin < 0:
             raise SynthlabError(f"verdict '{self.says}': need min_seeds >= 2, 0 < level < 1, margin >= 0")
 
@@ -103,6 +116,10 @@ class Verdict:
         """"reproduced: +0.12 [0.05, 0.19], n = 3", "too few seeds (n = 1 < 3): +0.12"."""
         if self.outcome == "no data":
             return f"no data ({self.why})" if self.why else "no data"
+        if self.outcome == "not tested":
+            shown = "" if math.isnan(self.estimate) else f"; estimate {self.estimate:+.4g}" + (
+                "" if math.isnan(self.low) else f" [{self.low:.4g}, {self.high:.4g}]")
+            return f"not tested ({self.why}){shown}, n = {self.n}"
         if self.outcome == "too few seeds":
             return f"too few seeds (n = {self.n} < {self.rule.min_seeds}): estimate {self.estimate:+.4g}"
         return f"{self.outcome}: {self.estimate:+.4g} [{self.low:.4g}, {self.high:.4g}], n = {self.n}"
@@ -247,8 +264,39 @@ def evaluate(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) ->
             missing = [c for c in dict.fromkeys(needed) if c is not None and c not in table]
             why = f"results.csv has no {', '.join(missing)}" if missing else "no row or pair the rule can use"
             verdict = dataclasses.replace(verdict, why=why)
+        unmet = unmet_requirements(rule, table)
+        if unmet and verdict.outcome != "no data":
+            verdict = dataclasses.replace(verdict, outcome="not tested", why=unmet)
         out.append(verdict)
     return out
+
+
+def unmet_requirements(rule: Rule, table) -> str:
+    """What the rule's compared rows fail of its `requires` ("" when every row meets every one)."""
+    import pandas as pd
+
+    for column, value in rule.where.items():
+        if column not in table:
+            return ""
+        table = table[_same(table[column], value)]
+    if rule.column is not None and rule.column in table:
+        arms = _same(table[rule.column], rule.a)
+        if rule.b is not None:
+            arms |= _same(table[rule.column], rule.b)
+        table = table[arms]
+    failed = []
+    for requirement in rule.requires:
+        column, op, number = REQUIREMENT.match(requirement).groups()
+        if column not in table:
+            failed.append(f"requires {requirement}: results.csv has no {column}")
+            continue
+        values = pd.to_numeric(table[column], errors="coerce")
+        bad = ~values.map(lambda v: COMPARE[op](v, float(number)) if v == v else False)
+        if bad.any():
+            worst = values[bad].min() if op in (">=", ">") else values[bad].max()
+            failed.append(f"requires {requirement}: {int(bad.sum())} of {len(values)} compared rows fail, "
+                          f"{'lowest' if op in ('>=', '>') else 'highest'} {worst:.4g}")
+    return "; ".join(failed)
 
 
 def aggregate(table, factors: list[str], metrics: list[str]):

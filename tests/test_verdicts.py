@@ -258,3 +258,25 @@ def test_a_rule_scoped_to_other_presets_is_listed_untested_not_decided():
     lines, found = _verdict_lines(rules, _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], "cpu")
     assert [v.rule.says for v in found] == ["loop beats base"] and found[0].outcome == "reproduced"
     assert any("big loop beats big base: not tested by preset `cpu` (the rule is for `gpu`)" in line for line in lines)
+
+
+def test_requires_turns_a_verdict_into_not_tested_when_a_compared_model_did_not_learn():
+    table = _paired([-0.10, -0.12, -0.09]).assign(train_acc=0.99)
+    assert verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], table, ["L", "model", "seed"])[0].outcome \
+        == "contradicted"
+    table.loc[(table.model == "base") & (table.seed == 1) & (table.L == 3), "train_acc"] = 0.4
+    found = verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], table, ["L", "model", "seed"])[0]
+    assert found.outcome == "not tested" and "1 of 12 compared rows fail, lowest 0.4" in found.why
+    assert found.n == 3 and found.high < 0  # the estimate and interval are still there to read
+    assert "not tested (requires train_acc >= 0.95" in found.summary()
+    # rows outside the compared arms do not count
+    other = pd.concat([table.assign(train_acc=0.99), table.assign(model="other", train_acc=0.0)])
+    assert verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], other, ["L", "model", "seed"])[0].outcome \
+        == "contradicted"
+    missing = verdicts.evaluate([_rule(requires=("nope > 0",))], table, ["L", "model", "seed"])[0]
+    assert missing.outcome == "not tested" and "results.csv has no nope" in missing.why
+
+
+def test_requires_must_read_column_op_number():
+    with pytest.raises(SynthlabError, match="requires"):
+        _rule(requires=("train_acc is high",))
