@@ -111,9 +111,11 @@ def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> bool:
     afresh (False); in this process, or (nproc >= 1) as a torchrun job of nproc processes."""
     from synthlab.train import train
 
+    resume = (run_dir / "config.json").is_file()  # resume from the last checkpoint (or step 0 before one)
+    if resume:
+        check_same_run(run_dir, new_run())
     if (run_dir / "summary.json").is_file():
         return True
-    resume = (run_dir / "config.json").is_file()  # resume from the last checkpoint (or step 0 before one)
     if not resume:
         shutil.rmtree(run_dir, ignore_errors=True)  # killed before its config was written
     if nproc:
@@ -123,6 +125,28 @@ def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> bool:
     if interrupted:
         raise KeyboardInterrupt(f"training in {run_dir} interrupted by a signal (checkpoint written)")
     return False
+
+
+# Train options that change no number a run produces (where things are written, how often it logs).
+_OPERATIONAL = {"data", "device", "checkpoint_every", "keep_checkpoints", "log_every", "tensorboard"}
+
+
+def check_same_run(run_dir: Path, wanted) -> None:
+    """Refuse to reuse or resume `run_dir` for a point whose configuration (`wanted`, a RunConfig) is
+    not the one the run was trained with: a changed default or definition keeps a point's id."""
+    from synthlab import config as configlib
+    from synthlab.runs import load_run
+
+    stored, _ = load_run(run_dir)
+    changed = []
+    for section, old, new in [("model", stored.model.as_built(), wanted.model.as_built()),
+                              ("train", configlib.to_dict(stored.train), configlib.to_dict(wanted.train))]:
+        changed += [f"{section}.{k} {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+                    if old.get(k) != new.get(k) and not (section == "train" and k in _OPERATIONAL)]
+    if changed:
+        shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+        raise SynthlabError(f"{run_dir} was trained with another configuration than its point asks for ({shown}): "
+                            f"move the folder away to train the point again, or sweep into a new --out")
 
 
 def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
@@ -166,6 +190,21 @@ def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path) -> dic
     result = heldout_loss(model_dir, dataset(fresh, cache_dir), rows=point.eval.heldout_rows,
                           checkpoint=point.eval.checkpoint, batch_size=min(point.eval.batch_size, 16))
     return heldout_columns(result)
+
+
+def changed_since(point: PointConfig, run_dir: Path) -> str:
+    """Why the model in `run_dir` is not the one `point` asks for now ("" when it is, or when no
+    model is there): a finished point whose definition or defaults changed keeps its id and row."""
+    from synthlab.runs import RunConfig
+
+    model_dir = Path(run_dir) / "model"
+    if _given_base(point) or not (model_dir / "config.json").is_file():
+        return ""
+    try:
+        check_same_run(model_dir, RunConfig(point.model, point.train))
+    except SynthlabError as err:
+        return str(err)
+    return ""
 
 
 def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int = 0) -> dict[str, Any]:

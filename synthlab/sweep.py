@@ -107,6 +107,18 @@ def finished_points(runner: ModuleType, experiment: Experiment, preset: str, poi
     return set(rows) - stale, stale
 
 
+def changed_points(runner: ModuleType, experiment: Experiment, preset: str, points: list[Point],
+                   runs_dir: Path) -> dict[str, str]:
+    """{point id: why} for the points whose trained model no longer matches what the point asks for
+    (the runner's optional `changed_since(point, run_dir)`)."""
+    changed_since = getattr(runner, "changed_since", None)
+    if changed_since is None:
+        return {}
+    typed = parse_points(runner, experiment, preset, points)
+    found = {p.point_id: changed_since(t, runs_dir / p.train_id) for p, t in zip(points, typed)}
+    return {point_id: why for point_id, why in found.items() if why}
+
+
 def run_unit(unit: Unit) -> list[dict[str, Any]]:
     """Run (or recover) every point of a unit; returns their result rows. Used by every executor."""
     if unit.threads:
@@ -254,6 +266,9 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
             check_writable(path, option)
     points = experiment.points(preset)
     finished, stale = finished_points(runner, experiment, preset, points, Path(out) / RESULTS)
+    for point_id, why in changed_points(runner, experiment, preset, [p for p in points if p.point_id in finished],
+                                        Path(runs_dir or Path(out) / "runs")).items():
+        warn(f"point {point_id}: its row is kept, but {why}")
     todo = [p for p in points if p.point_id not in finished]
     parsed = parse_points(runner, experiment, preset, todo)  # fail early, in the driver, on a bad grid
     out = Path(out)
@@ -325,6 +340,7 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
     estimate = getattr(runner, "estimate_seconds", None)
     gpu_cost = getattr(runner, "gpu_cost", None) if gpu else None
     points = experiment.points(preset)
+    changed_since = getattr(runner, "changed_since", None)
     rows, trained = [], set()
     for point, typed in zip(points, parse_points(runner, experiment, preset, points)):
         run_dir = Path(runs_dir or out / "runs") / point.train_id
@@ -334,7 +350,9 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
         shared = point.train_id in trained  # evaluates a model an earlier point trains
         trained.add(point.train_id)
         if point.point_id in done:
-            row.update(status="done", cost_s=float(done[point.point_id]["wall_s"]), cost="measured")
+            changed = changed_since is not None and changed_since(typed, run_dir)
+            row.update(status="done, config changed" if changed else "done",
+                       cost_s=float(done[point.point_id]["wall_s"]), cost="measured")
         elif shared:
             own = row["gpu_h"] - row["gpu_h_shared"] if gpu_cost is not None else 0.0
             row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=own * 3600, cost="shared model")

@@ -195,3 +195,25 @@ def test_each_point_config_is_parsed_once_per_sweep(tmp_path, monkeypatch):
     experiment = experiments.load(FIXTURE)
     sweep.run_sweep(experiment, "smoke", tmp_path, runner=stages, progress=False)
     assert len(calls) == len(experiment.points("smoke"))
+
+
+def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_path, monkeypatch, capsys):
+    import dataclasses
+
+    exp = experiments.load(FIXTURE)
+    results = sweep.run_sweep(exp, "smoke", tmp_path, runner=stages, progress=False)
+    before = _table(results)
+    assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path, runner=stages)} == {"done"}
+    parse = stages.parse
+
+    def parse_under_a_new_default(config):  # as if TrainConfig's default warmup had changed since
+        point = parse(config)
+        return dataclasses.replace(point, train=dataclasses.replace(point.train, warmup_steps=point.train.warmup_steps + 1))
+
+    monkeypatch.setattr(stages, "parse", parse_under_a_new_default)
+    assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path, runner=stages)} == {"done, config changed"}
+    capsys.readouterr()
+    sweep.run_sweep(exp, "smoke", tmp_path, runner=stages, progress=False)
+    err = capsys.readouterr().err
+    assert err.count("its row is kept, but") == 2 and "train.warmup_steps" in err
+    assert _table(results) == before

@@ -60,8 +60,12 @@ def _print_plan(rows: list[dict]) -> None:
     total = table["cost_s"].sum(min_count=1)
     table["cost"] = [f"{_duration(s)} ({src})" for s, src in zip(table["cost_s"], table["cost"])]
     typer.echo(table.drop(columns=["cost_s", "gpu_h_shared"], errors="ignore").to_string(index=False))
-    todo = table[table["status"] != "done"]
-    typer.echo(f"{len(table)} points, {len(todo)} to run; total cost {_duration(total)}")
+    todo = table[~table["status"].str.startswith("done")]
+    changed = int((table["status"] == "done, config changed").sum())
+    typer.echo(f"{len(table)} points, {len(todo)} to run; total cost {_duration(total)}"
+               + (f"; {changed} done point(s) whose model was trained with another configuration than the "
+                  f"definition now asks for (their rows are kept; sweep into a new --out to rerun them)"
+                  if changed else ""))
     if "gpu_h" in table:
         from synthlab import cost
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from synthlab.config import option
+from synthlab.config import option, to_dict
 from synthlab.errors import SynthlabError
 
 MLP_KINDS = ("gelu", "swiglu")
@@ -167,6 +167,15 @@ class ModelConfig:
         the scale they had before the width-scaled default, which results/recipe/bench measured
         for the main weights only."""
         return self.init_std if self.init_std is not None else 0.02
+
+    def as_built(self) -> dict:
+        """The fields as the model reads them: `init_std` replaced by the scales it sets (the main
+        weights' only where the init scheme uses it), so two configs that build the same model from
+        the same seed compare equal (e.g. init_std 0.02 and unset under init = torch)."""
+        fields = {k: v for k, v in to_dict(self).items() if k != "init_std"}
+        if self.init != "torch":
+            fields["weight_std"] = self.weight_std
+        return {**fields, "recurrence_std": self.recurrence_std}
 
     @property
     def head_dim(self) -> int:
