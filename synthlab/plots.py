@@ -65,13 +65,13 @@ def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
     _need(table, "capacity", params, "bits", "n_people", "loops")
     plt, sns = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    data = table.assign(bits_shown=table["bits"].clip(lower=1.0))  # log axis: an empty model stores ~0
+    data = table.assign(bits_shown=table["bits"].clip(lower=1.0))  # log axis: an empty model stores ~0 (or < 0)
     sns.scatterplot(data=data, x=params, y="bits_shown", hue="n_people", style="loops", s=70,
                     palette="viridis", ax=ax)
     empty = data[data["bits"] < 1.0]
     if len(empty):  # say so, rather than let a clipped point pass for a measured one
         ax.scatter(empty[params], empty["bits_shown"], marker="o", s=160, facecolors="none", edgecolors="red",
-                   label="0 bits (drawn at 1)")
+                   label="below 1 bit, negative too (drawn at 1)")
     p = np.geomspace(table[params].min() / 1.5, table[params].max() * 1.5, 50)
     for rate, dash in ((1, ":"), (2, "--")):
         ax.plot(p, rate * p, dash, color="grey", label=f"{rate} bit/param")

@@ -144,7 +144,7 @@ def test_report_has_tables_figures_commands_and_verdicts(tmp_path):
 def test_capacity_plot_marks_empty_models_and_the_data_limit(tmp_path):
     paths = plots.plot("capacity", _fixtures()["capacity"], tmp_path)
     svg = next(p for p in paths if p.suffix == ".svg").read_text()
-    assert "0 bits (drawn at 1)" in svg and "all the data (N = 5,000)" in svg
+    assert "below 1 bit, negative too (drawn at 1)" in svg and "all the data (N = 5,000)" in svg
     assert not list(tmp_path.glob(".*"))  # atomic saves leave no temporaries behind
 
 
