@@ -198,7 +198,7 @@ def claims_table(found: list) -> str:
              "" if math.isnan(v.low) else f"[{v.low:.4g}, {v.high:.4g}]", v.n, v.rule.condition())
             for name, v in sorted(found, key=lambda f: _claim_key(f[1].rule.claim))]
     table = pd.DataFrame(rows, columns=["claim", "experiment", "claim as tested", "verdict", "estimate",
-                                        "interval", "n (seeds)", "rule"])
+                                        "interval", "n", "rule"])
     return ("## Claims\n\nEach verdict comes from the rule stated in the experiment's definition "
             "(`[[verdicts]]`), decided by `synthlab report` over training seeds; with fewer seeds than the "
             "rule needs it says so instead of guessing, and where a compared model has not learned what the claim "

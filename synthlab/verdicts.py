@@ -13,9 +13,11 @@ An experiment definition states its rules as `[[verdicts]]` tables (fields: `Rul
     expect = "above"                     # above / below threshold, or within threshold +- margin
     presets = ["gpu"]                    # optional: only these presets' grids test it
     requires = ["train_acc_l1 >= 0.99"]  # optional: what every compared row must have learned
+    units = ["d_model"]                  # optional: also replicate over these columns (below)
 
 The statistic is computed once per seed (the unit of replication: the `seed` and `data_seed`
-columns; a table without them is one seed): the mean over the matched cells of mean(a) - mean(b)
+columns; a table without them is one seed; with `units`, once per seed and value of those columns
+too, e.g. once per model size when a scaling grid has one seed per size): the mean over the matched cells of mean(a) - mean(b)
 (divided by |mean(b)| with `relative`), or the mean of a's rows alone without `b`; with `x`, b's
 rows are a curve along column x, read at each a row's x by linear interpolation (accuracy against
 mean exit step). Over the n seeds: the mean and its Student-t interval at `level`. The outcome:
@@ -70,6 +72,8 @@ class Rule:
     # report lists the rule as untested under any other preset instead of deciding it
     requires: tuple[str, ...] = ()  # "column >= number" (or <=, >, <) every compared row must meet,
     # e.g. "train_acc_l1 >= 0.99": what the models must have learned for the claim to be tested
+    units: tuple[str, ...] = ()  # columns whose values are further independent replicates (the
+    # statistic once per seed and value): independent training runs that are not seeds
 
     def applies_to(self, preset: str) -> bool:
         return not self.presets or preset in self.presets
@@ -97,6 +101,8 @@ class Rule:
             stat = f"({stat}) / |{arm(self.b)}|"
         if self.x:
             stat += f" along {self.x}"
+        if self.units:
+            stat += f", one replicate per {' x '.join(('seed', *self.units))}"
         bound = f"inside {self.threshold:g} +- {self.margin:g}" if self.expect == "within" else \
             f"{self.expect} {self.threshold:g}"
         return f"{stat}, {round(100 * self.level)}% interval {bound}"
@@ -109,7 +115,7 @@ class Verdict:
     estimate: float  # the mean over seeds (NaN without data)
     low: float  # the interval (NaN without one)
     high: float
-    n: int  # seeds
+    n: int  # replicates: seeds (times the values of the rule's `units`)
     why: str = ""  # for "no data": what the table lacks
 
     def summary(self) -> str:
@@ -184,12 +190,14 @@ def seed_statistics(rule: Rule, table, factors: list[str]) -> list[float]:
     if value is None or (rule.column is not None and rule.column not in table):
         return []
     table = table.assign(_value=value).dropna(subset=["_value"])
-    seeds = [c for c in SEED_COLUMNS if c in table]
-    table = table.assign(_unit=table[seeds].map(str).agg("/".join, axis=1) if seeds else "all")
+    replicates = [c for c in (*SEED_COLUMNS, *rule.units) if c in table]
+    if any(u not in table for u in rule.units):
+        return []
+    table = table.assign(_unit=table[replicates].map(str).agg("/".join, axis=1) if replicates else "all")
     a_rows = table[_same(table[rule.column], rule.a)] if rule.column else table
     b_rows = table[_same(table[rule.column], rule.b)] if rule.b is not None else a_rows
     match = list(rule.match) if rule.match is not None else [  # the factors both arms span alike
-        f for f in factors if f in table and f not in (rule.column, rule.x, *SEED_COLUMNS)
+        f for f in factors if f in table and f not in (rule.column, rule.x, *SEED_COLUMNS, *rule.units)
         and set(a_rows[f].astype(str)) == set(b_rows[f].astype(str))]
     if any(m not in table for m in match) or (rule.x and rule.x not in table):
         return []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import tomllib
@@ -280,3 +281,18 @@ def test_requires_turns_a_verdict_into_not_tested_when_a_compared_model_did_not_
 def test_requires_must_read_column_op_number():
     with pytest.raises(SynthlabError, match="requires"):
         _rule(requires=("train_acc is high",))
+
+
+def test_units_replicate_over_a_column_when_each_value_is_an_independent_run():
+    rng = np.random.default_rng(0)
+    rows = [{"d_model": d, "checkpoint": c, "loops": loops, "eval_loss": 3.0 - 0.1 * c - (0.2 if loops == 4 else 0.0)
+             + 0.01 * rng.standard_normal()}
+            for d in (24, 32, 48, 64) for c in (1, 2) for loops in (1, 4)]
+    rule = verdicts.Rule(claim="C5", says="4 loops below 1", metric="eval_loss", column="loops", a=4, b=1,
+                         match=("checkpoint",), units=("d_model",), expect="below")
+    found = verdicts.evaluate([rule], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0]
+    assert found.n == 4 and found.outcome == "reproduced" and found.estimate == pytest.approx(-0.2, abs=0.02)
+    assert "one replicate per seed x d_model" in rule.condition()
+    without = dataclasses.replace(rule, units=(), match=("d_model", "checkpoint"))  # one seed: no interval
+    assert verdicts.evaluate([without], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0].outcome \
+        == "too few seeds"
