@@ -182,6 +182,7 @@ def seed_statistics(rule: Rule, table, factors: list[str]) -> list[float]:
     import numpy as np
     import pandas as pd
 
+    table = table.copy()  # one block: a results table with many columns is fragmented
     for column, value in rule.where.items():
         if column not in table:
             return []
