@@ -95,14 +95,23 @@ def plot_mano(table: pd.DataFrame, out: Path) -> list[Path]:
     """Exact-match accuracy at l = L: heatmap of model (k x m) by L."""
     _need(table, "mano", "model", "L", "accuracy")
     plt, sns = pyplot()
-    grid = table.assign(acc=_percent(table)).pivot_table(index="model", columns="L", values="acc", aggfunc="mean")
+    scored = table.assign(acc=_percent(table))
+    grid = scored.pivot_table(index="model", columns="L", values="acc", aggfunc="mean")
     grid = grid.loc[sorted(grid.index, key=_layers_loops)]
-    fig, ax = plt.subplots(figsize=(1.5 + 1.1 * grid.shape[1], 1.2 + 0.45 * grid.shape[0]))
-    sns.heatmap(grid, annot=True, fmt=".1f", vmin=0, vmax=100, cmap="viridis", ax=ax,
-                cbar_kws={"label": "exact-match accuracy at l = L (%)"})
     n = seed_count(table)
+    # each cell: the mean over seeds, and under it every seed's own value
+    seeds = scored.pivot_table(index="model", columns="L", values="acc", aggfunc=list).reindex_like(grid)
+    labels = grid.copy().astype(object)
+    for model in grid.index:
+        for L in grid.columns:
+            values = seeds.loc[model, L] if isinstance(seeds.loc[model, L], list) else []
+            labels.loc[model, L] = f"{grid.loc[model, L]:.1f}" + (
+                "\n(" + ", ".join(f"{v:.0f}" for v in values) + ")" if n > 1 and len(values) > 1 else "")
+    fig, ax = plt.subplots(figsize=(1.5 + 1.3 * grid.shape[1], 1.2 + (0.7 if n > 1 else 0.45) * grid.shape[0]))
+    sns.heatmap(grid, annot=labels.to_numpy(), fmt="", vmin=0, vmax=100, cmap="viridis", ax=ax,
+                annot_kws={"fontsize": 8}, cbar_kws={"label": "exact-match accuracy at l = L (%)"})
     ax.set(xlabel="L (operators in the test expression)", ylabel="model (layers x loops)",
-           title="Mano" + (f" (mean of {n} seeds)" if n > 1 else ""))
+           title="Mano" + (f" (mean of {n} seeds; each seed below)" if n > 1 else ""))
     paths = save(fig, out, "mano")
     if any(LENGTH_COLUMN.match(c) for c in table.columns):  # per-length diagnostics recorded
         paths += plot_lengths(table, out)

@@ -191,3 +191,11 @@ def test_reach_pools_both_classes_of_a_distance_by_their_counts():
     assert long[["loops", "distance", "acc"]].values.tolist() == [[1, 1, 0.75], [2, 1, 0.5], [1, 2, 0.75],
                                                                    [2, 2, 1.0]]
     assert plots.reach_distances(table[["diameter", "loops"]]).empty  # a table from before
+
+
+def test_mano_heatmap_shows_every_seed_under_the_mean(tmp_path):
+    rows = [{"model": m, "L": L, "seed": s, "accuracy": acc}
+            for m, base in (("1x1", 0.2), ("1x3", 0.5)) for L in (2, 3) for s, acc in enumerate((base, base + 0.1, base + 0.3))]
+    paths = plots.plot("mano", pd.DataFrame(rows), tmp_path)
+    svg = next(p for p in paths if p.suffix == ".svg" and p.stem == "mano").read_text()
+    assert "(50, 60, 80)" in svg and "63.3" in svg and "each seed below" in svg
