@@ -177,16 +177,23 @@ def _metric(table, metric: str):
     return values - table[right].astype(float) if sep else values
 
 
+def _where(rule: Rule, table):
+    """The rows the rule's `where` keeps (None when the table lacks one of its columns)."""
+    for column, value in rule.where.items():
+        if column not in table:
+            return None
+        table = table[_same(table[column], value)]
+    return table
+
+
 def seed_statistics(rule: Rule, table, factors: list[str]) -> list[float]:
     """The rule's statistic once per seed (seeds without a usable row or pair are left out)."""
     import numpy as np
     import pandas as pd
 
-    table = table.copy()  # one block: a results table with many columns is fragmented
-    for column, value in rule.where.items():
-        if column not in table:
-            return []
-        table = table[_same(table[column], value)]
+    table = _where(rule, table.copy())  # a copy: one block, a wide results table is fragmented
+    if table is None:
+        return []
     value = _metric(table, rule.metric)
     if value is None or (rule.column is not None and rule.column not in table):
         return []
@@ -284,10 +291,9 @@ def unmet_requirements(rule: Rule, table) -> str:
     """What the rule's compared rows fail of its `requires` ("" when every row meets every one)."""
     import pandas as pd
 
-    for column, value in rule.where.items():
-        if column not in table:
-            return ""
-        table = table[_same(table[column], value)]
+    table = _where(rule, table)
+    if table is None:
+        return ""
     if rule.column is not None and rule.column in table:
         arms = _same(table[rule.column], rule.a)
         if rule.b is not None:
