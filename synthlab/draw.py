@@ -44,9 +44,10 @@ def seed_count(table: pd.DataFrame) -> int:
     return len(table[seeds].drop_duplicates()) if seeds else 1
 
 
-def mean_and_seeds(sns, ax, data: pd.DataFrame, x: str, y: str, **kw) -> None:
-    """A line through the mean over seeds, a band of +-1 standard error, and every seed as a point."""
-    sns.lineplot(data=data, x=x, y=y, marker="o", errorbar=("se", 1), ax=ax, **kw)
+def mean_and_seeds(sns, ax, data: pd.DataFrame, x: str, y: str, legend: str | bool = "auto", **kw) -> None:
+    """A line through the mean over seeds, a band of +-1 standard error, and every seed as a point
+    (`legend` is the line's; the points add none)."""
+    sns.lineplot(data=data, x=x, y=y, marker="o", errorbar=("se", 1), ax=ax, legend=legend, **kw)
     if seed_count(data) > 1:
         sns.scatterplot(data=data, x=x, y=y, ax=ax, legend=False, alpha=0.45, s=16, **kw)
 

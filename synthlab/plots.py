@@ -4,7 +4,8 @@ Each plotter takes the table (a pandas DataFrame with the columns of `synthlab.r
 and an output folder, saves the figure as PNG and SVG, and returns the paths. Axes carry units:
 "bits", "parameters (unique)", "accuracy (%)", "tokens", "recurrent steps", "bytes". A sweep over
 seeds is drawn as the mean over seeds with a band (or bar) of one standard error, and every seed
-as a point (`synthlab.draw`); heatmaps show the mean.
+as a point (`synthlab.draw`); a heatmap cell shows the mean, and under it every seed's value (Mano)
+or the seeds' range (faithfulness).
 """
 
 from __future__ import annotations
@@ -124,8 +125,9 @@ def plot_lengths(table: pd.DataFrame, out: Path) -> list[Path]:
     with the Mano figure when results.csv has per-length columns (acc_l<l>, train_acc_l<l>)."""
     columns = [c for c in table.columns if LENGTH_COLUMN.match(c)]
     plt, sns = pyplot()
-    long = table.melt(id_vars=["model", "L"], value_vars=columns, var_name="column", value_name="acc").dropna(
-        subset=["acc"])
+    seeds = [c for c in ("seed", "data_seed") if c in table]
+    long = table.melt(id_vars=["model", "L", *seeds], value_vars=columns, var_name="column",
+                      value_name="acc").dropna(subset=["acc"])
     parts = long["column"].str.extract(LENGTH_COLUMN)
     long = long.assign(length=parts[1].astype(int), acc=100 * long["acc"],
                        prompts=np.where(parts[0].notna(), "training", "held-out"))
@@ -133,11 +135,11 @@ def plot_lengths(table: pd.DataFrame, out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
     order = sorted(long["model"].unique(), key=_layers_loops)
     for ax, L in zip(axes[0], panels):
-        sns.lineplot(data=long[long["L"] == L], x="length", y="acc", hue="model", hue_order=order, style="prompts",
-                     style_order=["held-out", "training"], markers=True, errorbar=None, ax=ax,  # the mean over seeds
-                     legend=ax is axes[0][-1])
+        mean_and_seeds(sns, ax, long[long["L"] == L], "length", "acc", hue="model", hue_order=order, style="prompts",
+                       style_order=["held-out", "training"], legend=ax is axes[0][-1])
         ax.set(xlabel="l (operators in the expression)", ylabel="exact-match accuracy (%)", ylim=(-2, 102),
                title=f"Mano L = {L}", xticks=range(1, int(L) + 1))
+    fig.suptitle("Mano per expression length" + seeds_note(table), fontsize=9)
     return save(fig, out, "mano_lengths")
 
 
@@ -350,22 +352,30 @@ def agreement_matrix(row: pd.Series) -> np.ndarray:
 
 
 def plot_faithfulness(table: pd.DataFrame, out: Path) -> list[Path]:
-    """Step x step agreement of the answers (%), one heatmap per model (the mean over its seeds)."""
+    """Step x step agreement of the answers (%), one heatmap per model (the mean over its seeds, with
+    their range under it)."""
     if not any(AGREE_COLUMN.match(c) for c in table.columns):
         raise SynthlabError("plot 'faithfulness' needs agree_<i>_<j> columns in results.csv")
     plt, sns = pyplot()
     keys = [c for c in ("model", "loops", "train.loss") if c in table]
     groups = [g for _, g in table.groupby(keys, sort=False, dropna=False)] if keys else [table]
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.8), squeeze=False)
+    many = seed_count(table) > 1
+    size = 6.2 if many else 4.2
+    fig, axes = plt.subplots(1, len(groups), figsize=(size * len(groups), size - 0.4), squeeze=False)
     for ax, group in zip(axes[0], groups):
         row = group.iloc[0]
-        matrix = 100 * np.mean([agreement_matrix(r) for _, r in group.iterrows()], axis=0)
+        per_seed = 100 * np.array([agreement_matrix(r) for _, r in group.iterrows()])
+        matrix = per_seed.mean(axis=0)
         ticks = list(range(1, len(matrix) + 1))
-        sns.heatmap(matrix, annot=len(matrix) <= 8, fmt=".0f", vmin=0, vmax=100, cmap="viridis", ax=ax,
-                    xticklabels=ticks, yticklabels=ticks, cbar_kws={"label": "answers agreeing (%)"})
+        # each cell: the mean over seeds, and under it the seeds' lowest and highest value
+        labels = np.vectorize(lambda mean, low, high: f"{mean:.0f}" + (f"\n{low:.0f}-{high:.0f}" if many else ""))(
+            matrix, per_seed.min(axis=0), per_seed.max(axis=0))
+        sns.heatmap(matrix, annot=labels if len(matrix) <= 8 else False, fmt="", vmin=0, vmax=100, cmap="viridis",
+                    ax=ax, xticklabels=ticks, yticklabels=ticks, annot_kws={"fontsize": 7 if many else 9},
+                    cbar_kws={"label": "answers agreeing (%)"})
         title = f"{row.get('model', '')} trained {row['loops']} loops" + (
             f", {row['train.loss']} loss" if "train.loss" in row else "") + (
-            f" (mean of {seed_count(group)} seeds)" if seed_count(group) > 1 else "")
+            f"\n(mean of {seed_count(group)} seeds; under it the seeds' range)" if seed_count(group) > 1 else "")
         ax.set(xlabel="recurrent step", ylabel="recurrent step", title=title)
     return save(fig, out, "faithfulness")
 

@@ -138,12 +138,15 @@ def load_checkpoint(run_dir: str | Path, device: torch.device | str = "cpu", *,
     raise SynthlabError(f"corrupt checkpoint: no intact checkpoint in {run_dir}: {'; '.join(damaged)}")
 
 
-def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int = 2) -> None:
+def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int = 2, every: int = 0) -> None:
     """Write a training state as checkpoint-<step>.pt with its sha256 beside it (atomically: a
     reader sees the old files or the new ones), point checkpoint.pt at it, keep the newest `keep`.
 
     checkpoint.pt is a hard link to the newest (a copy where the file system has no links); the
-    numbered files past this step (damaged ones a resume fell back from) are removed.
+    numbered files past this step (damaged ones a resume fell back from) are removed. With `every`
+    (the run's checkpoint_every), an older checkpoint off that schedule (one a stop wrote) was only
+    a resume point: it is removed and takes none of the `keep` places, so a run stopped and resumed
+    keeps the same scheduled checkpoints as one that ran through (an evaluation may read them).
     """
     run_dir, step = Path(run_dir), int(state["step"])
     path = run_dir / f"checkpoint-{step}.pt"
@@ -166,8 +169,13 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int = 2) -
             shutil.copyfile(path, tmp)
 
     atomic_write(run_dir / CHECKPOINT, link)
-    older = [p for p in checkpoint_files(run_dir) if int(p.stem[len("checkpoint-"):]) <= step]
-    for old in [p for p in checkpoint_files(run_dir) if p not in older] + older[keep:]:
+    def step_of(p: Path) -> int:
+        return int(p.stem[len("checkpoint-"):])
+
+    older = [p for p in checkpoint_files(run_dir) if step_of(p) <= step]
+    stops = [p for p in older if every and step_of(p) % every and step_of(p) != step]
+    older = [p for p in older if p not in stops]
+    for old in [p for p in checkpoint_files(run_dir) if step_of(p) > step] + stops + older[keep:]:
         old.unlink(missing_ok=True)
         old.with_name(old.name + ".sha256").unlink(missing_ok=True)
 

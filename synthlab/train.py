@@ -9,7 +9,8 @@ A run directory describes itself:
 - `checkpoint-<step>.pt` (+ its sha256; `checkpoint.pt` is the newest): model, optimizer,
   scheduler, torch RNG states, data position, step; written atomically (temporary sibling +
   rename) every `checkpoint_every` steps, at the end, and when SIGINT or SIGTERM arrives; the
-  newest `keep_checkpoints` are kept (`synthlab.runs.save_checkpoint`);
+  newest `keep_checkpoints` are kept (a stop's off-schedule one only until the next is written:
+  `synthlab.runs.save_checkpoint`);
 - `model.safetensors`: the weights alone, written at the end (`synthlab.load_model` reads them);
 - `summary.json`: final numbers, written at the end.
 
@@ -296,7 +297,8 @@ class _Trainer:
             raise SynthlabError(f"training diverged at step {self.step}: the weights are not finite "
                                 f"(lr {self.cfg.lr}); {self.kept()}")
         if self.world.main:
-            save_checkpoint(self.run_dir, self.state(), keep=self.cfg.keep_checkpoints)
+            save_checkpoint(self.run_dir, self.state(), keep=self.cfg.keep_checkpoints,
+                            every=self.cfg.checkpoint_every)
 
     def train_step(self, log_now: bool, check: bool) -> tuple[torch.Tensor, torch.Tensor, int, float]:
         """One optimizer step: (objective, per-step losses, real tokens in the batch, lr used).

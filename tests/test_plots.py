@@ -199,3 +199,25 @@ def test_mano_heatmap_shows_every_seed_under_the_mean(tmp_path):
     paths = plots.plot("mano", pd.DataFrame(rows), tmp_path)
     svg = next(p for p in paths if p.suffix == ".svg" and p.stem == "mano").read_text()
     assert "(50, 60, 80)" in svg and "63.3" in svg and "each seed below" in svg
+
+
+def test_mano_lengths_draws_every_seed_as_a_point_beside_the_mean(tmp_path, monkeypatch):
+    rows = [{"model": m, "L": 2, "seed": s, "accuracy": 0.5, "acc_l1": 0.9 - 0.1 * s - k / 100,
+             "acc_l2": 0.4 + 0.1 * s + k / 100, "train_acc_l1": 0.95 - 0.05 * s - k / 100}
+            for k, m in enumerate(("1x1", "1x3")) for s in range(3)]
+    figures = []
+    monkeypatch.setattr(plots, "save", lambda fig, out, name: figures.append(fig) or [out / f"{name}.png"])
+    plots.plot_lengths(pd.DataFrame(rows), tmp_path)
+    ax = figures[0].axes[0]
+    points = {round(float(y), 6) for c in ax.collections for y in c.get_offsets()[:, 1]}
+    for row in rows:  # every seed's own value is drawn, not only the mean over seeds
+        assert {round(100 * row[c], 6) for c in ("acc_l1", "acc_l2", "train_acc_l1")} <= points
+    assert "mean of 3 seeds" in figures[0]._suptitle.get_text()
+
+
+def test_faithfulness_heatmap_shows_the_seeds_range_under_the_mean(tmp_path):
+    rows = [{"model": "1x4", "loops": 4, "seed": s, **{f"agree_{i}_{j}": (1.0 if i == j else 0.5 + 0.1 * s)
+                                                       for i in range(1, 4) for j in range(1, 4)}} for s in range(3)]
+    paths = plots.plot("faithfulness", pd.DataFrame(rows), tmp_path)
+    svg = next(p for p in paths if p.suffix == ".svg").read_text()
+    assert "50-70" in svg and "seeds' range" in svg  # off the diagonal: mean 60, seeds 50, 60, 70

@@ -23,7 +23,7 @@ from synthlab import experiments, plots, sweep
 from synthlab import results as results_table
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
-from synthlab.runs import checkpoint_files, load_checkpoint, read_metrics
+from synthlab.runs import checkpoint_files, load_checkpoint, read_metrics, save_checkpoint
 from synthlab_generators import TASKS, write_dataset
 
 TESTS = Path(__file__).parent
@@ -182,6 +182,16 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_older_one(tmp_path, man
     assert result.exit_code == 0, result.output
     assert losses(run_dir) == losses(tmp_path / "straight")  # nothing lost but the steps since step 6
     assert load_checkpoint(run_dir)["step"] == 9
+
+
+@pytest.mark.parametrize("every, kept", [(2, [8, 6, 4]), (0, [8, 6, 5])])
+def test_a_stops_off_schedule_checkpoint_takes_no_kept_place_once_a_newer_one_exists(tmp_path, every, kept):
+    # a run stopped at step 5 and resumed: with its schedule known, the scheduled checkpoint 4 that an
+    # evaluation may read (scaling's eval.checkpoint) stays; 5 was only a resume point
+    for step in (2, 4, 5, 6, 8):
+        save_checkpoint(tmp_path, {"step": step}, keep=3, every=every)
+    assert [int(p.stem.split("-")[1]) for p in checkpoint_files(tmp_path)] == kept
+    assert sorted(p.name for p in tmp_path.glob("*.sha256")) == sorted(f"checkpoint-{k}.pt.sha256" for k in kept)
 
 
 def test_no_intact_checkpoint_is_one_line_naming_each_file(tmp_path, mano):
