@@ -9,7 +9,9 @@ forward pass. Reported per step t = 1..T (and past the trained depth with `steps
 - exact-match accuracy, and the summed cross-entropy of the answer tokens (nats);
 - the step agreement matrix: the fraction of examples whose predicted answers at steps i and j
   are identical (MISSION.md C9);
-- per group (the task SPEC's `group_key`: the bioS attribute, the Mano length, the multihop hop
+- per group, at the trained depth (the model as trained, or the last evaluated step if `steps` is
+  fewer: what a model has learned is not confounded with how it extrapolates past its depth, which
+  `acc_step_<t>` reports) (the task SPEC's `group_key`: the bioS attribute, the Mano length, the multihop hop
   count with the one-hop atomic facts, reach's distance and class `d2_yes` / `d2_no` (a "no"
   at its decoy distance) with the training edge queries `edge_yes` / `edge_no`), accuracy and answer loss on every held-out test prompt AND on a sample of
   training prompts (memorised vs generalised; bioS trains on biographies, not questions: its
@@ -273,7 +275,8 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
         "agreement": scores.agreement.tolist(),
         "group_key": TASKS[data.task].group_key,
     }
-    result.update(_diagnostics(model, data, scores, groups, dev, steps, batch_size, train_sample, seed))
+    result["groups_at_step"] = depth = min(trained, n_steps)
+    result.update(_diagnostics(model, data, scores, groups, dev, depth, batch_size, train_sample, seed))
     if "spans" in data.records("train")[0]:  # texts with marked values (bioS): recall inside them
         result["biography_recall"] = biography_recall(model, data, device=dev, steps=steps)
     name = f"steps{n_steps}" + (f"_data-{data.path.name}" if data_dir is not None else "")
@@ -289,22 +292,22 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
     return result
 
 
-def _diagnostics(model, data: Dataset, scores: AnswerScores, groups: list, device, steps, batch_size,
+def _diagnostics(model, data: Dataset, scores: AnswerScores, groups: list, device, depth: int, batch_size,
                  train_sample: int, seed: int) -> dict:
-    """Per-group scores on every held-out prompt (the headline ones already scored) and on a
-    sample of training prompts; groups present in training only are named."""
+    """Per-group scores at recurrent step `depth` on every held-out prompt (the headline ones
+    already scored) and on a sample of training prompts; groups present in training only are named."""
     key = TASKS[data.task].group_key
     extra = _qa_items(data, [r for r in data.records("test") if not r.get("headline", True)])
-    correct, loss, all_groups = scores.correct[-1], scores.loss[-1], list(groups)
+    correct, loss, all_groups = scores.correct[depth - 1], scores.loss[depth - 1], list(groups)
     if extra[0]:
-        more = score_answers(model, extra[0], extra[1], pad_id=data.pad_id, device=device, steps=steps,
+        more = score_answers(model, extra[0], extra[1], pad_id=data.pad_id, device=device, steps=depth,
                              batch_size=batch_size)
         correct, loss = np.concatenate([correct, more.correct[-1]]), np.concatenate([loss, more.loss[-1]])
         all_groups += extra[2]
     out = {"heldout": _group_stats(correct, loss, all_groups, key)}
     train = _qa_items(data, _sample_by_group(_train_qa(data), key, train_sample, np.random.default_rng(seed)))
     if train[0]:
-        ts = score_answers(model, train[0], train[1], pad_id=data.pad_id, device=device, steps=steps,
+        ts = score_answers(model, train[0], train[1], pad_id=data.pad_id, device=device, steps=depth,
                            batch_size=batch_size)
         out["train"] = _group_stats(ts.correct[-1], ts.loss[-1], train[2], key)
     return {"accuracy_per_group": _per_group(correct, all_groups), "answer_loss_per_group": _per_group(loss, all_groups),

@@ -13,7 +13,7 @@ Columns of a row, by who writes them:
   `params_nonemb`, `train_flops`;
 - eval (`eval_metrics`): `accuracy`, `accuracy_at_trained_depth`, `answer_loss`, `eval_steps`,
   `n_test`, `acc_step_<t>`, `agree_<i>_<j>`; per group of the task's group key (teacher forced,
-  last step; `synthlab.evaluate.group_columns` names them): `acc_<g>`, `answer_loss_<g>`, `n_<g>`
+  at the trained depth: `groups_at_step`; `synthlab.evaluate.group_columns` names them): `acc_<g>`, `answer_loss_<g>`, `n_<g>`
   on held-out prompts and `train_acc_<g>`, `train_answer_loss_<g>`, `train_n_<g>` on a sample of
   training prompts, <g> e.g. `l2` (Mano length 2), `h1` (one-hop facts), `d3_yes` / `d3_no`
   (reach distance 3, "no" at its decoy distance), `birth_date`; a group with no held-out prompt has train columns only; with an exit rule
@@ -172,7 +172,7 @@ def eval_metrics(result: dict[str, Any], options) -> dict[str, Any]:
     """Flatten an evaluate_run result (with its EvalOptions) into results.csv columns."""
     out = {"accuracy": result["accuracy"], "accuracy_at_trained_depth": result["accuracy_at_trained_depth"],
            "answer_loss": result["answer_loss_per_step"][-1], "eval_steps": result["eval_steps"],
-           "n_test": result.get("n_examples")}
+           "n_test": result.get("n_examples"), "groups_at_step": result.get("groups_at_step")}
     out.update({f"acc_step_{t}": a for t, a in enumerate(result["accuracy_per_step"], 1)})
     out.update(group_columns(result.get("groups", {})))
     if options.agreement:

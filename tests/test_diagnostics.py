@@ -64,8 +64,23 @@ def test_eval_json_has_held_out_and_training_accuracy_per_length(mano_run):
     assert last["eval/acc_l2"] == pytest.approx(groups["heldout"]["l2"]["accuracy"])
     assert last["eval/train_acc_l1"] == pytest.approx(groups["train"]["l1"]["accuracy"])
     assert last["eval/train_answer_loss_l1"] == pytest.approx(groups["train"]["l1"]["answer_loss"], rel=1e-5)
-    shown = f"per length, accuracy held-out/training prompts: l1 -/{groups['train']['l1']['accuracy']:.3f}, l2 "
+    shown = f"per length at step 1, accuracy held-out/training prompts: l1 -/{groups['train']['l1']['accuracy']:.3f}, l2 "
     assert shown in output
+
+
+def test_evaluating_past_the_trained_depth_scores_the_groups_at_the_trained_depth(mano_run, tmp_path):
+    """What a model has learned (the verdicts' preconditions read it) is the model as trained, not
+    its extrapolation: a 1 x 2 model evaluated to T = 5 reports the same groups as at T = 2."""
+    from synthlab.evaluate import evaluate_run
+
+    invoke("train", "--data", str(mano_run / "data"), "--n-layers", "1", "--loops", "2", "--d-model", "32",
+           "--n-heads", "2", "--max-seq-len", "16", "--steps", "30", "--batch-size", "16", "--warmup-steps", "2",
+           "--lr", "3e-3", "--device", "cpu", "--no-progress", "--out", str(tmp_path / "run"))
+    at_depth = evaluate_run(tmp_path / "run", device="cpu")
+    past = evaluate_run(tmp_path / "run", steps=5, device="cpu")
+    assert past["eval_steps"] == 5 and past["groups_at_step"] == at_depth["groups_at_step"] == 2
+    assert past["groups"] == at_depth["groups"]
+    assert past["groups"]["heldout"]["l2"]["accuracy"] == past["accuracy_at_trained_depth"]
 
 
 def test_bad_eval_every_is_one_error_line(tmp_path):

@@ -110,4 +110,7 @@ def test_a_holdout_that_leaves_two_levels_says_so():
     (name, train), = sc.holdout_splits(sc.CHINCHILLA, data, "size")
     assert name == "smallest 2 of 3 sizes" and thin_levels(sc.CHINCHILLA, data, train) == "N: 2 levels"
     assert thin_levels(sc.CHINCHILLA, data, np.ones(len(n), bool)) == ""
+    four = sc.Data({"N": np.repeat([1e6, 2e6, 4e6, 8e6], 4), "D": np.tile([1e8, 1e9, 1e10, 1e11], 4)}, np.full(16, 2.0))
+    (name, train), = sc.holdout_splits(sc.CHINCHILLA, four, "size")  # the cpu scaling grid's 4 sizes: 3 fitted
+    assert name == "smallest 3 of 4 sizes" and thin_levels(sc.CHINCHILLA, four, train) == ""
     assert thin_levels(sc.CHINCHILLA, data, d <= 1e9) == "D: 2 levels"

@@ -94,7 +94,7 @@ def fit(
     seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
     compute: Optional[float] = typer.Option(None, help="Compute C = 6ND at which to report N_opt and D_opt."),
     holdout: Optional[str] = typer.Option(
-        None, help="Hold-out table: size (fit on the smallest 60% of sizes), data (first 25/50/75% of D), "
+        None, help="Hold-out table: size (fit on the smallest 60% of sizes, at least 3 of 4), data (first 25/50/75% of D), "
         "steps (leave each Tm, or T, out)."),
     delta: float = typer.Option(1e-3, help="Huber delta on log loss."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON: E, A, B, alpha, beta (+ C, gamma, t1..t3), "

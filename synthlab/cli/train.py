@@ -132,7 +132,8 @@ def evaluate(
         return f"{stats[group]['accuracy']:.3f}" if group in stats else "-"
 
     cells = [f"{g} {share(held, g)}/{share(trained, g)}" for g in dict.fromkeys([*trained, *held])]
-    typer.echo(f"per {result['group_key']}, accuracy held-out/training prompts: {', '.join(cells)}")
+    typer.echo(f"per {result['group_key']} at step {result['groups_at_step']}, accuracy held-out/training prompts: "
+               f"{', '.join(cells)}")
     for key in ("exit_accuracy", "mean_exit_step", "kv_accuracy"):
         if key in result:
             typer.echo(f"{key}: {result[key]:.4f}")

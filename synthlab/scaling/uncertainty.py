@@ -147,7 +147,9 @@ HOLDOUT_KINDS = ("size", "data", "steps")
 def holdout_splits(law: Law, data: Data, kind: str) -> list[tuple[str, np.ndarray]]:
     """(name, train mask) pairs as in the Ouro appendix; the test set is the complement.
 
-    size: fit on the smallest 60% of model sizes (3 of 5), test on the larger ones (extrapolation).
+    size: fit on the smallest 60% of model sizes (3 of 5), and on at least 3 where a larger one is
+    left to test (3 of 4: two levels cannot identify A, alpha and t1); test on the larger ones
+    (extrapolation).
     data: fit on rows with D <= 25/50/75% of the largest D (the first part of training).
     steps: leave each value of the recurrence variable (Tm, or T for the step-wise law) out in turn.
     """
@@ -157,7 +159,7 @@ def holdout_splits(law: Law, data: Data, kind: str) -> list[tuple[str, np.ndarra
         if "N" not in law.variables or len(sizes) < 3:
             raise SynthlabError(f"--holdout size needs a law over N and at least 3 distinct sizes "
                                 f"(law '{law.name}', {len(sizes)} sizes)")
-        k = max(2, int(round(0.6 * len(sizes))))
+        k = max(int(round(0.6 * len(sizes))), min(3, len(sizes) - 1))
         return [(f"smallest {k} of {len(sizes)} sizes", n <= sizes[k - 1])]
     if kind == "data":
         if "D" not in law.variables:
