@@ -337,7 +337,7 @@ def plot_depth(table: pd.DataFrame, out: Path) -> list[Path]:
     for loops in sorted(table["loops"].unique()):
         ax.axvline(loops, color="grey", ls=":", lw=0.8)
     ax.set(xlabel="recurrent steps at evaluation T", ylabel="accuracy (%)", ylim=(0, 100),
-           title="Depth extrapolation (dotted: trained loops)" + seeds_note(table))
+           title="Depth extrapolation (dotted: trained loops)" + ("\n" + seeds_note(table).strip() if seeds_note(table) else ""))
     return save(fig, out, "depth")
 
 

@@ -75,3 +75,38 @@ def test_compute_counts_the_training_of_models_reused_from_another_sweep():
     assert report.compute_line(table) == ("Compute: 32.0 min in all (sum of run wall times, 20.0 min of it "
                                           "training 1 model(s) reused from another sweep).")
     assert report.compute_line(table.drop(columns="model_reused")) == "Compute: 12.0 min in all (sum of run wall times)."
+
+
+def test_a_stale_row_run_again_keeps_the_compute_of_its_first_attempt(tmp_path, monkeypatch):
+    """A row missing a column runs again on the model it trained (model_reused 1 in the new run):
+    its wall time adds to the first attempt's, and it still says its model was trained in it."""
+    import json
+
+    import sweep_fake_runner
+
+    from synthlab import experiments
+
+    clock = _Clock()
+    monkeypatch.setattr(sweep.time, "perf_counter", clock)
+    runs = iter([(600.0, {"accuracy": 0.5, "model_reused": 0}),
+                 (30.0, {"accuracy": 0.5, "model_reused": 1, "new_column": 1.0})])
+
+    def run_point(config, run_dir, *, cache_dir):
+        seconds, metrics = next(runs)
+        clock.now += seconds
+        return metrics
+
+    monkeypatch.setattr(sweep_fake_runner, "run_point", run_point)
+    exp = experiments.load(sweep.Path(__file__).parent / "fixtures" / "sweep_fake.toml")
+    point = exp.points("smoke")[0]
+    spec = {"point_id": point.point_id, "factors": point.factors, "point": point.config, "experiment": exp.name,
+            "preset": "smoke"}
+    unit = sweep.Unit(runner="sweep_fake_runner", run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "d"),
+                      points=[spec])
+    (first,) = sweep.run_unit(unit)
+    assert (first["wall_s"], first["model_reused"]) == (600.0, 0)
+    unit.points[0] = {**spec, "columns": ["new_column"]}  # the runner now fills a column the record lacks
+    (again,) = sweep.run_unit(unit)
+    assert (again["wall_s"], again["model_reused"], again["new_column"]) == (630.0, 0, 1.0)
+    record = json.loads((tmp_path / "run" / "points" / f"{point.point_id}.json").read_text())
+    assert record["wall_s"] == 630.0
