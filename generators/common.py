@@ -130,6 +130,9 @@ class TaskSpec:
     pack:         whether training packs several examples per row by default.
     data_columns: generator param field or property (multihop's n_train) -> the results-table
                   column that describes the point (a read-only mapping).
+    version:      the generator's output version: raise it when the same params and seed would
+                  write other bytes, so that cached datasets (and runs trained on them) are not
+                  taken for the new ones (tests/test_gen_common.py fingerprints each task).
     """
 
     name: str
@@ -142,6 +145,12 @@ class TaskSpec:
     headline: str
     pack: bool
     data_columns: Mapping[str, str] = field(hash=False)
+    version: int = 1
+
+    def version_key(self) -> dict[str, int]:
+        """What a dataset's cache key or folder name adds for the generator's version: nothing at
+        version 1, so the keys of every dataset made before versions existed stay as they were."""
+        return {"generator_version": self.version} if self.version != 1 else {}
 
     def __post_init__(self) -> None:  # a read-only copy, whatever mapping was passed
         object.__setattr__(self, "data_columns", MappingProxyType(dict(self.data_columns)))

@@ -69,7 +69,7 @@ def dataset(point: PointConfig, cache_dir: Path) -> Path:
     """The point's dataset, generated once per (task, params, seed) into the cache."""
     from synthlab_generators import write_dataset
 
-    key = {"task": point.task, **point.data_key}
+    key = {"task": point.task, **point.data_key, **point.spec.version_key()}
     return cached_dir(cache_dir, key, lambda tmp: write_dataset(point.spec, point.data, point.data_seed, tmp),
                       prefix=f"{point.task}-")
 

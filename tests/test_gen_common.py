@@ -119,3 +119,40 @@ def test_out_that_is_a_file(tmp_path):
     result = runner.invoke(app, ["gen", "bios", "--n-people", "3", "--out", str(target)])
     assert result.exit_code == 2 and "--out" in result.output
     assert target.read_text() == "x"
+
+
+# Each task's output at a small setting, seed 0, with the generator version that wrote it. A change
+# to a generator that changes these bytes must raise its SPEC.version (then update the line
+# here): the version is part of the dataset cache key and the default folder name, so a sweep
+# does not reuse a dataset (or a model trained on one) that the generator no longer writes.
+FINGERPRINTS = {
+    "mano": ({"L": 3, "n_train": 50, "n_test": 5}, 1, "09a40cded1cc5d35"),
+    "bios": ({"n_people": 5}, 1, "171b49285888f2c1"),
+    "multihop": ({"layers": 3, "per_layer": 3, "relations": 2, "hops": 2, "n_test": 2}, 1, "adc8450294f3bf0a"),
+    "reach": ({"nodes": 12, "max_diameter": 2, "n_train": 10, "n_test": 4}, 1, "e3f9eee89402caa7"),
+}
+
+
+@pytest.mark.parametrize("task", sorted(FINGERPRINTS))
+def test_a_generator_whose_output_changes_raises_its_version(tmp_path, task):
+    assert sorted(FINGERPRINTS) == sorted(TASKS)
+    params, version, fingerprint = FINGERPRINTS[task]
+    spec = TASKS[task]
+    out = write_dataset(spec, spec.params_cls(**params), seed=0, out=tmp_path / "d")
+    digest = hashlib.sha256()
+    for path in sorted(out.iterdir()):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    assert (spec.version, digest.hexdigest()[:16]) == (version, fingerprint), (
+        f"{task}'s output changed: raise its SPEC.version and update FINGERPRINTS")
+
+
+def test_the_generator_version_names_another_dataset_from_version_2(monkeypatch):
+    from synthlab.cli.gen import default_out
+
+    spec = TASKS["mano"]
+    params = spec.params_cls(L=2, n_train=20, n_test=2)
+    before = default_out("mano", params, 0)
+    assert spec.version_key() == {}  # version 1: the names and cache keys made before versions
+    monkeypatch.setitem(TASKS, "mano", dataclasses.replace(spec, version=2))
+    assert TASKS["mano"].version_key() == {"generator_version": 2} and default_out("mano", params, 0) != before

@@ -49,8 +49,9 @@ app = typer.Typer(
 
 
 def default_out(task: str, params, seed: int) -> Path:
-    """data/<task>-<8 hex digits of sha256(params, seed)>: one folder per distinct dataset."""
-    key = json.dumps({"params": to_dict(params), "seed": seed}, sort_keys=True)
+    """data/<task>-<8 hex digits of sha256(params, seed, generator version if not 1)>: one folder
+    per distinct dataset."""
+    key = json.dumps({"params": to_dict(params), "seed": seed, **TASKS[task].version_key()}, sort_keys=True)
     return Path("data") / f"{task}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
