@@ -83,6 +83,13 @@ def test_evaluating_past_the_trained_depth_scores_the_groups_at_the_trained_dept
     assert past["groups"]["heldout"]["l2"]["accuracy"] == past["accuracy_at_trained_depth"]
 
 
+def test_eval_takes_threads_like_train(mano_run):
+    assert "per length at step 1" in invoke("eval", str(mano_run / "run"), "--device", "cpu", "--threads", "1")
+    result = runner.invoke(app, ["eval", str(mano_run / "run"), "--threads", "0"])
+    assert result.exit_code == 2 and "--threads must be >= 1" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_bad_eval_every_is_one_error_line(tmp_path):
     result = runner.invoke(app, ["train", "--data", str(tmp_path), "--steps", "5", "--eval-every", "-1",
                                  "--out", str(tmp_path / "r")])

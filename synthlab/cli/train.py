@@ -50,8 +50,6 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
 
 
 def _train(**kwargs) -> None:
-    import torch
-
     from synthlab import config as configlib
     from synthlab.models import ModelConfig
     from synthlab.options import TrainConfig
@@ -59,10 +57,7 @@ def _train(**kwargs) -> None:
 
     out, config, resume = kwargs.pop("out"), kwargs.pop("config"), kwargs.pop("resume")
     threads, progress = kwargs.pop("threads"), kwargs.pop("progress")
-    if threads is not None:
-        if threads < 1:
-            raise SynthlabError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
+    _set_threads(threads)
     model_flags, train_flags = flags.given(kwargs, ModelConfig), flags.given(kwargs, TrainConfig)
     if resume is not None:
         moved = train_flags.pop("data", None)  # the run's dataset at a new place (checked by its sha256s)
@@ -109,6 +104,16 @@ def _train_command():
 train = _train_command()
 
 
+def _set_threads(threads: int | None) -> None:
+    """--threads: torch's CPU threads for this process (None: torch's choice)."""
+    if threads is not None:
+        import torch
+
+        if threads < 1:
+            raise SynthlabError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+
+
 def evaluate(
     run_dir: Path = typer.Argument(..., help="Run directory made by `synthlab train`."),
     data: Optional[Path] = typer.Option(None, help="Dataset folder to test on (default: the run's own)."),
@@ -117,12 +122,14 @@ def evaluate(
     kv: Optional[str] = typer.Option(None, help="Decode with this KV-cache strategy: full, first, last or mean."),
     batch_size: int = typer.Option(128, help="Examples per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
 ) -> None:
     """Exact-match accuracy (QA accuracy and loss per attribute for bios) at every recurrent step -> RUN_DIR/eval/*.json."""
     from synthlab.evaluate import evaluate_run
 
     if steps is not None and steps < 1:
         raise SynthlabError(f"--steps must be >= 1, got {steps}")
+    _set_threads(threads)
     result = evaluate_run(run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size, device=device)
     per_step = " ".join(f"{a:.3f}" for a in result["accuracy_per_step"])
     typer.echo(f"{result['task']}: accuracy {result['accuracy']:.4f} on {result['n_examples']} test items; per step: {per_step}")
