@@ -3,7 +3,8 @@
 Layout of a sweep directory DIR:
 
     DIR/results.csv              one row per finished point (factors, metrics, run_dir)
-    DIR/sweep.json               the experiment, preset and every command run in DIR (for reports)
+    DIR/sweep.json               the experiment, preset, the stores outside DIR it uses (a rerun
+                                 without --cache / --runs uses them) and every command run in DIR
     DIR/runs/<train_id>/         one trained model; points that differ only in evaluation share it
                                  (--runs DIR: a store shared by several sweeps)
         points/<point_id>.json   a finished point's metrics (written atomically, then the row)
@@ -270,20 +271,20 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
         if path is not None:
             check_writable(path, option)
     points = experiment.points(preset)
-    finished, stale = finished_points(runner, experiment, preset, points, Path(out) / RESULTS)
+    out = Path(out)
+    cache_dir, runs_dir = store(out, "cache", cache_dir), store(out, "runs", runs_dir)
+    finished, stale = finished_points(runner, experiment, preset, points, out / RESULTS)
     for point_id, why in changed_points(runner, experiment, preset, [p for p in points if p.point_id in finished],
-                                        Path(runs_dir or Path(out) / "runs")).items():
+                                        runs_dir).items():
         warn(f"point {point_id}: its row is kept, but {why}")
     todo = [p for p in points if p.point_id not in finished]
     parsed = parse_points(runner, experiment, preset, todo)  # fail early, in the driver, on a bad grid
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _record_invocation(out, experiment, preset)
+    _record_invocation(out, experiment, preset, cache_dir, runs_dir)
     results = out / RESULTS
     if threads is None:  # share this machine's cores among local workers; one core per Ray task
         threads = 1 if executor == "ray" else (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
-    units = make_units(experiment, preset, todo, parsed, Path(runs_dir or out / "runs"), runner,
-                       Path(cache_dir or out / "datasets"), threads, nproc_per_node)
+    units = make_units(experiment, preset, todo, parsed, runs_dir, runner, cache_dir, threads, nproc_per_node)
 
     bar = Progress(len(points), initial=len(points) - len(todo), enabled=progress, desc=f"sweep {experiment.name}",
                    unit="point")
@@ -302,6 +303,25 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
     return results
 
 
+STORES = {"cache": ("--cache", "datasets"), "runs": ("--runs", "runs")}  # key: (option, default under OUT)
+
+
+def store(out: Path, key: str, given: Path | None) -> Path:
+    """The sweep's dataset cache (key "cache") or trained-model store ("runs"): the one given, else
+    the one a command in `out` was given before (sweep.json keeps it, so a rerun without --cache /
+    --runs finds its models where they are instead of training them again), else OUT/datasets or
+    OUT/runs."""
+    option, default = STORES[key]
+    if given is not None:
+        return Path(given)
+    path = Path(out) / "sweep.json"
+    recorded = json.loads(path.read_text()).get("stores", {}).get(key) if path.is_file() else None
+    if recorded:
+        warn(f"{option} {recorded}: the store this sweep used before (sweep.json)")
+        return Path(recorded)
+    return Path(out) / default
+
+
 def _command_line() -> str | None:
     """This process's command as a user would type it, when it is synthlab's command line (the
     entry point or `python -m synthlab`), else None (a library caller such as a test)."""
@@ -311,8 +331,9 @@ def _command_line() -> str | None:
     return None
 
 
-def _record_invocation(out: Path, experiment: Experiment, preset: str) -> None:
-    """DIR/sweep.json: what this directory holds and every command that ran in it (for reports)."""
+def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir: Path, runs_dir: Path) -> None:
+    """DIR/sweep.json: what this directory holds, the stores it uses outside it, and every command
+    that ran in it (for reports)."""
     path = out / "sweep.json"
     with file_lock(out / "sweep.json.lock"):  # two sweeps may share a directory
         info = json.loads(path.read_text()) if path.is_file() else {"commands": []}
@@ -322,6 +343,10 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str) -> None:
         command = _command_line()
         info.update(experiment=experiment.name, preset=preset, claim=experiment.claim, title=experiment.title,
                     plot=experiment.plot, definition=experiment.source, notes=experiment.notes.strip())
+        outside = {key: str(path.resolve()) for key, path in (("cache", cache_dir), ("runs", runs_dir))
+                   if path.resolve() != (out / STORES[key][1]).resolve()}
+        if outside or "stores" in info:
+            info["stores"] = outside
         if command:
             info["commands"].append(command)
         atomic_write_text(path, json.dumps(info, indent=1))
@@ -341,6 +366,7 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
     model) is the cost of a point still to run.
     """
     out = Path(out)
+    runs_dir = store(out, "runs", runs_dir)
     done = {r["point_id"]: r for r in read_rows(out / RESULTS)}
     estimate = getattr(runner, "estimate_seconds", None)
     gpu_cost = getattr(runner, "gpu_cost", None) if gpu else None
@@ -348,7 +374,7 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
     changed_since = getattr(runner, "changed_since", None)
     rows, trained = [], set()
     for point, typed in zip(points, parse_points(runner, experiment, preset, points)):
-        run_dir = Path(runs_dir or out / "runs") / point.train_id
+        run_dir = runs_dir / point.train_id
         row = {"point_id": point.point_id, **{factor_column(a): v for a, v in point.factors.items()}}
         if gpu_cost is not None:
             row.update(gpu_cost(typed))

@@ -234,6 +234,29 @@ def test_sweeps_sharing_a_model_store_train_once(tmp_path):
     assert len(logs) == 4 and all(log == ["0", "5"] for log in logs)  # each model trained once, in sweep a
 
 
+def test_a_rerun_without_runs_and_cache_uses_the_stores_the_sweep_used_before(tmp_path, capsys):
+    import csv
+    import json
+
+    exp = experiments.load(FAKE)
+    store, cache, out = tmp_path / "store", tmp_path / "cache", tmp_path / "sweep"
+    results = sweep.run_sweep(exp, "smoke", out, runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False)
+    assert json.loads((out / "sweep.json").read_text())["stores"] == {"cache": str(cache.resolve()),
+                                                                     "runs": str(store.resolve())}
+    rows = results_table.read_rows(results)
+    with results.open("w", newline="") as fh:  # the first point's row lost: it runs again
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows[1:])
+    capsys.readouterr()
+    sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)  # the removed point runs again
+    assert f"--runs {store.resolve()}" in capsys.readouterr().err
+    assert not (out / "runs").exists() and not (out / "datasets").exists()  # nothing trained again in OUT
+    logs = [(d / "starts.log").read_text().split() for d in store.iterdir()]
+    assert len(logs) == 4 and all(log == ["0", "5"] for log in logs)
+    assert all(r["status"] == "done" for r in sweep.plan(exp, "smoke", out, runner=RUNNER))
+
+
 @pytest.mark.parametrize("argv0, recorded", [("/venv/bin/synthlab", True), ("/repo/synthlab/__main__.py", True),
                                              ("/venv/bin/pytest", False)])
 def test_the_command_line_is_recorded_from_the_entry_point_and_python_m(monkeypatch, argv0, recorded):

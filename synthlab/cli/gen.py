@@ -45,6 +45,7 @@ app = typer.Typer(
     help="Generate a task's dataset: DIR/meta.json, vocab.json, train.jsonl, test.jsonl "
     "(+ extras).",
     no_args_is_help=True,
+    rich_markup_mode=None,  # help text as written: no [markup] (it ate '[default: ...]', 'W[h; h]')
 )
 
 

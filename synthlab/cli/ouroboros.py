@@ -13,6 +13,7 @@ from synthlab.files import check_writable
 app = typer.Typer(
     help="OUROBOROS on a local Qwen2/Qwen2.5 checkpoint: a controller rewrites one recurrent layer per step.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # help text as written: no [markup] (it ate '[default: ...]', 'W[h; h]')
 )
 
 _VARIANT_HELP = "controller, static, nogate, truncated or base"

@@ -14,17 +14,17 @@ from synthlab.files import check_writable
 
 def sweep(
     name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...) or path to a TOML definition."),
-    preset: str = typer.Option("smoke", "--preset", "-p", help="Grid size: smoke (~1 min), cpu (<1 h on 2 cores), gpu."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory [default: runs/NAME-PRESET]."),
+    preset: str = typer.Option("smoke", "--preset", "-p", help="Grid size: smoke (~1 min), cpu (a 2-core machine: 0.6-8.5 core-hours per experiment), gpu (one H200), or another the definition names; --dry-run prints the cost."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/NAME-PRESET)."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Points run in parallel processes (local executor)."),
     executor: str = typer.Option("local", "--executor", help="Where points run: local or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (default: start a local one)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (Ray: CPUs) per run [default: cores/jobs locally, 1 on Ray]."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (Ray: CPUs) per run (default: cores/jobs locally, 1 on Ray)."),
     launcher: str = typer.Option("process", "--launcher", help="How a point trains: process (in its worker) or torchrun (data-parallel, --nproc-per-node processes; Ray asks as many GPUs)."),
     nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Processes per torchrun job (one GPU each on CUDA)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Dataset cache directory [default: OUT/datasets]; share it between sweeps."),
-    runs: Optional[Path] = typer.Option(None, "--runs", help="Trained-model store [default: OUT/runs]; share it between sweeps to train a model once."),
-    runner: Optional[str] = typer.Option(None, "--runner", help="A point runner module (parse, run_point) [default: synthlab.stages, the lab's own]."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Dataset cache directory (default: the one this sweep used before, else OUT/datasets); share it between sweeps."),
+    runs: Optional[Path] = typer.Option(None, "--runs", help="Trained-model store (default: the one this sweep used before, else OUT/runs); share it between sweeps to train a model once."),
+    runner: Optional[str] = typer.Option(None, "--runner", help="A point runner module (parse, run_point) (default: synthlab.stages, the lab's own)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid with each point's status and cost; run nothing. "
                                                           "For a gpu preset: tokens, FLOPs, memory and hours on one H200."),
 ) -> None:
@@ -94,7 +94,7 @@ def _duration(seconds: float) -> str:
 def plot(
     name: str = typer.Argument(..., help="Experiment (plot kind) name, e.g. capacity."),
     sweep_dir: Path = typer.Argument(..., help="Sweep directory holding results.csv."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Figure directory [default: SWEEP_DIR/figures]."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Figure directory (default: SWEEP_DIR/figures)."),
 ) -> None:
     """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv."""
     from synthlab import experiments, plots
@@ -109,7 +109,7 @@ def plot(
 
 def steps(
     sweep_dir: Path = typer.Argument(..., help="Sweep directory holding results.csv and its runs/."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="CSV to write [default: SWEEP_DIR/steps.csv]."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="CSV to write (default: SWEEP_DIR/steps.csv)."),
 ) -> None:
     """Export one row per (run, recurrent step) with that step's loss: the table `synthlab fit steps` fits."""
     import pandas as pd
