@@ -53,8 +53,10 @@ def collect(paths: list[Path], by: str | None = None) -> list[Curve]:
                 raise SynthlabError(f"--by {by}: no such column in {path / RESULTS}; columns: {', '.join(table.columns)}")
             for _, row in table.iterrows():
                 run_dir = _model_dir(path, str(row["run_dir"]))
-                label = _label(run_dir)
-                curves.append(Curve(run_dir, label, f"{by}={row[by]}" if by else label))
+                group = f"{by}={row[by]}" if by else _label(run_dir)
+                seed = f"seed {int(row['seed'])}" if "seed" in row and pd.notna(row["seed"]) else ""
+                label = ", ".join(part for part in (group if by else "", seed, _label(run_dir)) if part)
+                curves.append(Curve(run_dir, label, group))
         elif (path / "metrics.jsonl").is_file():
             curves.append(Curve(path, _label(path), _label(path)))
         else:

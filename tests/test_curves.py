@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from synthlab.cli import app
 from synthlab.cli.train import resolve_run_config
+from synthlab.curves import collect
 from synthlab.errors import SynthlabError
 from synthlab.train import train
 from synthlab_generators import TASKS, write_dataset
@@ -65,6 +66,8 @@ def test_a_sweep_folder_draws_its_runs_grouped_by_a_factor(runs, tmp_path):
     assert result.exit_code == 0, result.output
     texts = _svg_texts(sweep / "figures" / "curves.svg")
     assert {"loops=1", "loops=2"} <= texts and not {"p0", "p1"} & texts  # one legend entry per value
+    # each run named by its factor and seed (the per-run panels' titles)
+    assert [c.label for c in collect([sweep], by="loops")][:2] == ["loops=1, seed 0, p0", "loops=2, seed 0, p1"]
 
     result = runner.invoke(app, ["curves", str(sweep), "--by", "depth"])
     assert result.exit_code == 2 and "--by depth" in result.output and "loops" in result.output
