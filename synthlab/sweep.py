@@ -138,7 +138,7 @@ def run_unit(unit: Unit) -> list[dict[str, Any]]:
                 record = json.loads(done.read_text()) if done.is_file() else None
             except ValueError:  # cut short: the point runs again
                 record = None
-            if record is None or missing_columns(record["metrics"], p.get("columns", ())):
+            if record is None or p.get("rerun") or missing_columns(record["metrics"], p.get("columns", ())):
                 elapsed = done.with_suffix(".elapsed")
                 launch = {"nproc": unit.nproc} if unit.nproc else {}
                 metrics, wall_s = timed(elapsed, lambda: runner.run_point(p["point"], run_dir,
@@ -190,8 +190,10 @@ def timed(path: Path, work: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def make_units(experiment: Experiment, preset: str, points: list[Point], parsed: list[Any], runs_dir: Path,
-               runner: ModuleType, cache_dir: Path, threads: int, nproc: int = 0) -> list[Unit]:
-    """Group points by trained model, keeping grid order."""
+               runner: ModuleType, cache_dir: Path, threads: int, nproc: int = 0,
+               rerun: set[str] = frozenset()) -> list[Unit]:
+    """Group points by trained model, keeping grid order; the points in `rerun` run again even where
+    their point record is whole."""
     units: dict[str, Unit] = {}
     for point, typed in zip(points, parsed):
         unit = units.setdefault(
@@ -201,7 +203,8 @@ def make_units(experiment: Experiment, preset: str, points: list[Point], parsed:
         )
         unit.points.append({"point_id": point.point_id, "factors": point.factors, "point": typed,
                             "experiment": experiment.name, "preset": preset,
-                            "columns": list(runner.columns(typed)) if hasattr(runner, "columns") else []})
+                            "columns": list(runner.columns(typed)) if hasattr(runner, "columns") else [],
+                            "rerun": point.point_id in rerun})
     return list(units.values())
 
 
@@ -248,7 +251,7 @@ def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
 def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType, jobs: int = 1,
               executor: str = "local", ray_address: str | None = None, cache_dir: Path | None = None,
               runs_dir: Path | None = None, threads: int | None = None, nproc_per_node: int = 0,
-              progress: bool = True) -> Path:
+              progress: bool = True, reevaluate: bool = False) -> Path:
     """Run every unfinished point of `experiment`'s `preset` grid; returns the results.csv path.
 
     cache_dir: datasets (default OUT/datasets); runs_dir: trained models (default OUT/runs). Sweeps
@@ -258,6 +261,8 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
     nproc_per_node: >= 1: each point's training runs as a torchrun job of that many processes
     (data-parallel; one GPU each on CUDA), started by the worker that runs the point (the runner's
     run_point gets nproc=K); 0: training runs in the worker.
+    reevaluate: run the finished points again too (their models are reused, so after an evaluator
+    change only the evaluation reruns); each new row replaces the old, its wall time added.
     """
     if jobs < 1:
         raise SynthlabError(f"--jobs must be >= 1, got {jobs}")
@@ -274,6 +279,8 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
     out = Path(out)
     cache_dir, runs_dir = store(out, "cache", cache_dir), store(out, "runs", runs_dir)
     finished, stale = finished_points(runner, experiment, preset, points, out / RESULTS)
+    if reevaluate:
+        finished, stale = set(), stale | finished
     for point_id, why in changed_points(runner, experiment, preset, [p for p in points if p.point_id in finished],
                                         runs_dir).items():
         warn(f"point {point_id}: its row is kept, but {why}")
@@ -284,7 +291,8 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
     results = out / RESULTS
     if threads is None:  # share this machine's cores among local workers; one core per Ray task
         threads = 1 if executor == "ray" else (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
-    units = make_units(experiment, preset, todo, parsed, runs_dir, runner, cache_dir, threads, nproc_per_node)
+    units = make_units(experiment, preset, todo, parsed, runs_dir, runner, cache_dir, threads, nproc_per_node,
+                       rerun=stale)
 
     bar = Progress(len(points), initial=len(points) - len(todo), enabled=progress, desc=f"sweep {experiment.name}",
                    unit="point")

@@ -264,3 +264,21 @@ def test_the_command_line_is_recorded_from_the_entry_point_and_python_m(monkeypa
 
     monkeypatch.setattr(sys, "argv", [argv0, "sweep", "mano", "--preset", "smoke"])
     assert _command_line() == ("synthlab sweep mano --preset smoke" if recorded else None)
+
+
+def test_reevaluate_runs_every_finished_point_again_on_its_model(tmp_path, monkeypatch):
+    exp = experiments.load(FAKE)
+    out = tmp_path / "sweep"
+    results = sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)
+    before = {r["point_id"]: r for r in results_table.read_rows(results)}
+    original = RUNNER.run_point
+    monkeypatch.setattr(RUNNER, "run_point", lambda config, run_dir, *, cache_dir: {  # a changed evaluator
+        **original(config, run_dir, cache_dir=cache_dir), "new_metric": 1.0})
+    sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)  # nothing to do: every point finished
+    assert all("new_metric" not in r for r in results_table.read_rows(results))
+    sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False, reevaluate=True)
+    after = {r["point_id"]: r for r in results_table.read_rows(results)}
+    assert after.keys() == before.keys() and all(r["new_metric"] == "1.0" for r in after.values())
+    assert all(after[p]["accuracy"] == before[p]["accuracy"] for p in before)  # the same models
+    logs = [(d / "starts.log").read_text().split() for d in (out / "runs").iterdir()]
+    assert all(log[0] == "0" and set(log[1:]) == {"5"} for log in logs)  # trained once: every rerun found step 5

@@ -27,6 +27,8 @@ def sweep(
     runner: Optional[str] = typer.Option(None, "--runner", help="A point runner module (parse, run_point) (default: synthlab.stages, the lab's own)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid with each point's status and cost; run nothing. "
                                                           "For a gpu preset: tokens, FLOPs, memory and hours on one H200."),
+    reevaluate: bool = typer.Option(False, "--reevaluate", help="Run the finished points again too, on their trained models "
+                                    "(after an evaluator change); each new row replaces the old, its time added."),
 ) -> None:
     """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
     from synthlab import experiments, stages, sweep as engine
@@ -44,7 +46,7 @@ def sweep(
         return
     results = engine.run_sweep(exp, preset, out, runner=point_runner, jobs=jobs, executor=executor,
                                ray_address=ray_address, cache_dir=cache, runs_dir=runs, threads=threads,
-                               nproc_per_node=nproc_per_node if launcher == "torchrun" else 0)
+                               nproc_per_node=nproc_per_node if launcher == "torchrun" else 0, reevaluate=reevaluate)
     if point_runner is stages:  # the lab's own columns: say what was measured
         from synthlab.report import summary_lines
 
