@@ -53,6 +53,8 @@ def collect(paths: list[Path], by: str | None = None) -> list[Curve]:
                 raise SynthlabError(f"--by {by}: no such column in {path / RESULTS}; columns: {', '.join(table.columns)}")
             for _, row in table.iterrows():
                 run_dir = _model_dir(path, str(row["run_dir"]))
+                if any(curve.run_dir == run_dir for curve in curves):  # points sharing one model: one curve
+                    continue
                 group = f"{by}={row[by]}" if by else _label(run_dir)
                 seed = f"seed {int(row['seed'])}" if "seed" in row and pd.notna(row["seed"]) else ""
                 label = ", ".join(part for part in (group if by else "", seed, _label(run_dir)) if part)

@@ -68,6 +68,8 @@ def test_a_sweep_folder_draws_its_runs_grouped_by_a_factor(runs, tmp_path):
     assert {"loops=1", "loops=2"} <= texts and not {"p0", "p1"} & texts  # one legend entry per value
     # each run named by its factor and seed (the per-run panels' titles)
     assert [c.label for c in collect([sweep], by="loops")][:2] == ["loops=1, seed 0, p0", "loops=2, seed 0, p1"]
+    (sweep / "results.csv").write_text("\n".join(rows + [rows[1].replace("p0,", "q0,", 1)]) + "\n")
+    assert len(collect([sweep], by="loops")) == len(rows) - 1  # a second point on p0's model: still one curve
 
     result = runner.invoke(app, ["curves", str(sweep), "--by", "depth"])
     assert result.exit_code == 2 and "--by depth" in result.output and "loops" in result.output
