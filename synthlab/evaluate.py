@@ -262,6 +262,7 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
     trained = run.model.loops
     scores = score_answers(model, prompts, answers, pad_id=data.pad_id, device=dev, steps=steps, batch_size=batch_size)
     n_steps = scores.correct.shape[0]
+    depth = min(trained, n_steps)  # the model as trained (or the last step, evaluated to fewer)
     result = {
         "task": data.task,
         "data": str(data.path),
@@ -269,13 +270,13 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
         "trained_steps": trained,
         "eval_steps": n_steps,
         "accuracy": float(scores.correct[-1].mean()),
-        "accuracy_at_trained_depth": float(scores.correct[min(trained, n_steps) - 1].mean()),
+        "accuracy_at_trained_depth": float(scores.correct[depth - 1].mean()),
         "accuracy_per_step": scores.correct.mean(1).tolist(),
         "answer_loss_per_step": scores.loss.mean(1).tolist(),
         "agreement": scores.agreement.tolist(),
         "group_key": TASKS[data.task].group_key,
+        "groups_at_step": depth,
     }
-    result["groups_at_step"] = depth = min(trained, n_steps)
     result.update(_diagnostics(model, data, scores, groups, dev, depth, batch_size, train_sample, seed))
     if "spans" in data.records("train")[0]:  # texts with marked values (bioS): recall inside them
         result["biography_recall"] = biography_recall(model, data, device=dev, steps=steps)

@@ -331,13 +331,14 @@ def plot_depth(table: pd.DataFrame, out: Path) -> list[Path]:
     _need(table, "depth", "loops")
     plt, sns = pyplot()
     long = _step_long(table)
+    note = seeds_note(table).strip()
     fig, ax = plt.subplots(figsize=(5.5, 4))
     mean_and_seeds(sns, ax, long.assign(acc=100 * long["acc_at_step"]), "step", "acc", hue="loops",
                     palette="viridis")
     for loops in sorted(table["loops"].unique()):
         ax.axvline(loops, color="grey", ls=":", lw=0.8)
     ax.set(xlabel="recurrent steps at evaluation T", ylabel="accuracy (%)", ylim=(0, 100),
-           title="Depth extrapolation (dotted: trained loops)" + ("\n" + seeds_note(table).strip() if seeds_note(table) else ""))
+           title="Depth extrapolation (dotted: trained loops)" + ("\n" + note if note else ""))
     return save(fig, out, "depth")
 
 

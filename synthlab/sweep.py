@@ -351,8 +351,8 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir
         command = _command_line()
         info.update(experiment=experiment.name, preset=preset, claim=experiment.claim, title=experiment.title,
                     plot=experiment.plot, definition=experiment.source, notes=experiment.notes.strip())
-        outside = {key: str(path.resolve()) for key, path in (("cache", cache_dir), ("runs", runs_dir))
-                   if path.resolve() != (out / STORES[key][1]).resolve()}
+        outside = {key: str(folder.resolve()) for key, folder in (("cache", cache_dir), ("runs", runs_dir))
+                   if folder.resolve() != (out / STORES[key][1]).resolve()}
         if outside or "stores" in info:
             info["stores"] = outside
         if command:
