@@ -23,6 +23,7 @@ from synthlab import plots, verdicts
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.results import DESCRIPTORS, factor_column
+from synthlab.sweep import read_info
 
 # Columns that identify a run, or repeat another column, or matter only for bookkeeping: in
 # results.csv, left out of the report's tables.
@@ -104,10 +105,9 @@ def _verdict_lines(rules, table: pd.DataFrame, factors: list[str], preset: str
 
 def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool
              ) -> tuple[str, list[verdicts.Verdict]]:
-    info_path = sweep_dir / "sweep.json"
-    if not info_path.is_file():
+    info = read_info(sweep_dir)
+    if not info:
         raise SynthlabError(f"{sweep_dir} is not a sweep directory (no sweep.json)")
-    info = json.loads(info_path.read_text())
     table = plots.read_results(sweep_dir)
     name = info["experiment"]
     figure_dir = out_dir / name

@@ -314,6 +314,17 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
 STORES = {"cache": ("--cache", "datasets"), "runs": ("--runs", "runs")}  # key: (option, default under OUT)
 
 
+def read_info(out: Path) -> dict[str, Any]:
+    """DIR/sweep.json as a dict ({} where there is none yet); a damaged one is one error line."""
+    path = Path(out) / "sweep.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except ValueError as err:
+        raise SynthlabError(f"{path} is not valid JSON ({err}); repair or remove it") from None
+
+
 def store(out: Path, key: str, given: Path | None) -> Path:
     """The sweep's dataset cache (key "cache") or trained-model store ("runs"): the one given, else
     the one a command in `out` was given before (sweep.json keeps it, so a rerun without --cache /
@@ -322,8 +333,7 @@ def store(out: Path, key: str, given: Path | None) -> Path:
     option, default = STORES[key]
     if given is not None:
         return Path(given)
-    path = Path(out) / "sweep.json"
-    recorded = json.loads(path.read_text()).get("stores", {}).get(key) if path.is_file() else None
+    recorded = read_info(out).get("stores", {}).get(key)
     if recorded:
         warn(f"{option} {recorded}: the store this sweep used before (sweep.json)")
         return Path(recorded)
@@ -344,7 +354,7 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir
     that ran in it (for reports)."""
     path = out / "sweep.json"
     with file_lock(out / "sweep.json.lock"):  # two sweeps may share a directory
-        info = json.loads(path.read_text()) if path.is_file() else {"commands": []}
+        info = read_info(out) or {"commands": []}
         if info.get("experiment", experiment.name) != experiment.name or info.get("preset", preset) != preset:
             raise SynthlabError(f"--out {out} holds sweep {info['experiment']}/{info['preset']}, not "
                                 f"{experiment.name}/{preset}; choose another --out")

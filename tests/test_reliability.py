@@ -203,6 +203,15 @@ def test_no_intact_checkpoint_is_one_line_naming_each_file(tmp_path, mano):
         load_checkpoint(run_dir)
 
 
+def test_a_damaged_sweep_json_is_one_error_line_for_a_sweep_and_its_dry_run(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS))
+    (tmp_path / "sweep.json").write_text("{not json")
+    for extra in ([], ["--dry-run"]):
+        one_error_line(invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", tmp_path, *extra),
+                       tmp_path / "sweep.json", "not valid JSON")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.json"]  # nothing else written
+
+
 def test_a_half_written_results_row_reruns_its_point_with_a_warning(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(TESTS))
     fake = sweep.load_runner("sweep_fake_runner")
