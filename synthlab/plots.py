@@ -252,10 +252,21 @@ def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:
         ax.xaxis.set_minor_formatter(NullFormatter())  # log-axis minor labels overlap
         values = sorted(table[x].unique())  # label the grid's own values (often within one decade)
         ax.set_xticks(values, [f"{v:.3g}" for v in values], rotation=30 if x != "loops" else 0)
-    title = "no law fitted (needs >= 3 model sizes, >= 3 data sizes and more runs than parameters)" if result is None else (
-        f"fitted {result.law}: R² = {result.r2:.3f}, " + ", ".join(f"{k}={v:.3g}" for k, v in result.params.items()))
-    fig.suptitle(title, fontsize=8)
+    fig.suptitle(scaling_title(result), fontsize=8)
     return save(fig, out, "scaling")
+
+
+def scaling_title(result) -> str:
+    """The scaling figure's title: the fitted constants, or, for a degenerate fit (as `synthlab fit`
+    warns), that the law is not identified, naming the constants that ran off."""
+    from synthlab import scaling
+
+    if result is None:
+        return "no law fitted (needs >= 3 model sizes, >= 3 data sizes and more runs than parameters)"
+    if bad := scaling.implausible(result.params):
+        return (f"{result.law} not identified: the best fit (dashed, R² = {result.r2:.3f}) is degenerate ("
+                + ", ".join(f"{k}={v:.3g}" for k, v in bad.items()) + ")")
+    return f"fitted {result.law}: R² = {result.r2:.3f}, " + ", ".join(f"{k}={v:.3g}" for k, v in result.params.items())
 
 
 def plot_exit(table: pd.DataFrame, out: Path) -> list[Path]:

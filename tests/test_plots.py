@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -79,6 +80,15 @@ def test_scaling_plot_fits_the_law_that_generated_the_fixture():
     assert result.law == "chinchilla" and result.r2 > 0.999
     assert result.params["E"] == pytest.approx(1.5, rel=0.02)
     assert result.params["alpha"] == pytest.approx(0.5, rel=0.05)
+
+
+def test_scaling_title_names_a_degenerate_fit_instead_of_its_constants():
+    fitted = plots.fit_scaling(_fixtures()["scaling"].query("loops == 1"))
+    assert plots.scaling_title(fitted).startswith("fitted chinchilla: R² = ")
+    runaway = dataclasses.replace(fitted, params={**fitted.params, "A": float("inf"), "alpha": 90.0})
+    title = plots.scaling_title(runaway)
+    assert title.startswith("chinchilla not identified") and "A=inf" in title and "alpha=90" in title
+    assert "beta=" not in title  # the plausible constants are not printed as if they meant something
 
 
 def test_agreement_matrix_is_rebuilt_from_its_columns():
