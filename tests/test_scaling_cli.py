@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from test_scaling import CHINCHILLA_CSV, PUBLISHED, synthetic
+from test_scaling import CHINCHILLA_CSV, PUBLISHED, TRUTH, synthetic
 from typer.testing import CliRunner
 
 from synthlab import scaling
@@ -50,6 +50,23 @@ def test_looplm_json_holdout_and_plot(tmp_path):
     (row,) = fit["holdout"]
     assert row["split"] == "smallest 3 of 5 sizes" and row["train_rows"] == 60 and row["r2_train"] > 0.999
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_heldout_stage_table_is_fitted_on_its_heldout_columns_by_default(tmp_path):
+    """A scaling sweep's results.csv has the run's last training loss and total tokens (`loss`,
+    `tokens`: the same for every checkpoint of a run) beside the held-out loss at each checkpoint
+    and the tokens seen by then (`eval_loss`, `eval_tokens`); the law is about the latter."""
+    data, _ = synthetic("chinchilla", 1e-4, np.random.default_rng(3))
+    path = tmp_path / "results.csv"
+    pd.DataFrame({"params": data.variables["N"], "eval_tokens": data.variables["D"], "eval_loss": data.loss,
+                  "tokens": data.variables["D"].max(), "loss": 1.0 + 0.1 * np.arange(len(data.loss))}).to_csv(path, index=False)
+    by_default = json.loads(run("chinchilla", path, "--bootstrap", "0", "--json").output)
+    assert by_default["r2"] > 0.999 and by_default["alpha"] == pytest.approx(TRUTH["chinchilla"]["alpha"], rel=1e-2)
+    explicit = json.loads(run("chinchilla", path, "--bootstrap", "0", "--json", "--d-col", "eval_tokens",
+                              "--loss-col", "eval_loss").output)
+    assert explicit == by_default
+    training = run("chinchilla", path, "--bootstrap", "0", "--json", "--d-col", "tokens", "--loss-col", "loss")
+    assert training.exit_code == 2 or json.loads(training.output)["r2"] < 0.99  # the old defaults: not the law
 
 
 def test_text_output_power_law(tmp_path):

@@ -79,13 +79,17 @@ def fit(
     law: str = typer.Argument(..., help=LAW_HELP),
     table: Path = typer.Argument(..., help="Results CSV, one row per run (or per checkpoint)."),
     n_col: str = typer.Option("params", help="Column with N, the model size in parameters."),
-    d_col: str = typer.Option("tokens", help="Column with D, the training tokens (see --tokens-from-flops)."),
+    d_col: Optional[str] = typer.Option(
+        None, help="Column with D, the training tokens (see --tokens-from-flops); default eval_tokens where the "
+        "table has eval_tokens and eval_loss (a sweep's heldout stage), else tokens."),
     t_col: Optional[str] = typer.Option(
         None, help="Column with the recurrence variable: Tm for looplm (default 'loops', the maximum "
         "recurrent steps), T for steps (default 'step', the recurrent step)."),
     tm_col: str = typer.Option("loops", help="steps law only: column with Tm; one law is fitted per Tm."),
     x_col: str = typer.Option("params", help="power law only: column with x."),
-    loss_col: str = typer.Option("loss", help="Column with the loss (or the quantity the law predicts)."),
+    loss_col: Optional[str] = typer.Option(
+        None, help="Column with the loss (or the quantity the law predicts); default eval_loss where the table "
+        "has eval_tokens and eval_loss, else loss."),
     tokens_from_flops: Optional[str] = typer.Option(
         None, help="Derive D = C / (6 N) from this training-FLOP column instead of reading --d-col."),
     drop_top_loss: int = typer.Option(0, min=0, help="Drop the K rows with the highest loss first (Epoch drops 5)."),

@@ -67,11 +67,11 @@ def fit_table(
     law: Law | str,
     *,
     n_col: str = "params",
-    d_col: str = "tokens",
+    d_col: str | None = None,
     t_col: str | None = None,
     tm_col: str = "loops",
     x_col: str = "params",
-    loss_col: str = "loss",
+    loss_col: str | None = None,
     tokens_from_flops: str | None = None,
     drop_top_loss: int = 0,
     bootstrap: int = 1000,
@@ -85,7 +85,9 @@ def fit_table(
     """Fit `law` to a results table (a DataFrame, or the path of a CSV), one row per run.
 
     Columns: n_col (N), d_col (D; or D = tokens_from_flops / (6 N)), t_col (Tm for looplm, default
-    'loops'; T for steps, default 'step'), x_col (the power law's x), loss_col. The step-wise law is
+    'loops'; T for steps, default 'step'), x_col (the power law's x), loss_col; d_col and loss_col
+    default to eval_tokens and eval_loss where the table has both (a sweep's heldout stage: the
+    held-out loss at each checkpoint and the tokens seen by then), else tokens and loss. The step-wise law is
     fitted once per value of tm_col. drop_top_loss drops that many highest-loss rows first;
     `bootstrap` resamples of the runs (0 = none), seeded by `seed`, give intervals at `level`;
     compute is where N_opt and D_opt are reported; holdout is one of HOLDOUT_KINDS (or None); delta
@@ -99,6 +101,9 @@ def fit_table(
         name = name or Path(table).name
         table = _read_table(Path(table))
     name = name or "table"
+    heldout = {"eval_loss", "eval_tokens"} <= set(table.columns)  # a sweep's heldout stage: per checkpoint
+    loss_col = loss_col or ("eval_loss" if heldout else "loss")
+    d_col = d_col or ("eval_tokens" if heldout else "tokens")
     loss = _column(table, loss_col, "--loss-col", name)
     if drop_top_loss:
         if drop_top_loss >= len(table):
