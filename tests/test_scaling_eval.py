@@ -75,6 +75,19 @@ def test_holdout_splits_and_scores():
         sc.holdout_splits(law, data, "tokens")
 
 
+def test_data_holdout_keeps_a_checkpoint_whole_when_its_tokens_vary_between_runs():
+    # checkpoints at 500 / 1000 / 2000 / 4000 steps, tokens seen varying by a few per run (as in
+    # a Mano sweep, whose rows have different lengths): the 25% and 50% cuts fall on the 1000- and
+    # 2000-step levels
+    rng = np.random.default_rng(0)
+    levels = np.repeat([0.45e6, 0.9e6, 1.8e6, 3.6e6], 12)
+    d = levels + rng.integers(-60, 60, levels.shape)
+    d[-1] = 3.6e6  # the largest D, against which the cuts are taken
+    data = sc.Data({"N": np.full(d.shape, 1e5), "D": d, "Tm": np.ones(d.shape)}, np.ones(d.shape))
+    counts = [int(train.sum()) for _, train in sc.holdout_splits(sc.LOOPLM, data, "data")]
+    assert counts == [24, 36, 36]  # whole levels: 2, 3 and 3 of the 4 checkpoints
+
+
 # The cpu scaling preset's design: 4 model sizes x 4 checkpoints (D) x 4 loop counts (experiments/scaling.toml).
 CPU_TRUTH = {"E": 1.0, "A": 400.0, "alpha": 0.45, "t1": 2e4, "B": 2000.0, "beta": 0.5, "t2": 1e5,
              "C": 0.5, "gamma": 1.0, "t3": 0.5}
