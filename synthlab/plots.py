@@ -225,16 +225,18 @@ def fit_scaling(table: pd.DataFrame):
 
 def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:
     """Loss vs N, D and T (three panels); dashed: the fitted law's prediction at each run."""
-    if "eval_loss" in table:  # the held-out loss at each scored checkpoint (the heldout stage)
-        table = table.assign(tokens=table["eval_tokens"], loss=table["eval_loss"])
+    from matplotlib.ticker import NullFormatter
+
+    from synthlab import scaling
+
+    d_col, loss_col = scaling.default_columns(table.columns)  # as `synthlab fit` reads the table
+    if d_col != "tokens":  # the heldout stage: the held-out loss at each scored checkpoint
+        table = table.assign(tokens=table[d_col], loss=table[loss_col])
     _need(table, "scaling", "params", "tokens", "loops", "loss")
     plt, sns = pyplot()
-    from matplotlib.ticker import NullFormatter
 
     result = fit_scaling(table)
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), sharey=True)
-    from synthlab import scaling
-
     if result is not None:
         law = scaling.get_law(result.law)
         X = np.column_stack([table[{"N": "params", "D": "tokens", "Tm": "loops"}[v]].to_numpy(float)

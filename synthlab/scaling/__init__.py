@@ -33,7 +33,7 @@ from synthlab.scaling.optimize import (
     minimize_batched,
 )
 from synthlab.scaling.plots import plot_fit
-from synthlab.scaling.table import GroupFit, TableFit, fit_table
+from synthlab.scaling.table import GroupFit, TableFit, default_columns, fit_table
 from synthlab.scaling.uncertainty import (
     HOLDOUT_KINDS,
     BootstrapResult,
@@ -48,7 +48,7 @@ from synthlab.scaling.uncertainty import (
 __all__ = [
     "CHINCHILLA", "HOLDOUT_KINDS", "LAWS", "LOOPLM", "POWER", "STATUS", "STEPS",
     "BatchResult", "BootstrapResult", "Data", "FitOptions", "FitResult", "GroupFit", "HoldoutRow", "Law",
-    "PowerTerm", "TableFit", "bootstrap", "cold_refits", "derived", "fit", "fit_table", "get_law", "goodness",
-    "holdout", "holdout_splits", "huber_objective", "implausible", "minimize_batched", "plot_fit",
+    "PowerTerm", "TableFit", "bootstrap", "cold_refits", "default_columns", "derived", "fit", "fit_table",
+    "get_law", "goodness", "holdout", "holdout_splits", "huber_objective", "implausible", "minimize_batched", "plot_fit",
     "power_sum_law", "register_law",
 ]

@@ -62,6 +62,13 @@ def _column(table: pd.DataFrame, name: str, option: str, source: str) -> np.ndar
     return values.to_numpy(float)
 
 
+def default_columns(columns) -> tuple[str, str]:
+    """(D column, loss column) a results table is fitted on unless told otherwise: eval_tokens and
+    eval_loss where it has both (a sweep's heldout stage: the held-out loss at each checkpoint and
+    the tokens seen by then), else tokens and loss."""
+    return ("eval_tokens", "eval_loss") if {"eval_loss", "eval_tokens"} <= set(columns) else ("tokens", "loss")
+
+
 def fit_table(
     table: pd.DataFrame | str | Path,
     law: Law | str,
@@ -86,8 +93,7 @@ def fit_table(
 
     Columns: n_col (N), d_col (D; or D = tokens_from_flops / (6 N)), t_col (Tm for looplm, default
     'loops'; T for steps, default 'step'), x_col (the power law's x), loss_col; d_col and loss_col
-    default to eval_tokens and eval_loss where the table has both (a sweep's heldout stage: the
-    held-out loss at each checkpoint and the tokens seen by then), else tokens and loss. The step-wise law is
+    default to `default_columns`. The step-wise law is
     fitted once per value of tm_col. drop_top_loss drops that many highest-loss rows first;
     `bootstrap` resamples of the runs (0 = none), seeded by `seed`, give intervals at `level`;
     compute is where N_opt and D_opt are reported; holdout is one of HOLDOUT_KINDS (or None); delta
@@ -101,9 +107,8 @@ def fit_table(
         name = name or Path(table).name
         table = _read_table(Path(table))
     name = name or "table"
-    heldout = {"eval_loss", "eval_tokens"} <= set(table.columns)  # a sweep's heldout stage: per checkpoint
-    loss_col = loss_col or ("eval_loss" if heldout else "loss")
-    d_col = d_col or ("eval_tokens" if heldout else "tokens")
+    default_d, default_loss = default_columns(table.columns)
+    d_col, loss_col = d_col or default_d, loss_col or default_loss
     loss = _column(table, loss_col, "--loss-col", name)
     if drop_top_loss:
         if drop_top_loss >= len(table):

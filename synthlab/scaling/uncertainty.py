@@ -144,7 +144,8 @@ def thin_levels(law: Law, data: Data, train: np.ndarray) -> str:
 HOLDOUT_KINDS = ("size", "data", "steps")
 
 
-DATA_CUT_TOLERANCE = 0.01
+DATA_CUT_TOLERANCE = 0.01  # D within 1% of a data hold-out's cut counts as at it (one checkpoint's D
+# differs by a few tokens between runs: the cut must not split it)
 
 
 def holdout_splits(law: Law, data: Data, kind: str) -> list[tuple[str, np.ndarray]]:
@@ -169,8 +170,8 @@ def holdout_splits(law: Law, data: Data, kind: str) -> list[tuple[str, np.ndarra
         if "D" not in law.variables:
             raise SynthlabError(f"--holdout data needs a law over D (law '{law.name}' has {list(law.variables)})")
         d = np.asarray(data.variables["D"])
-        # within 1% of the cut counts as at it: one checkpoint's D differs by a few tokens between runs
-        return [(f"first {int(100 * q)}% of data", d <= q * d.max() * (1 + DATA_CUT_TOLERANCE)) for q in (0.25, 0.5, 0.75)]
+        return [(f"first {int(100 * q)}% of data", d <= q * d.max() * (1 + DATA_CUT_TOLERANCE))
+                for q in (0.25, 0.5, 0.75)]
     if kind == "steps":
         var = next((v for v in ("Tm", "T") if v in law.variables), None)
         if var is None:
