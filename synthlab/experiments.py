@@ -42,7 +42,9 @@ aggregates over both: mean, standard error and n per remaining grid cell.
 
 Verdicts: `[[verdicts]]` tables state, per claim, the rule that decides it from the results
 (synthlab.verdicts: paired differences over seeds, their confidence interval against 0 or a
-margin); `synthlab report` prints each one in its claims table.
+margin); `[[laws]]` tables, a claim that the loss follows a law, decided from the fit `synthlab fit
+--save` wrote (its convergence, bootstrap, R^2 and hold-out R^2). `synthlab report` prints each one
+in its claims table.
 
 Every definition has the presets `smoke`, `cpu` and `gpu`. `load` checks the structure (keys,
 sections, presets, axes); `validate_points` checks every point of a preset against the real
@@ -72,7 +74,7 @@ SECTIONS = ("data", "model", "train", "eval", "gate", "ouroboros")
 ALWAYS_SECTIONS = ("data", "model", "train", "eval")
 PRESETS = ("smoke", "cpu", "gpu")
 STAGES = ("train", "gate", "eval", "heldout", "generate", "capacity", "export", "ouroboros")
-_TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets", "verdicts"}
+_TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets", "verdicts", "laws"}
 # seed keys of a preset -> (factor name, the section.field each value sets)
 SEED_KEYS = {"seeds": ("seed", "train.seed"), "data_seeds": ("data_seed", "data.seed")}
 _PRESET_KEYS = set(SECTIONS) | {"grid"} | set(SEED_KEYS)
@@ -108,6 +110,7 @@ class Experiment:
     notes: str = ""
     source: str = ""
     verdicts: tuple[Any, ...] = ()  # synthlab.verdicts.Rule, in file order
+    laws: tuple[Any, ...] = ()  # synthlab.verdicts.LawRule: claims decided from a saved law fit
 
     def points(self, preset: str) -> list[Point]:
         """The preset's grid, expanded in a stable order (axes in file order, values in order)."""
@@ -234,13 +237,14 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
         _check_sections(spec, _PRESET_KEYS, f"{where}: presets.{name}")
         _check_grid(spec.get("grid", {}), f"{where}: presets.{name}.grid")
         _check_seeds(spec, f"{where}: presets.{name}")
-    from synthlab.verdicts import parse_rules
+    from synthlab.verdicts import parse_law_rules, parse_rules
 
     verdicts = parse_rules(raw.get("verdicts", []), where)
+    laws = parse_law_rules(raw.get("laws", []), where)
     return Experiment(
         name=raw["name"], claim=raw["claim"], title=raw["title"], task=raw["task"],
         plot=raw["plot"], stages=stages, base=base, presets=raw["presets"],
-        notes=raw.get("notes", ""), source=source, verdicts=verdicts,
+        notes=raw.get("notes", ""), source=source, verdicts=verdicts, laws=laws,
     )
 
 

@@ -12,8 +12,10 @@ run over several seeds is shown as mean +- standard error per cell, with n.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -60,9 +62,9 @@ def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
     return [c for c in columns if c not in steps] + steps[:_MAX_STEP_COLUMNS]
 
 
-def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple]:
+def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple, tuple]:
     """(point ids of the preset's grid in order, its factor columns (seeds included), each point's
-    factors, the definition's verdict rules), from the sweep's definition."""
+    factors, the definition's verdict rules, its law rules), from the sweep's definition."""
     from synthlab import experiments
 
     try:
@@ -73,9 +75,9 @@ def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple]:
         points = experiment.points(info["preset"])
         factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
         axes = [factor_column(a) for a in points[0].factors] if points else []
-        return [p.point_id for p in points], axes, factors, experiment.verdicts
+        return [p.point_id for p in points], axes, factors, experiment.verdicts, experiment.laws
     except (SynthlabError, KeyError):  # the definition moved or changed: just don't say
-        return [], [], {}, ()
+        return [], [], {}, (), ()
 
 
 def _over_seeds(table: pd.DataFrame, shown: list[str], factors: list[str]) -> pd.DataFrame | None:
@@ -92,10 +94,29 @@ def _over_seeds(table: pd.DataFrame, shown: list[str], factors: list[str]) -> pd
     return means[[*keys, "n", *metrics]]
 
 
-def _verdict_lines(rules, table: pd.DataFrame, factors: list[str], preset: str
+def law_verdict(rule: verdicts.LawRule, sweep_dir: Path) -> verdicts.Verdict:
+    """A `[[laws]]` rule decided from the fit saved in `sweep_dir` (and the digest of the numbers
+    its table holds now, read with the saved fit's columns)."""
+    from synthlab import scaling
+
+    path = sweep_dir / rule.fit
+    if not path.is_file():
+        return verdicts.decide_law(rule, None, None)
+    try:
+        saved = json.loads(path.read_text())
+        data, tm = scaling.read_fit_data(sweep_dir / rule.table, saved["law"], saved["columns"])
+        digest = scaling.data_digest(scaling.get_law(saved["law"]), data, tm)
+    except (SynthlabError, KeyError, TypeError, ValueError) as err:
+        return dataclasses.replace(verdicts.decide_law(rule, None, None), why=f"cannot read {rule.fit}: {err}")
+    return verdicts.decide_law(rule, saved, digest)
+
+
+def _verdict_lines(rules, laws, table: pd.DataFrame, factors: list[str], preset: str, sweep_dir: Path
                    ) -> tuple[list[str], list[verdicts.Verdict]]:
     """The rules' verdicts as report lines; a rule scoped to other presets is listed as untested."""
     found = verdicts.evaluate([r for r in rules if r.applies_to(preset)], table, factors)
+    found += [law_verdict(r, sweep_dir) for r in laws if r.applies_to(preset)]
+    rules = [*rules, *laws]
     lines = [f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}** ({v.rule.condition()})" for v in found]
     lines += [f"- {r.claim}, {r.says}: not tested by preset `{preset}` (the rule is for "
               f"{', '.join(f'`{p}`' for p in r.presets)})" for r in rules if not r.applies_to(preset)]
@@ -111,7 +132,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
     table = plots.read_results(sweep_dir)
     name = info["experiment"]
     figure_dir = out_dir / name
-    order, factors, point_factors, rules = _grid(info)
+    order, factors, point_factors, rules, laws = _grid(info)
     for factor in factors:  # the grid's value wherever a row is in it (an axis added after a run included)
         known = table["point_id"].map(lambda i: point_factors.get(i, {}).get(factor))
         table[factor] = known.where(known.notna(), table[factor]) if factor in table else known
@@ -127,7 +148,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         lines += ["", " ".join(info["notes"].split())]
     if info.get("commands"):
         lines += ["", "Commands:", "", "```", *dict.fromkeys(info["commands"]), "```"]
-    verdict_lines, found = _verdict_lines(rules, table, factors, info["preset"])
+    verdict_lines, found = _verdict_lines(rules, laws, table, factors, info["preset"], sweep_dir)
     lines += verdict_lines
     if name in notes:
         lines += ["", f"Reading: {notes[name].strip()}"]
@@ -153,6 +174,9 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         atomic_write_text(figure_dir / "results.csv", portable.to_csv(index=False))
         portable_info = {**info, "definition": f"experiments/{Path(info.get('definition', name)).stem}.toml"}
         atomic_write_text(figure_dir / "sweep.json", json.dumps(portable_info, indent=1))
+        for rule in laws:  # the saved fits the law rules read (their tables' numbers are copied unchanged)
+            if (sweep_dir / rule.fit).is_file() and (sweep_dir / rule.fit).resolve() != (figure_dir / rule.fit).resolve():
+                shutil.copyfile(sweep_dir / rule.fit, figure_dir / rule.fit)
         lines.insert(3, f"Table: [`{name}/results.csv`]({name}/results.csv).")
     return "\n".join(lines), [(name, v) for v in found]
 
@@ -202,7 +226,9 @@ def claims_table(found: list) -> str:
     return ("## Claims\n\nEach verdict comes from the rule stated in the experiment's definition "
             "(`[[verdicts]]`), decided by `synthlab report` over training seeds; with fewer seeds than the "
             "rule needs it says so instead of guessing, and where a compared model has not learned what the claim "
-            "builds on (the rule's `requires`) it says \"not tested\" and shows the estimate anyway.\n\n" + markdown_table(table))
+            "builds on (the rule's `requires`) it says \"not tested\" and shows the estimate anyway. A law "
+            "(`[[laws]]`) is decided from its saved fit: the estimate is its R^2, n the rows fitted, and \"not "
+            "identified\" means the data cannot decide it.\n\n" + markdown_table(table))
 
 
 def _claim_key(claim: str) -> tuple:

@@ -30,6 +30,25 @@ mean exit step). Over the n seeds: the mean and its Student-t interval at `level
 - "not tested": a compared row fails a `requires` condition: the models did not learn what the
   claim builds on (e.g. the single operations, the attribute values), so neither "reproduced" nor
   "contradicted" would mean anything; the estimate and interval are still shown.
+
+A claim that the loss follows a law is stated as a `[[laws]]` table (fields: `LawRule`) and decided
+from the fit `synthlab fit ... --save` wrote beside the results table (`decide_law`):
+
+    [[laws]]
+    claim = "C5"
+    says = "the LoopLM law fits the held-out loss and predicts the largest size from the smaller ones"
+    fit = "fit_looplm.json"              # `synthlab fit looplm results.csv --holdout size --save ...`
+    min_r2 = 0.9                         # in-sample R^2 (loss space)
+    min_holdout_r2 = 0.8                 # every identified hold-out split's test R^2
+    holdout = "size"                     # the hold-out the fit must carry ("" for none)
+
+- "not identified": the fit did not converge, a constant is implausible (`scaling.implausible`),
+  the bootstrap gave no interval (fewer than 90% of refits converged, or none were run), or every
+  hold-out split left too few levels to fit on: the data cannot decide the law either way;
+- "reproduced": identified, R^2 >= min_r2 and every identified hold-out's test R^2 >= min_holdout_r2;
+- "contradicted": identified, but one of them falls short;
+- "no data": no saved fit, or one of other numbers than the table holds now (its digest differs).
+For the step-wise law (one fit per Tm) every Tm's fit must pass.
 """
 
 from __future__ import annotations
@@ -44,7 +63,7 @@ from synthlab.errors import SynthlabError
 
 EXPECT = ("above", "below", "within")
 SEED_COLUMNS = ("seed", "data_seed")
-OUTCOMES = ("reproduced", "contradicted", "inconclusive", "too few seeds", "no data", "not tested")
+OUTCOMES = ("reproduced", "contradicted", "inconclusive", "too few seeds", "no data", "not tested", "not identified")
 COMPARE = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 REQUIREMENT = re.compile(r"^\s*([\w.]+)\s*(>=|<=|>|<)\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?)\s*$")
 
@@ -110,13 +129,14 @@ class Rule:
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    rule: Rule
+    rule: Rule | LawRule
     outcome: str
-    estimate: float  # the mean over seeds (NaN without data)
-    low: float  # the interval (NaN without one)
+    estimate: float  # the mean over seeds (NaN without data); for a law, its (lowest) in-sample R^2
+    low: float  # the interval (NaN without one, and for a law)
     high: float
-    n: int  # replicates: seeds (times the values of the rule's `units`)
-    why: str = ""  # for "no data": what the table lacks
+    n: int  # replicates: seeds (times the values of the rule's `units`); for a law, the rows fitted
+    why: str = ""  # for "no data": what the table lacks; "not tested": the unmet requirement; a law:
+    # what decided it
 
     def summary(self) -> str:
         """"reproduced: +0.12 [0.05, 0.19], n = 3", "too few seeds (n = 1 < 3): +0.12"."""
@@ -126,6 +146,8 @@ class Verdict:
             shown = "" if math.isnan(self.estimate) else f"; estimate {self.estimate:+.4g}" + (
                 "" if math.isnan(self.low) else f" [{self.low:.4g}, {self.high:.4g}]")
             return f"not tested ({self.why}){shown}, n = {self.n}"
+        if isinstance(self.rule, LawRule):
+            return f"{self.outcome} ({self.why}), n = {self.n} rows"
         if self.outcome == "too few seeds":
             return f"too few seeds (n = {self.n} < {self.rule.min_seeds}): estimate {self.estimate:+.4g}"
         return f"{self.outcome}: {self.estimate:+.4g} [{self.low:.4g}, {self.high:.4g}], n = {self.n}"
@@ -331,3 +353,78 @@ def aggregate(table, factors: list[str], metrics: list[str]):
             row[f"{m}_se"] = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class LawRule:
+    claim: str
+    says: str
+    fit: str  # the `synthlab fit --save` JSON, relative to the results directory
+    table: str = "results.csv"  # the table that fit was fitted to (steps.csv for the step-wise law)
+    min_r2: float = 0.9
+    min_holdout_r2: float = 0.8
+    holdout: str = "size"  # the hold-out kind the saved fit must carry; "" for none
+    presets: tuple[str, ...] = ()
+
+    def applies_to(self, preset: str) -> bool:
+        return not self.presets or preset in self.presets
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_r2 <= 1 or not self.min_holdout_r2 <= 1:
+            raise SynthlabError(f"law '{self.says}': need 0 <= min_r2 <= 1 and min_holdout_r2 <= 1")
+
+    def condition(self) -> str:
+        held = f", every {self.holdout} hold-out's test R^2 >= {self.min_holdout_r2:g}" if self.holdout else ""
+        return (f"{self.fit}: converged, plausible constants, bootstrap intervals from >= 90% converged refits, "
+                f"R^2 >= {self.min_r2:g}{held}")
+
+
+def parse_law_rules(raw: Any, where: str) -> tuple[LawRule, ...]:
+    """The `[[laws]]` tables of a definition, checked."""
+    from synthlab.config import from_dict
+
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise SynthlabError(f"{where}: `laws` must be an array of tables ([[laws]])")
+    return tuple(from_dict(LawRule, table, where=f"{where}: law {i}: ") for i, table in enumerate(raw, 1))
+
+
+def decide_law(rule: LawRule, saved: dict | None, digest_now: str | None) -> Verdict:
+    """The outcome of `rule` from a saved fit (None: no file) and the digest of the numbers the
+    table holds now (None: the table cannot be read with the fit's columns)."""
+    if saved is None:
+        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0, f"no {rule.fit}: run `synthlab fit ... --save`")
+    if digest_now != saved.get("data_sha256"):
+        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0,
+                       f"{rule.fit} is a fit of other numbers than {rule.table} holds now: rerun its command")
+    if (saved.get("holdout_kind") or "") != rule.holdout:
+        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0,
+                       f"{rule.fit} has hold-out {saved.get('holdout_kind') or 'none'}, the rule needs {rule.holdout or 'none'}")
+    fits = saved.get("fits", [saved])
+    unidentified, short, said = [], [], []
+    for part in fits:
+        name = f"Tm = {part['Tm']:g}: " if "Tm" in part else ""
+        bad = part.get("implausible", [])
+        if not part["converged"]:
+            unidentified.append(f"{name}not converged")
+        if bad:
+            unidentified.append(f"{name}{', '.join(f'{k} = {part[k]:.3g}' for k in bad)}")
+        if not part.get("bootstrap"):
+            unidentified.append(f"{name}no bootstrap")
+        elif part.get("bootstrap_refused"):
+            unidentified.append(f"{name}{part['bootstrap_converged']} of {part['bootstrap']} refits converged")
+        said.append(f"{name}R^2 {part['r2']:.3f}")
+        if part["r2"] < rule.min_r2:
+            short.append(f"{name}R^2 {part['r2']:.3f} < {rule.min_r2:g}")
+        held = [h for h in part.get("holdout", []) if not h.get("thin")]
+        if rule.holdout and not held:
+            unidentified.append(f"{name}every hold-out split leaves too few levels")
+        for h in held:
+            said.append(f"{name}{h['split']}: test R^2 {h['r2_test']:.3f}")
+            if h["r2_test"] < rule.min_holdout_r2:
+                short.append(f"{name}{h['split']}: test R^2 {h['r2_test']:.3f} < {rule.min_holdout_r2:g}")
+    n = sum(int(part["n_rows"]) for part in fits)
+    estimate = min(part["r2"] for part in fits)
+    if unidentified:
+        return Verdict(rule, "not identified", estimate, math.nan, math.nan, n, "; ".join(unidentified + said))
+    return Verdict(rule, "contradicted" if short else "reproduced", estimate, math.nan, math.nan, n,
+                   "; ".join(short or said))

@@ -127,6 +127,13 @@ def test_bad_input_is_one_line(tmp_path, edit, args, message):
     assert message in out.output and out.output.count("\n") == 1 and out.output.startswith("error: ")
 
 
+def test_a_table_with_eval_loss_but_no_eval_tokens_says_which_flags_to_pass(tmp_path):
+    path = looplm_table(tmp_path)
+    pd.read_csv(path).rename(columns={"loss": "eval_loss"}).to_csv(path, index=False)
+    out = run("looplm", path, "--bootstrap", "0")
+    assert out.exit_code == 2 and "has eval_loss but no eval_tokens: pass --d-col and --loss-col eval_loss" in out.output
+
+
 def test_unknown_law_suggests():
     out = run("chinchila", "missing.csv")
     assert out.exit_code == 2 and "did you mean 'chinchilla'" in out.output

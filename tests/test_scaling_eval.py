@@ -77,15 +77,19 @@ def test_holdout_splits_and_scores():
 
 def test_data_holdout_keeps_a_checkpoint_whole_when_its_tokens_vary_between_runs():
     # checkpoints at 500 / 1000 / 2000 / 4000 steps, tokens seen varying by a few per run (as in
-    # a Mano sweep, whose rows have different lengths): the 25% and 50% cuts fall on the 1000- and
-    # 2000-step levels
+    # a Mano sweep, whose rows have different lengths): four levels, cut after whole ones
     rng = np.random.default_rng(0)
     levels = np.repeat([0.45e6, 0.9e6, 1.8e6, 3.6e6], 12)
     d = levels + rng.integers(-60, 60, levels.shape)
     d[-1] = 3.6e6  # the largest D, against which the cuts are taken
     data = sc.Data({"N": np.full(d.shape, 1e5), "D": d, "Tm": np.ones(d.shape)}, np.ones(d.shape))
-    counts = [int(train.sum()) for _, train in sc.holdout_splits(sc.LOOPLM, data, "data")]
-    assert counts == [24, 36, 36]  # whole levels: 2, 3 and 3 of the 4 checkpoints
+    (name, train), = sc.holdout_splits(sc.LOOPLM, data, "data")
+    assert name == "first 3 of 4 D levels" and int(train.sum()) == 36  # whole levels: 3 of the 4 checkpoints
+    # each run its own D (Chinchilla's grid): cut at 25/50/75% of the largest D
+    spread = sc.Data({"N": np.full(40, 1e5), "D": np.geomspace(1e6, 1e8, 40), "Tm": np.ones(40)}, np.ones(40))
+    cuts = sc.holdout_splits(sc.LOOPLM, spread, "data")
+    assert [n for n, _ in cuts] == ["first 25% of data", "first 50% of data", "first 75% of data"]
+    assert [int(t.sum()) for _, t in cuts] == [int((spread.variables["D"] <= q * 1e8 * 1.01).sum()) for q in (0.25, 0.5, 0.75)]
 
 
 # The cpu scaling preset's design: 4 model sizes x 4 checkpoints (D) x 4 loop counts (experiments/scaling.toml).

@@ -256,7 +256,7 @@ def test_a_rule_scoped_to_other_presets_is_listed_untested_not_decided():
         {"claim": "C0", "says": "big loop beats big base", "metric": "accuracy", "column": "model", "a": "big",
          "b": "base", "expect": "above", "presets": ["gpu"]}], "test")
     assert rules[0].presets == ("cpu",) and rules[0].applies_to("cpu") and not rules[1].applies_to("cpu")
-    lines, found = _verdict_lines(rules, _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], "cpu")
+    lines, found = _verdict_lines(rules, (), _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], "cpu", Path("."))
     assert [v.rule.says for v in found] == ["loop beats base"] and found[0].outcome == "reproduced"
     assert any("big loop beats big base: not tested by preset `cpu` (the rule is for `gpu`)" in line for line in lines)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -98,12 +100,15 @@ def fit(
     seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
     compute: Optional[float] = typer.Option(None, help="Compute C = 6ND at which to report N_opt and D_opt."),
     holdout: Optional[str] = typer.Option(
-        None, help="Hold-out table: size (fit on the smallest 60% of sizes, at least 3 of 4), data (first 25/50/75% of D), "
+        None, help="Hold-out table: size (fit on the smallest 60% of sizes, at least 3 of 4), data (the first 3, 4, ... of D's levels where it has at most 8, else the first 25/50/75% of D), "
         "steps (leave each Tm, or T, out)."),
     delta: float = typer.Option(1e-3, help="Huber delta on log loss."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON: E, A, B, alpha, beta (+ C, gamma, t1..t3), "
                                   "r2, objective, intervals, derived, holdout."),
     plot: Optional[Path] = typer.Option(None, help="Write a fit and residual plot (PNG) here."),
+    save: Optional[Path] = typer.Option(
+        None, help="Also write the fit as JSON here (what --json prints, plus this command and a digest of the "
+        "fitted numbers): `synthlab report` decides an experiment's [[laws]] rule from it."),
 ) -> None:
     """Fit a loss law to TABLE by Huber regression on log loss, summed over runs, from a grid of starts.
 
@@ -111,10 +116,11 @@ def fit(
     --n-col "Model Size" --tokens-from-flops "Training FLOP" --drop-top-loss 5
     """
     from synthlab import scaling
-    from synthlab.files import check_writable
+    from synthlab.files import atomic_write_text, check_writable
 
-    if plot is not None:
-        check_writable(plot, "--plot")
+    for path, option in ((plot, "--plot"), (save, "--save")):
+        if path is not None:
+            check_writable(path, option)
     fitted = scaling.fit_table(
         table, law, n_col=n_col, d_col=d_col, t_col=t_col, tm_col=tm_col, x_col=x_col, loss_col=loss_col,
         tokens_from_flops=tokens_from_flops, drop_top_loss=drop_top_loss, bootstrap=bootstrap, level=level,
@@ -124,13 +130,17 @@ def fit(
                    f"{', '.join(fitted.skipped)}", err=True)
     if plot is not None:
         scaling.plot_fit(fitted.law, [(g.title, g.data, g.result) for g in fitted.fits], plot)
+    if fitted.law.name == "steps":
+        payload = {"law": law, "fits": [{"Tm": g.tm, **_fit_json(g)} for g in fitted.fits]}
+    else:
+        payload = {"law": law, **_fit_json(fitted.fits[0])}
+    if save is not None:
+        command = "synthlab " + shlex.join(sys.argv[1:])
+        atomic_write_text(save, json.dumps({"command": command, **payload, **fitted.source}, indent=1) + "\n")
     if json_out:
-        if fitted.law.name == "steps":
-            payload = {"law": law, "fits": [{"Tm": g.tm, **_fit_json(g)} for g in fitted.fits]}
-        else:
-            payload = {"law": law, **_fit_json(fitted.fits[0])}
         typer.echo(json.dumps(payload, indent=2))
     else:
         typer.echo("\n".join(_fit_text(fitted.law, g) for g in fitted.fits))
-    if plot is not None and not json_out:
-        typer.echo(f"wrote {plot}")
+    if not json_out:
+        for path in (p for p in (plot, save) if p is not None):
+            typer.echo(f"wrote {path}")

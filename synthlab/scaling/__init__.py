@@ -4,7 +4,8 @@
   looplm, steps, power), the runs to fit (`Data`) and `implausible` parameters.
 - `optimize`: the summed Huber objective, batched L-BFGS over a grid of starts, and `fit`.
 - `uncertainty`: bootstrap intervals, compute-optimal quantities, hold-out evaluation.
-- `table`: `fit_table`, a law fitted to a results table with all of the above (`synthlab fit`).
+- `table`: `fit_table`, a law fitted to a results table with all of the above (`synthlab fit`), and
+  the digest of the numbers a fit was fitted to (`data_digest`, `read_fit_data`).
 - `plots`: fit and residual plots.
 """
 
@@ -33,7 +34,7 @@ from synthlab.scaling.optimize import (
     minimize_batched,
 )
 from synthlab.scaling.plots import plot_fit
-from synthlab.scaling.table import GroupFit, TableFit, default_columns, fit_table
+from synthlab.scaling.table import GroupFit, TableFit, data_digest, default_columns, fit_table, read_fit_data, table_data
 from synthlab.scaling.uncertainty import (
     HOLDOUT_KINDS,
     BootstrapResult,
@@ -48,7 +49,7 @@ from synthlab.scaling.uncertainty import (
 __all__ = [
     "CHINCHILLA", "HOLDOUT_KINDS", "LAWS", "LOOPLM", "POWER", "STATUS", "STEPS",
     "BatchResult", "BootstrapResult", "Data", "FitOptions", "FitResult", "GroupFit", "HoldoutRow", "Law",
-    "PowerTerm", "TableFit", "bootstrap", "cold_refits", "default_columns", "derived", "fit", "fit_table",
+    "PowerTerm", "TableFit", "bootstrap", "cold_refits", "data_digest", "default_columns", "derived", "fit", "fit_table",
     "get_law", "goodness", "holdout", "holdout_splits", "huber_objective", "implausible", "minimize_batched", "plot_fit",
-    "power_sum_law", "register_law",
+    "power_sum_law", "read_fit_data", "register_law", "table_data",
 ]

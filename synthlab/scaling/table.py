@@ -9,6 +9,7 @@ name the `synthlab fit` option that sets each argument (--n-col for n_col, and s
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,8 @@ class TableFit:
     law: Law
     fits: list[GroupFit]
     skipped: list[str]  # step-wise law: Tm values not fitted (one step, or too few rows), e.g. "loops = 1 (25 rows)"
+    source: dict[str, object] = dataclasses.field(default_factory=dict)  # the table's name, the columns
+    # as resolved, the fitted numbers' digest (`data_digest`), hold-out kind, bootstrap seed, delta
 
 
 def _read_table(path: Path) -> pd.DataFrame:
@@ -67,6 +70,68 @@ def default_columns(columns) -> tuple[str, str]:
     eval_loss where it has both (a sweep's heldout stage: the held-out loss at each checkpoint and
     the tokens seen by then), else tokens and loss."""
     return ("eval_tokens", "eval_loss") if {"eval_loss", "eval_tokens"} <= set(columns) else ("tokens", "loss")
+
+
+def table_data(
+    table: pd.DataFrame,
+    law: Law,
+    *,
+    name: str,
+    n_col: str = "params",
+    d_col: str | None = None,
+    t_col: str | None = None,
+    tm_col: str = "loops",
+    x_col: str = "params",
+    loss_col: str | None = None,
+    tokens_from_flops: str | None = None,
+    drop_top_loss: int = 0,
+) -> tuple[Data, np.ndarray | None, dict[str, object]]:
+    """(the law's variables and loss from `table`, the step-wise law's Tm per row (else None), the
+    column options as resolved), rows in a canonical order: sorted by the law's variables, Tm and
+    the loss, so that a fit and its bootstrap resamples do not depend on the file's row order.
+    Arguments as `fit_table`'s."""
+    default_d, default_loss = default_columns(table.columns)
+    d_col, loss_col = d_col or default_d, loss_col or default_loss
+    if loss_col == "loss" and "eval_loss" in table.columns and "loss" not in table.columns:
+        raise SynthlabError(f"{name} has eval_loss but no eval_tokens: pass --d-col and --loss-col eval_loss")
+    loss = _column(table, loss_col, "--loss-col", name)
+    if drop_top_loss:
+        if drop_top_loss >= len(table):
+            raise SynthlabError(f"--drop-top-loss {drop_top_loss} would drop all {len(table)} rows")
+        keep = np.argsort(np.argsort(-loss, kind="stable"), kind="stable") >= drop_top_loss
+        table, loss = table[keep], loss[keep]
+    t_col = t_col or {"looplm": "loops", "steps": "step"}.get(law.name, "loops")
+    variables, labels = {}, {"loss": loss_col}
+    for var in law.variables:
+        if var == "D" and tokens_from_flops:
+            n = _column(table, n_col, "--n-col", name)
+            variables["D"] = _column(table, tokens_from_flops, "--tokens-from-flops", name) / (6 * n)
+            labels["D"] = f"{tokens_from_flops} / (6 {n_col})"
+            continue
+        col, option = {"N": (n_col, "--n-col"), "D": (d_col, "--d-col"), "Tm": (t_col, "--t-col"),
+                       "T": (t_col, "--t-col"), "x": (x_col, "--x-col")}[var]
+        variables[var], labels[var] = _column(table, col, option, name), col
+    tm = _column(table, tm_col, "--tm-col", name) if law.name == "steps" else None
+    keys = [loss, *([tm] if tm is not None else []), *(variables[v] for v in reversed(law.variables))]
+    order = np.lexsort(keys)  # the last key sorts first: the law's first variable
+    data = Data({k: v[order] for k, v in variables.items()}, loss[order], labels)
+    columns = dict(n_col=n_col, d_col=d_col, t_col=t_col, tm_col=tm_col, x_col=x_col, loss_col=loss_col,
+                   tokens_from_flops=tokens_from_flops, drop_top_loss=drop_top_loss)
+    return data, (None if tm is None else tm[order]), columns
+
+
+def data_digest(law: Law, data: Data, tm: np.ndarray | None = None) -> str:
+    """sha256 of the numbers a fit is fitted to (the law's variables, the loss and Tm, in
+    `table_data`'s canonical order): what tells a saved fit from a fit of another table."""
+    arrays = [*(data.variables[v] for v in law.variables), data.loss, *([tm] if tm is not None else [])]
+    return hashlib.sha256(np.column_stack([np.asarray(a, dtype=float) for a in arrays]).tobytes()).hexdigest()
+
+
+def read_fit_data(path: Path, law: Law | str, columns: dict[str, object]) -> tuple[Data, np.ndarray | None]:
+    """The rows a saved fit (`TableFit.source`'s columns) would fit in the table at `path` now."""
+    the_law = get_law(law) if isinstance(law, str) else law
+    data, tm, _ = table_data(_read_table(Path(path)), the_law, name=Path(path).name, **columns)
+    return data, tm
 
 
 def fit_table(
@@ -98,6 +163,8 @@ def fit_table(
     `bootstrap` resamples of the runs (0 = none), seeded by `seed`, give intervals at `level`;
     compute is where N_opt and D_opt are reported; holdout is one of HOLDOUT_KINDS (or None); delta
     is the Huber delta. `name` is what titles and errors call the table (default: the file's name).
+    The rows are fitted in `table_data`'s canonical order, so the same rows in another order give
+    the same fit and bootstrap.
     """
     the_law = get_law(law) if isinstance(law, str) else law
     if compute is not None and compute <= 0:
@@ -107,29 +174,13 @@ def fit_table(
         name = name or Path(table).name
         table = _read_table(Path(table))
     name = name or "table"
-    default_d, default_loss = default_columns(table.columns)
-    d_col, loss_col = d_col or default_d, loss_col or default_loss
-    loss = _column(table, loss_col, "--loss-col", name)
-    if drop_top_loss:
-        if drop_top_loss >= len(table):
-            raise SynthlabError(f"--drop-top-loss {drop_top_loss} would drop all {len(table)} rows")
-        keep = np.argsort(np.argsort(-loss, kind="stable"), kind="stable") >= drop_top_loss
-        table, loss = table[keep], loss[keep]
-    t_col = t_col or {"looplm": "loops", "steps": "step"}.get(the_law.name, "loops")
-    variables, labels = {}, {"loss": loss_col}
-    for var in the_law.variables:
-        if var == "D" and tokens_from_flops:
-            n = _column(table, n_col, "--n-col", name)
-            variables["D"] = _column(table, tokens_from_flops, "--tokens-from-flops", name) / (6 * n)
-            labels["D"] = f"{tokens_from_flops} / (6 {n_col})"
-            continue
-        col, option = {"N": (n_col, "--n-col"), "D": (d_col, "--d-col"), "Tm": (t_col, "--t-col"),
-                       "T": (t_col, "--t-col"), "x": (x_col, "--x-col")}[var]
-        variables[var], labels[var] = _column(table, col, option, name), col
-    data = Data(variables, loss, labels)
+    data, tm, columns = table_data(
+        table, the_law, name=name, n_col=n_col, d_col=d_col, t_col=t_col, tm_col=tm_col, x_col=x_col,
+        loss_col=loss_col, tokens_from_flops=tokens_from_flops, drop_top_loss=drop_top_loss)
+    source = {"table": name, "columns": columns, "data_sha256": data_digest(the_law, data, tm), "holdout_kind": holdout,
+              "bootstrap_seed": seed, "delta": delta}
     groups, skipped = [(f"{the_law.name} fit to {name}", data, None)], []
-    if the_law.name == "steps":
-        tm = _column(table, tm_col, "--tm-col", name)
+    if tm is not None:
         parts_by_tm = {v: data.subset(tm == v) for v in np.unique(tm)}
         # a Tm with one recurrent step, or too few rows, cannot identify the law: skip it, listed in `skipped`
         fittable = {v: p for v, p in parts_by_tm.items()
@@ -147,4 +198,4 @@ def fit_table(
                                      level=level, compute=compute, options=options) if bootstrap else None
         rows = uncertainty.holdout(the_law, part, holdout, options) if holdout else []
         fits.append(GroupFit(title, part, result, boot, rows, uncertainty.derived(result.params, compute), tm_value))
-    return TableFit(the_law, fits, skipped)
+    return TableFit(the_law, fits, skipped, source)

@@ -146,6 +146,15 @@ HOLDOUT_KINDS = ("size", "data", "steps")
 
 DATA_CUT_TOLERANCE = 0.01  # D within 1% of a data hold-out's cut counts as at it (one checkpoint's D
 # differs by a few tokens between runs: the cut must not split it)
+MAX_DATA_LEVELS = 8  # D with at most this many levels (checkpoints read as D) is cut after whole
+# levels; with more (each run its own D) at fractions of the largest D
+
+
+def data_levels(d: np.ndarray) -> np.ndarray:
+    """The levels of D, ascending, each as its largest value: a value within DATA_CUT_TOLERANCE of
+    the one below it is the same level (a checkpoint's tokens differ by a few between runs)."""
+    values = np.unique(d)
+    return np.array([v for v, above in zip(values, values[1:]) if above > v * (1 + DATA_CUT_TOLERANCE)] + [values[-1]])
 
 
 def holdout_splits(law: Law, data: Data, kind: str) -> list[tuple[str, np.ndarray]]:
@@ -154,8 +163,10 @@ def holdout_splits(law: Law, data: Data, kind: str) -> list[tuple[str, np.ndarra
     size: fit on the smallest 60% of model sizes (3 of 5), and on at least 3 where a larger one is
     left to test (3 of 4: two levels cannot identify A, alpha and t1); test on the larger ones
     (extrapolation).
-    data: fit on rows with D <= 25/50/75% of the largest D (the first part of training; D within 1%
-    of the cut counts as at it, so a checkpoint whose D varies by a few tokens between runs is not split).
+    data: fit on the first part of training, test on the rest. Where D has few levels (at most
+    MAX_DATA_LEVELS: checkpoints read as D), on the first k of m levels for each k >= 3 (three levels
+    identify B, beta and t2; k = m - 1 where m <= 3); otherwise on D <= 25/50/75% of the largest D
+    (D within 1% of the cut counts as at it).
     steps: leave each value of the recurrence variable (Tm, or T for the step-wise law) out in turn.
     """
     if kind == "size":
@@ -170,6 +181,12 @@ def holdout_splits(law: Law, data: Data, kind: str) -> list[tuple[str, np.ndarra
         if "D" not in law.variables:
             raise SynthlabError(f"--holdout data needs a law over D (law '{law.name}' has {list(law.variables)})")
         d = np.asarray(data.variables["D"])
+        levels = data_levels(d)
+        if len(levels) < 2:
+            raise SynthlabError("--holdout data needs at least 2 levels of D")
+        if len(levels) <= MAX_DATA_LEVELS:
+            return [(f"first {k} of {len(levels)} D levels", d <= levels[k - 1])
+                    for k in range(min(3, len(levels) - 1), len(levels))]
         return [(f"first {int(100 * q)}% of data", d <= q * d.max() * (1 + DATA_CUT_TOLERANCE))
                 for q in (0.25, 0.5, 0.75)]
     if kind == "steps":

@@ -1,0 +1,144 @@
+"""Law claims (`[[laws]]`): `synthlab fit --save` records a fit and a digest of what it fitted;
+`synthlab report` decides the rule from that record, and only while the table still holds those
+numbers. A fit does not depend on the order of the table's rows."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_scaling import theta_of
+from test_scaling_cli import looplm_table, run
+from test_scaling_eval import CPU_TRUTH
+from typer.testing import CliRunner
+
+from synthlab import experiments, scaling, verdicts
+from synthlab.cli import app
+from synthlab.errors import SynthlabError
+from synthlab.report import law_verdict
+from test_verdicts import FAKE
+
+
+def test_a_fit_and_its_bootstrap_do_not_depend_on_the_row_order(tmp_path):
+    table = pd.read_csv(looplm_table(tmp_path))
+    shuffled = table.sample(frac=1.0, random_state=3)
+    first, second = (scaling.fit_table(t, "looplm", bootstrap=6, seed=1) for t in (table, shuffled))
+    assert first.fits[0].result.params == second.fits[0].result.params
+    assert first.fits[0].bootstrap.intervals == second.fits[0].bootstrap.intervals
+    assert first.source["data_sha256"] == second.source["data_sha256"]
+    changed = table.assign(loss=table["loss"].where(table.index != 7, table["loss"] * 1.01))
+    assert scaling.fit_table(changed, "looplm", bootstrap=0).source["data_sha256"] != first.source["data_sha256"]
+
+
+def cpu_shaped_table(tmp_path):
+    """A known LoopLM law (0.1% noise) on the cpu scaling preset's grid (4 sizes x 4 checkpoints x
+    Tm 1-4): identified, and its 3 smallest sizes predict the largest (tests/test_scaling_eval.py)."""
+    n, d, t = (a.ravel() for a in np.meshgrid([1.58e4, 5.6e4, 1.21e5, 2.11e5], [4.5e5, 9e5, 1.8e6, 3.6e6],
+                                              [1.0, 2.0, 3.0, 4.0], indexing="ij"))
+    clean = scaling.LOOPLM.predict(theta_of(scaling.LOOPLM, CPU_TRUTH), np.column_stack([n, d, t]))
+    loss = clean * np.exp(np.random.default_rng(0).normal(0, 1e-3, clean.shape))
+    path = tmp_path / "results.csv"
+    pd.DataFrame({"params": n, "tokens": d, "loops": t, "loss": loss}).to_csv(path, index=False)
+    return path
+
+
+def _saved(tmp_path, monkeypatch, *args: str) -> tuple[dict, object]:
+    path = cpu_shaped_table(tmp_path)
+    out_path = tmp_path / "fit_looplm.json"
+    argv = ["synthlab", "fit", "looplm", str(path), *args, "--save", str(out_path)]
+    monkeypatch.setattr(sys, "argv", argv)  # what the saved `command` is read from
+    out = run(*argv[2:])
+    assert out.exit_code == 0, out.output
+    assert f"wrote {out_path}" in out.output
+    return json.loads(out_path.read_text()), path
+
+
+def test_save_records_the_command_the_columns_and_the_digest(tmp_path, monkeypatch):
+    saved, path = _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
+    assert saved["command"] == f"synthlab fit looplm {path} --bootstrap 6 --holdout size --save {tmp_path / 'fit_looplm.json'}"
+    assert saved["columns"]["loss_col"] == "loss" and saved["columns"]["n_col"] == "params"
+    data, tm = scaling.read_fit_data(path, "looplm", saved["columns"])
+    assert scaling.data_digest(scaling.get_law("looplm"), data, tm) == saved["data_sha256"]
+    assert saved["holdout_kind"] == "size" and saved["holdout"][0]["split"] == "smallest 3 of 4 sizes"
+    assert saved["bootstrap"] == 6 and saved["r2"] > 0.99
+
+
+def _rule(**kw) -> verdicts.LawRule:
+    return verdicts.LawRule(**{"claim": "C5", "says": "the law holds", "fit": "fit_looplm.json", **kw})
+
+
+def test_a_well_identified_law_is_reproduced_and_a_stricter_rule_contradicts_it(tmp_path, monkeypatch):
+    _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
+    verdict = law_verdict(_rule(), tmp_path)
+    assert verdict.outcome == "reproduced" and verdict.estimate > 0.99 and verdict.n == 64, verdict.why
+    assert "smallest 3 of 4 sizes: test R^2" in verdict.why and "n = 64 rows" in verdict.summary()
+    strict = law_verdict(_rule(min_r2=1.0), tmp_path)
+    assert strict.outcome == "contradicted" and "< 1" in strict.why
+
+
+def test_no_fit_a_stale_fit_or_another_holdout_is_no_data(tmp_path, monkeypatch):
+    assert law_verdict(_rule(), tmp_path).outcome == "no data"
+    _, path = _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
+    assert law_verdict(_rule(holdout="data"), tmp_path).why.startswith("fit_looplm.json has hold-out size")
+    table = pd.read_csv(path)
+    table.sample(frac=1.0, random_state=0).to_csv(path, index=False)  # the same rows: still this fit's
+    assert law_verdict(_rule(), tmp_path).outcome == "reproduced"
+    table.loc[0, "loss"] *= 1.5
+    table.to_csv(path, index=False)
+    stale = law_verdict(_rule(), tmp_path)
+    assert stale.outcome == "no data" and "other numbers than results.csv holds now" in stale.why
+
+
+def test_an_unidentified_fit_says_why():
+    part = {"converged": False, "implausible": ["A"], "A": float("inf"), "bootstrap": 100,
+            "bootstrap_converged": 55, "bootstrap_refused": "55 of 100", "r2": 0.81, "n_rows": 192,
+            "holdout": [{"split": "smallest 3 of 4 sizes", "r2_test": 0.54, "thin": ""}]}
+    verdict = verdicts.decide_law(_rule(), {**part, "data_sha256": "x", "holdout_kind": "size"}, "x")
+    assert verdict.outcome == "not identified" and "smallest 3 of 4 sizes: test R^2 0.540" in verdict.why
+    steps = {"fits": [{**part, "Tm": 2.0}, {**part, "Tm": 3.0, "converged": True, "implausible": [],
+                                             "bootstrap_refused": "", "holdout": []}],
+             "data_sha256": "x", "holdout_kind": None}
+    verdict = verdicts.decide_law(_rule(holdout=""), steps, "x")
+    assert verdict.outcome == "not identified" and verdict.n == 384 and verdict.estimate == pytest.approx(0.81)
+    assert "Tm = 2: not converged" in verdict.why and "Tm = 2: A = inf" in verdict.why
+    assert "Tm = 2: 55 of 100 refits converged" in verdict.why and "Tm = 3: not converged" not in verdict.why
+    thin = {**part, "converged": True, "implausible": [], "bootstrap_refused": "",
+            "holdout": [{"split": "first 2 of 3 D levels", "r2_test": 0.9, "thin": "D: 2 levels"}]}
+    verdict = verdicts.decide_law(_rule(holdout="data"), {**thin, "data_sha256": "x", "holdout_kind": "data"}, "x")
+    assert verdict.outcome == "not identified" and "every hold-out split leaves too few levels" in verdict.why
+
+
+def test_law_rules_parse_from_a_definition_and_bad_ones_are_one_line_errors():
+    import tomllib
+
+    raw = tomllib.loads(FAKE.read_text())
+    raw["laws"] = [{"claim": "C5", "says": "s", "fit": "f.json", "min_r2": 0.9}]
+    assert experiments.parse(raw).laws[0].fit == "f.json"
+    raw["laws"] = [{"claim": "C5", "says": "s", "fit": "f.json", "min_r": 0.9}]
+    with pytest.raises(SynthlabError, match="law 1: min_r"):
+        experiments.parse(raw)
+    with pytest.raises(SynthlabError, match="min_r2"):
+        _rule(min_r2=1.5)
+    for name in ("scaling", "scaling_bios"):
+        assert {r.fit for r in experiments.load(experiments.builtin_dir() / f"{name}.toml").laws} == {
+            "fit_looplm.json", "fit_steps.json"}
+
+
+def test_the_report_puts_a_law_in_the_claims_table(tmp_path, monkeypatch):
+    _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
+    definition = tmp_path / "lawful.toml"
+    definition.write_text(FAKE.read_text().replace('name = "sweep_fake"', 'name = "lawful"')
+                          + '\n[[laws]]\nclaim = "C5"\nsays = "the law holds"\nfit = "fit_looplm.json"\n')
+    table = pd.read_csv(tmp_path / "results.csv").assign(point_id=lambda t: [f"p{i}" for i in range(len(t))])
+    table.to_csv(tmp_path / "results.csv", index=False)  # the fitted columns unchanged: the fit still holds
+    (tmp_path / "sweep.json").write_text(json.dumps({"experiment": "lawful", "preset": "smoke", "claim": "C5",
+                                                     "title": "t", "plot": "none", "definition": str(definition)}))
+    out = tmp_path / "report" / "README.md"
+    result = CliRunner().invoke(app, ["report", str(tmp_path), "--out", str(out), "--copy"])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "| C5 | lawful | the law holds | reproduced (" in text and "| 64 |" in text
+    assert (out.parent / "lawful" / "fit_looplm.json").is_file()  # --copy takes the saved fit along
