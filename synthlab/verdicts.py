@@ -400,31 +400,33 @@ def decide_law(rule: LawRule, saved: dict | None, digest_now: str | None) -> Ver
         return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0,
                        f"{rule.fit} has hold-out {saved.get('holdout_kind') or 'none'}, the rule needs {rule.holdout or 'none'}")
     fits = saved.get("fits", [saved])
-    unidentified, short, said = [], [], []
+    unidentified, short, said = {}, {}, {}  # per fit (Tm for the step-wise law): what decided it
     for part in fits:
-        name = f"Tm = {part['Tm']:g}: " if "Tm" in part else ""
-        bad = part.get("implausible", [])
-        if not part["converged"]:
-            unidentified.append(f"{name}not converged")
-        if bad:
-            unidentified.append(f"{name}{', '.join(f'{k} = {part[k]:.3g}' for k in bad)}")
+        name = f"Tm = {part['Tm']:g}" if "Tm" in part else ""
+        problems = [] if part["converged"] else ["not converged"]
+        problems += [f"{k} = {part[k]:.3g}" for k in part.get("implausible", [])]
         if not part.get("bootstrap"):
-            unidentified.append(f"{name}no bootstrap")
+            problems.append("no bootstrap")
         elif part.get("bootstrap_refused"):
-            unidentified.append(f"{name}{part['bootstrap_converged']} of {part['bootstrap']} refits converged")
-        said.append(f"{name}R^2 {part['r2']:.3f}")
-        if part["r2"] < rule.min_r2:
-            short.append(f"{name}R^2 {part['r2']:.3f} < {rule.min_r2:g}")
+            problems.append(f"{part['bootstrap_converged']} of {part['bootstrap']} refits converged")
         held = [h for h in part.get("holdout", []) if not h.get("thin")]
         if rule.holdout and not held:
-            unidentified.append(f"{name}every hold-out split leaves too few levels")
-        for h in held:
-            said.append(f"{name}{h['split']}: test R^2 {h['r2_test']:.3f}")
-            if h["r2_test"] < rule.min_holdout_r2:
-                short.append(f"{name}{h['split']}: test R^2 {h['r2_test']:.3f} < {rule.min_holdout_r2:g}")
+            problems.append("every hold-out split leaves too few levels")
+        facts = [f"R^2 {part['r2']:.3f}"] + [f"{h['split']}: test R^2 {h['r2_test']:.3f}" for h in held]
+        fails = [f"R^2 {part['r2']:.3f} < {rule.min_r2:g}"] if part["r2"] < rule.min_r2 else []
+        fails += [f"{h['split']}: test R^2 {h['r2_test']:.3f} < {rule.min_holdout_r2:g}" for h in held
+                  if h["r2_test"] < rule.min_holdout_r2]
+        unidentified[name], short[name], said[name] = problems, fails, facts
     n = sum(int(part["n_rows"]) for part in fits)
     estimate = min(part["r2"] for part in fits)
-    if unidentified:
-        return Verdict(rule, "not identified", estimate, math.nan, math.nan, n, "; ".join(unidentified + said))
-    return Verdict(rule, "contradicted" if short else "reproduced", estimate, math.nan, math.nan, n,
-                   "; ".join(short or said))
+    if any(unidentified.values()):
+        found = {k: unidentified[k] + said[k] for k in said}
+        return Verdict(rule, "not identified", estimate, math.nan, math.nan, n, _per_fit(found))
+    failed = any(short.values())
+    return Verdict(rule, "contradicted" if failed else "reproduced", estimate, math.nan, math.nan, n,
+                   _per_fit(short if failed else said))
+
+
+def _per_fit(found: dict[str, list[str]]) -> str:
+    """'Tm = 2: a, b; Tm = 3: c' (a fit without a name: 'a, b'), fits with nothing to say left out."""
+    return "; ".join(f"{name}: {', '.join(items)}" if name else ", ".join(items) for name, items in found.items() if items)

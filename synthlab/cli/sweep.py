@@ -14,7 +14,7 @@ from synthlab.files import check_writable
 
 def sweep(
     name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...) or path to a TOML definition."),
-    preset: str = typer.Option("smoke", "--preset", "-p", help="Grid size: smoke (~1 min), cpu (a 2-core machine: 0.6-8.5 core-hours per experiment), gpu (one H200), or another the definition names; --dry-run prints the cost."),
+    preset: str = typer.Option("smoke", "--preset", "-p", help="Grid size: smoke (~1 min), cpu (a 2-core machine: 0.4-2.3 core-hours per experiment), gpu (one H200), or another the definition names; --dry-run prints the cost."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/NAME-PRESET)."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Points run in parallel processes (local executor)."),
     executor: str = typer.Option("local", "--executor", help="Where points run: local or ray."),
