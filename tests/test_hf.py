@@ -85,6 +85,15 @@ def _randomise_trainables(model, seed=1):
                 p.add_(0.5 * torch.randn(p.shape, generator=g))
 
 
+def test_loading_prints_no_progress_bar_and_leaves_the_setting_alone(checkpoint, capfd):
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()
+    _base(checkpoint)
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()
+
+
 def test_default_split_matches_reference_and_scales():
     assert resolve_split(36, OuroborosConfig()) == resolve_split(36, OuroborosConfig(prelude_layers=8, coda_layers=8,
                                                                                      recurrent_layer=18))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -35,10 +36,26 @@ def load_base(path: str | Path, *, device: torch.device, dtype: torch.dtype, att
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     if config.model_type != "qwen2":
         raise SynthlabError(f"base: '{path}' is model_type '{config.model_type}', not a Qwen2-family checkpoint")
-    model = AutoModelForCausalLM.from_pretrained(
-        path, local_files_only=True, dtype=dtype, attn_implementation=attn
-    )
+    with without_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=dtype, attn_implementation=attn
+        )
     return model.to(device).eval().requires_grad_(False)
+
+
+@contextmanager
+def without_progress_bars():
+    """transformers' loading and saving bars off (a bar over a few dozen tensors, once per run, is
+    noise in a sweep's log), then back as they were."""
+    from transformers.utils import logging as hf_logging
+
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
 
 
 def meta_base(config_path: str | Path) -> nn.Module:

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from synthlab.errors import SynthlabError
+from synthlab.hf.checkpoint import without_progress_bars
 from synthlab.models import ModelConfig
 from synthlab.runs import load_run, open_run, trained_data
 from synthlab.tokenizer import WordTokenizer
@@ -121,7 +122,8 @@ def export_model(model, tokenizer: WordTokenizer, out: str | Path) -> Path:
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    hf.eval().save_pretrained(tmp)
+    with without_progress_bars():
+        hf.eval().save_pretrained(tmp)
     hf_tokenizer(tokenizer).save_pretrained(tmp)
     if out.exists():
         shutil.rmtree(out)
