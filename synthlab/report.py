@@ -103,7 +103,7 @@ def law_verdict(rule: verdicts.LawRule, sweep_dir: Path) -> verdicts.Verdict:
     if not path.is_file():
         return verdicts.decide_law(rule, None, None)
     try:
-        saved = json.loads(path.read_text())
+        saved = scaling.read_fit_json(path.read_text())
         data, tm = scaling.read_fit_data(sweep_dir / rule.table, saved["law"], saved["columns"])
         digest = scaling.data_digest(scaling.get_law(saved["law"]), data, tm)
     except (SynthlabError, KeyError, TypeError, ValueError) as err:

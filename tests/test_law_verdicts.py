@@ -53,7 +53,22 @@ def _saved(tmp_path, monkeypatch, *args: str) -> tuple[dict, object]:
     out = run(*argv[2:])
     assert out.exit_code == 0, out.output
     assert f"wrote {out_path}" in out.output
-    return json.loads(out_path.read_text()), path
+    return scaling.read_fit_json(out_path.read_text()), path
+
+
+def _refuse(constant: str):
+    raise ValueError(f"non-strict JSON: {constant}")
+
+
+def test_a_diverged_fit_is_strict_json_and_reads_back_as_floats():
+    record = {"A": float("inf"), "C": float("-inf"), "r2": float("nan"), "alpha": 85.3, "law": "looplm",
+              "holdout": [{"split": "smallest 3 of 4 sizes", "r2_test": float("-inf")}], "interval": [1.0, float("inf")]}
+    text = scaling.fit_json(record)
+    strict = json.loads(text, parse_constant=_refuse)  # what jq and other strict readers accept
+    assert strict["A"] == "inf" and strict["holdout"][0]["r2_test"] == "-inf"
+    back = scaling.read_fit_json(text)
+    assert back["A"] == np.inf and back["C"] == -np.inf and np.isnan(back["r2"]) and back["interval"] == [1.0, np.inf]
+    assert back["alpha"] == 85.3 and back["law"] == "looplm" and back["holdout"][0]["split"] == "smallest 3 of 4 sizes"
 
 
 def test_save_records_the_command_the_columns_and_the_digest(tmp_path, monkeypatch):

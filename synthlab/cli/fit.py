@@ -6,7 +6,6 @@ what it returns.
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 import sys
@@ -136,9 +135,9 @@ def fit(
         payload = {"law": law, **_fit_json(fitted.fits[0])}
     if save is not None:
         command = "synthlab " + shlex.join(sys.argv[1:])
-        atomic_write_text(save, json.dumps({"command": command, **payload, **fitted.source}, indent=1) + "\n")
+        atomic_write_text(save, scaling.fit_json({"command": command, **payload, **fitted.source}) + "\n")
     if json_out:
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(scaling.fit_json(payload))
     else:
         typer.echo("\n".join(_fit_text(fitted.law, g) for g in fitted.fits))
     if not json_out:

@@ -5,7 +5,8 @@
 - `optimize`: the summed Huber objective, batched L-BFGS over a grid of starts, and `fit`.
 - `uncertainty`: bootstrap intervals, compute-optimal quantities, hold-out evaluation.
 - `table`: `fit_table`, a law fitted to a results table with all of the above (`synthlab fit`), and
-  the digest of the numbers a fit was fitted to (`data_digest`, `read_fit_data`).
+  the digest of the numbers a fit was fitted to (`data_digest`, `read_fit_data`), a fit's record
+  as strict JSON (`fit_json`, `read_fit_json`).
 - `plots`: fit and residual plots.
 """
 
@@ -34,7 +35,17 @@ from synthlab.scaling.optimize import (
     minimize_batched,
 )
 from synthlab.scaling.plots import plot_fit
-from synthlab.scaling.table import GroupFit, TableFit, data_digest, default_columns, fit_table, read_fit_data, table_data
+from synthlab.scaling.table import (
+    GroupFit,
+    TableFit,
+    data_digest,
+    default_columns,
+    fit_json,
+    fit_table,
+    read_fit_data,
+    read_fit_json,
+    table_data,
+)
 from synthlab.scaling.uncertainty import (
     HOLDOUT_KINDS,
     BootstrapResult,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +134,38 @@ def read_fit_data(path: Path, law: Law | str, columns: dict[str, object]) -> tup
     the_law = get_law(law) if isinstance(law, str) else law
     data, tm, _ = table_data(_read_table(Path(path)), the_law, name=Path(path).name, **columns)
     return data, tm
+
+
+NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def fit_json(payload: object) -> str:
+    """A fit's record as strict JSON (jq and other readers refuse `Infinity`): a non-finite number,
+    such as a diverged constant, is written as the string "inf", "-inf" or "nan"."""
+    def finite(value: object) -> object:
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [finite(v) for v in value]
+        return value
+
+    return json.dumps(finite(payload), indent=1, allow_nan=False)
+
+
+def read_fit_json(text: str) -> dict:
+    """A record `fit_json` wrote, its non-finite numbers floats again."""
+    def restore(value: object) -> object:
+        if isinstance(value, str):
+            return NON_FINITE.get(value, value)
+        if isinstance(value, dict):
+            return {k: restore(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [restore(v) for v in value]
+        return value
+
+    return restore(json.loads(text))
 
 
 def fit_table(
