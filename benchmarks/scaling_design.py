@@ -62,6 +62,7 @@ def main() -> None:
                         help="log-space noise levels to simulate")
     parser.add_argument("--trials", type=int, default=3, help="noisy tables per law and level")
     parser.add_argument("--seed", type=int, default=0, help="seed of the noise")
+    parser.add_argument("--laws", nargs="+", choices=list(LAWS), default=list(LAWS), help="assumed laws to simulate")
     parser.add_argument("--n", type=float, nargs="+", help="model sizes of another design (with --d, --tm)")
     parser.add_argument("--d", type=float, nargs="+", help="tokens (checkpoints) of another design")
     parser.add_argument("--tm", type=float, nargs="+", help="loop counts of another design")
@@ -81,7 +82,8 @@ def main() -> None:
         X = table[["params", "eval_tokens", "loops"]].to_numpy(float)
     print(f"{'law':<5} {'noise':>6} {'identified':>11} {'median R2':>10} {'median hold-out R2':>19}")
     rng = np.random.default_rng(args.seed)
-    for name, constants in LAWS.items():
+    for name in args.laws:
+        constants = LAWS[name]
         clean = law.predict(theta(law, constants), X)
         for noise in args.noise:
             identified, r2, r2_test = 0, [], []
