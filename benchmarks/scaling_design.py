@@ -45,10 +45,6 @@ LAWS = {
 }
 
 
-def theta(law: sc.Law, constants: dict[str, float]) -> np.ndarray:
-    return np.array([np.log(constants[p[4:]]) if p.startswith("log_") else constants[p] for p in law.params])
-
-
 def seed_noise(table: pd.DataFrame) -> float:
     """Median over cells of the standard deviation of log loss over seeds."""
     cells = table.assign(log_loss=np.log(table["eval_loss"])).groupby(["d_model", "loops", "eval.checkpoint"])
@@ -84,7 +80,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     for name in args.laws:
         constants = LAWS[name]
-        clean = law.predict(theta(law, constants), X)
+        clean = law.predict(law.theta(constants), X)
         for noise in args.noise:
             identified, r2, r2_test = 0, [], []
             for _ in range(args.trials):

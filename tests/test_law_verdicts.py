@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from test_scaling import theta_of
 from test_scaling_cli import looplm_table, run
 from test_scaling_eval import CPU_TRUTH
 from typer.testing import CliRunner
@@ -38,7 +37,7 @@ def cpu_shaped_table(tmp_path):
     Tm 1-4): identified, and its 3 smallest sizes predict the largest (tests/test_scaling_eval.py)."""
     n, d, t = (a.ravel() for a in np.meshgrid([1.58e4, 5.6e4, 1.21e5, 2.11e5], [4.5e5, 9e5, 1.8e6, 3.6e6],
                                               [1.0, 2.0, 3.0, 4.0], indexing="ij"))
-    clean = scaling.LOOPLM.predict(theta_of(scaling.LOOPLM, CPU_TRUTH), np.column_stack([n, d, t]))
+    clean = scaling.LOOPLM.predict(scaling.LOOPLM.theta(CPU_TRUTH), np.column_stack([n, d, t]))
     loss = clean * np.exp(np.random.default_rng(0).normal(0, 1e-3, clean.shape))
     path = tmp_path / "results.csv"
     pd.DataFrame({"params": n, "tokens": d, "loops": t, "loss": loss}).to_csv(path, index=False)

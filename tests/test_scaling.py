@@ -56,14 +56,10 @@ def design(name: str) -> dict[str, np.ndarray]:
     return {"N": n, "D": d, ("Tm" if name == "looplm" else "T"): t}
 
 
-def theta_of(law: sc.Law, reported: dict[str, float]) -> np.ndarray:
-    return np.array([np.log(reported[p[4:]]) if p.startswith("log_") else reported[p] for p in law.params])
-
-
 def synthetic(name: str, noise: float, rng: np.random.Generator) -> tuple[sc.Data, np.ndarray]:
     law = sc.get_law(name)
     variables = design(name)
-    theta = theta_of(law, TRUTH[name])
+    theta = law.theta(TRUTH[name])
     clean = law.predict(theta, np.column_stack([variables[v] for v in law.variables]))
     return sc.Data(variables, clean * np.exp(rng.normal(0.0, noise, clean.shape))), theta
 
@@ -71,6 +67,12 @@ def synthetic(name: str, noise: float, rng: np.random.Generator) -> tuple[sc.Dat
 def summed_objective(law: sc.Law, data: sc.Data, theta: np.ndarray) -> float:
     objective = sc.huber_objective(law, data.matrix(law), np.log(data.loss), np.ones((1, len(data.loss))), sc.FitOptions())
     return float(objective(theta[None, :], np.zeros(1, dtype=int), False)[0][0])
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_theta_is_the_inverse_of_report(name):
+    law = sc.get_law(name)
+    assert law.report(law.theta(TRUTH[name])) == pytest.approx(TRUTH[name], rel=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(sc.LAWS))

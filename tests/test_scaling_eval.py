@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_scaling import TRUTH, synthetic, theta_of
+from test_scaling import TRUTH, synthetic
 
 from synthlab import SynthlabError
 from synthlab import scaling as sc
@@ -50,7 +50,7 @@ def test_compute_optimum_minimises_loss_at_fixed_compute():
     out = sc.derived(params, compute)
     assert out["a"] + out["b"] == pytest.approx(1.0)
     n = np.geomspace(1e8, 1e12, 200_001)
-    theta = theta_of(sc.CHINCHILLA, params)
+    theta = sc.CHINCHILLA.theta(params)
     loss = sc.CHINCHILLA.predict(theta, np.column_stack([n, compute / (6 * n)]))
     assert out["N_opt"] == pytest.approx(n[np.argmin(loss)], rel=1e-3)
     assert out["N_opt"] * out["D_opt"] * 6 == pytest.approx(compute)
@@ -104,7 +104,7 @@ def test_the_cpu_preset_design_identifies_the_looplm_law():
     n, d, t = (a.ravel() for a in np.meshgrid([8.0e4, 1.1e5, 1.9e5, 2.8e5], [2e5, 4e5, 8e5, 1.6e6],
                                               [1.0, 2.0, 3.0, 4.0], indexing="ij"))
     law = sc.LOOPLM
-    clean = law.predict(theta_of(law, CPU_TRUTH), np.column_stack([n, d, t]))
+    clean = law.predict(law.theta(CPU_TRUTH), np.column_stack([n, d, t]))
     data = sc.Data({"N": n, "D": d, "Tm": t}, clean * np.exp(np.random.default_rng(0).normal(0, 1e-3, clean.shape)))
     result = sc.fit(law, data)
     assert result.converged and result.r2 > 0.9999

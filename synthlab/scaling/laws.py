@@ -46,6 +46,10 @@ class Law:
                 for p, v in zip(self.params, theta)
             }
 
+    def theta(self, reported: Mapping[str, float]) -> np.ndarray:
+        """Reported parameters -> fit-space vector (P,): the inverse of `report`."""
+        return np.array([np.log(reported[p[4:]]) if p.startswith("log_") else reported[p] for p in self.params])
+
     def starts(self, X: np.ndarray) -> np.ndarray:
         """The default grid of starts, (starts, P), in the order of `params`."""
         grid = self.start_grid(X)
