@@ -210,8 +210,9 @@ def step_rows(sweep_dir: Path) -> list[dict[str, Any]]:
     """One row per (run, recurrent step) of a finished sweep, for the step-wise law (`synthlab fit steps`).
 
     Each row is repeated for t = 1..loops with `step` = t and `loss` = the loss read out after step
-    t: the held-out loss (`eval_loss_step_<t>`, with `tokens` = `eval_tokens`) where the sweep ran
-    the heldout stage, else the training loss (the mean over the last logged 10% of optimizer steps,
+    t: the held-out loss (`eval_loss_step_<t>`, with `tokens` = `eval_tokens`, and in `eval_loss`
+    too, which `synthlab fit` reads by default: the row's own eval_loss is the last step's) where
+    the sweep ran the heldout stage, else the training loss (the mean over the last logged 10% of optimizer steps,
     like `loss`); the per-step accuracy and loss columns are dropped (they belong to the row, not
     to the step).
     """
@@ -223,14 +224,17 @@ def step_rows(sweep_dir: Path) -> list[dict[str, Any]]:
         held = sorted((int(k[len("eval_loss_step_"):]), float(v)) for k, v in row.items()
                       if k.startswith("eval_loss_step_") and v != "")
         if held:
-            per_step, extra = [v for _, v in held], {"tokens": row["eval_tokens"]}
+            per_step = [v for _, v in held]
         else:  # every logged record has every step's loss (train.py reads all steps out on log steps)
             lines = read_metrics(_model_dir(Path(sweep_dir), row["run_dir"]))
             tail = lines[-max(1, len(lines) // 10):]
             per_step = [sum(r["loss_per_step"][t] for r in tail) / len(tail) for t in range(len(tail[0]["loss_per_step"]))]
-            extra = {}
         base = {k: v for k, v in row.items() if not k.startswith(("acc_step_", "agree_", "eval_loss_step_"))}
-        out.extend({**base, **extra, "step": t, "loss": loss} for t, loss in enumerate(per_step, 1))
+        for t, loss in enumerate(per_step, 1):
+            step = {**base, "step": t, "loss": loss}
+            if held:  # step t's held-out loss where `synthlab fit` reads it by default
+                step.update(tokens=row["eval_tokens"], eval_loss=loss)
+            out.append(step)
     return out
 
 

@@ -59,3 +59,8 @@ def test_the_step_table_reads_the_heldout_losses(smoke):
     assert set(two["step"]) == {1, 2} and (two["tokens"].astype(int).isin(table["eval_tokens"])).all()
     result = CliRunner().invoke(app, ["steps", str(out), "--out", str(out / "steps.csv")])
     assert result.exit_code == 0, result.output
+    # each step's held-out loss, in the column `synthlab fit` reads by default (not the last step's repeated)
+    assert (rows["eval_loss"] == rows["loss"]).all()
+    for _, row in table[table["loops"] == 2].iterrows():
+        mine = two[two["point_id"] == row["point_id"]].sort_values("step")
+        assert mine["eval_loss"].tolist() == pytest.approx([row["eval_loss_step_1"], row["eval_loss_step_2"]])
