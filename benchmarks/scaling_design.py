@@ -9,10 +9,18 @@ value at the table's own rows (N = params, D = eval_tokens, Tm = loops: the real
 checkpoints included) times exp(noise * z), z standard normal, and fit each as `synthlab fit looplm
 --holdout size` does. Printed per level: the trials whose fit is identified (converged, no
 implausible constant: the first two of the report's [[laws]] conditions; the bootstrap's is
-stricter), the median R^2 and the median test R^2 of the size hold-out. Beside it, the noise the
-table itself has: the standard deviation of log(eval_loss) over seeds within each (d_model, loops,
-checkpoint) cell. A grid identifies the law only if the first column stays full up to that noise.
-With --n, --d and --tm the design is instead their full grid, each point --replicates times (the
+stricter), the trials whose lack-of-fit test rejects the (true) law at p < 0.05 (the test's false
+alarms: about 5% if it holds its level), by the F test that takes rows as independent and by the
+wild bootstrap over runs the report decides by, the median R^2 and the median test R^2 of the size
+hold-out. Beside it, the noise the table itself has: the standard deviation of log(eval_loss) over
+seeds within each (d_model, loops, checkpoint) cell, its median over cells and its root mean square
+(the scatter the R^2 sees; heavy-tailed cells make it larger). A grid identifies the law only if the
+first column stays full up to that noise. With --shape observed each row's noise is its own cell's
+sd, scaled so that its root mean square is the --noise level: the runs' uneven scatter (some cells'
+seeds disagree far more than others), which the F test's one-variance assumption ignores. A run's
+rows (its checkpoints) share the fraction --shared of their noise variance (default: the table's
+own, the mean correlation of a run's deviations from its cells' means across its checkpoints), as
+a seed that learns early stays ahead. With --n, --d and --tm the design is instead their full grid, each point --replicates times (the
 table then only gives the noise level to compare with).
 
 The two assumed laws: `test` is tests/test_scaling_eval.py's CPU_TRUTH (a large N and D term, a
@@ -45,10 +53,22 @@ LAWS = {
 }
 
 
-def seed_noise(table: pd.DataFrame) -> float:
-    """Median over cells of the standard deviation of log loss over seeds."""
-    cells = table.assign(log_loss=np.log(table["eval_loss"])).groupby(["d_model", "loops", "eval.checkpoint"])
-    return float(cells["log_loss"].std(ddof=1).median())
+CELL = ["d_model", "loops", "eval.checkpoint"]
+
+
+def cell_noise(table: pd.DataFrame) -> np.ndarray:
+    """(rows,) the standard deviation of log loss over seeds in each row's (d_model, loops, checkpoint) cell."""
+    cells = table.assign(log_loss=np.log(table["eval_loss"])).groupby(CELL)
+    return cells["log_loss"].transform(lambda x: x.std(ddof=1)).to_numpy(float)
+
+
+def shared_fraction(table: pd.DataFrame) -> float:
+    """The mean correlation, over pairs of checkpoints, of a run's deviations from its cells' mean log loss."""
+    log_loss = np.log(table["eval_loss"])
+    deviation = table.assign(dev=log_loss - log_loss.groupby([table[c] for c in CELL]).transform("mean"))
+    wide = deviation.pivot_table(index="run_dir", columns="eval.checkpoint", values="dev")
+    corr = wide.corr().to_numpy()
+    return float(corr[~np.eye(len(corr), dtype=bool)].mean())
 
 
 def main() -> None:
@@ -63,34 +83,55 @@ def main() -> None:
     parser.add_argument("--d", type=float, nargs="+", help="tokens (checkpoints) of another design")
     parser.add_argument("--tm", type=float, nargs="+", help="loop counts of another design")
     parser.add_argument("--replicates", type=int, default=3, help="rows per point of another design (seeds)")
+    parser.add_argument("--shape", choices=["even", "observed"], default="even",
+                        help="noise with one sd everywhere, or each row's cell's sd in the table (its root mean square "
+                        "scaled to --noise)")
+    parser.add_argument("--shared", type=float, help="fraction of the noise variance a run's rows share "
+                        "(default: the table's own)")
     args = parser.parse_args()
     table = pd.read_csv(args.table)
     law = sc.LOOPLM
-    print(f"{args.table}: {len(table)} rows; its seed-to-seed noise (median sd of log loss in a cell): "
-          f"{seed_noise(table):.3f}", flush=True)
+    sd = cell_noise(table)
+    rms = float(np.sqrt(np.mean(sd ** 2)))
+    table_shared = shared_fraction(table)
+    shared = table_shared if args.shared is None else args.shared
+    print(f"{args.table}: {len(table)} rows; its seed-to-seed noise (sd of log loss in a cell): median "
+          f"{np.median(sd):.3f}, root mean square {rms:.3f}; shared by a run's checkpoints: {table_shared:.2f}",
+          flush=True)
     if args.n or args.d or args.tm:
         if not (args.n and args.d and args.tm):
             parser.error("another design needs all of --n, --d and --tm")
+        if args.shape == "observed":
+            parser.error("--shape observed needs the table's own design (no --n, --d, --tm)")
         grid = np.stack([a.ravel() for a in np.meshgrid(args.n, args.d, args.tm, indexing="ij")], axis=1)
         X = np.repeat(grid, args.replicates, axis=0)
+        i_n, _, i_tm, rep = np.unravel_index(np.arange(len(X)), (len(args.n), len(args.d), len(args.tm), args.replicates))
+        runs = (i_n * len(args.tm) + i_tm) * args.replicates + rep  # one run: a size, a loop count, a seed; all its D
         print(f"design: N {args.n} x D {args.d} x Tm {args.tm}, {args.replicates} rows each: {len(X)} rows")
     else:
         X = table[["params", "eval_tokens", "loops"]].to_numpy(float)
-    print(f"{'law':<5} {'noise':>6} {'identified':>11} {'median R2':>10} {'median hold-out R2':>19}")
+        runs = np.unique(table["run_dir"].astype(str), return_inverse=True)[1].ravel()
+    print(f"noise shape: {args.shape}, shared by a run's rows: {shared:.2f}")
+    print(f"{'law':<5} {'noise':>6} {'identified':>11} {'F rejects':>10} {'runs reject':>12} {'median R2':>10} "
+          f"{'median hold-out R2':>19}")
     rng = np.random.default_rng(args.seed)
+    shape = sd / rms if args.shape == "observed" else np.ones(len(X))
     for name in args.laws:
         constants = LAWS[name]
         clean = law.predict(law.theta(constants), X)
         for noise in args.noise:
-            identified, r2, r2_test = 0, [], []
+            identified, by_rows, by_runs, r2, r2_test = 0, 0, 0, [], []
             for _ in range(args.trials):
-                data = sc.Data({"N": X[:, 0], "D": X[:, 1], "Tm": X[:, 2]}, clean * np.exp(noise * rng.standard_normal(len(clean))))
+                z = np.sqrt(shared) * rng.standard_normal(runs.max() + 1)[runs] + np.sqrt(1 - shared) * rng.standard_normal(len(X))
+                data = sc.Data({"N": X[:, 0], "D": X[:, 1], "Tm": X[:, 2]}, clean * np.exp(noise * shape * z), runs=runs)
                 result = sc.fit(law, data)
                 identified += bool(result.converged and not sc.implausible(result.params))
+                lack = sc.lack_of_fit(law, data, result.theta, rng)
+                by_rows, by_runs = by_rows + (lack.p < 0.05), by_runs + (lack.p_runs < 0.05)
                 r2.append(result.r2)
                 r2_test.append(sc.holdout(law, data, "size")[0].r2_test)
-            print(f"{name:<5} {noise:>6.3f} {f'{identified} of {args.trials}':>11} {np.median(r2):>10.4f} "
-                  f"{np.median(r2_test):>19.4f}", flush=True)
+            print(f"{name:<5} {noise:>6.3f} {f'{identified} of {args.trials}':>11} {f'{by_rows} of {args.trials}':>10} "
+                  f"{f'{by_runs} of {args.trials}':>12} {np.median(r2):>10.4f} {np.median(r2_test):>19.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from synthlab import plots, verdicts
+from synthlab import law_verdicts, plots, verdicts
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.results import DESCRIPTORS, factor_column
@@ -101,14 +101,14 @@ def law_verdict(rule: verdicts.LawRule, sweep_dir: Path) -> verdicts.Verdict:
 
     path = sweep_dir / rule.fit
     if not path.is_file():
-        return verdicts.decide_law(rule, None, None)
+        return law_verdicts.decide_law(rule, None, None)
     try:
         saved = scaling.read_fit_json(path.read_text())
         data, tm = scaling.read_fit_data(sweep_dir / rule.table, saved["law"], saved["columns"])
         digest = scaling.data_digest(scaling.get_law(saved["law"]), data, tm)
     except (SynthlabError, KeyError, TypeError, ValueError) as err:
-        return dataclasses.replace(verdicts.decide_law(rule, None, None), why=f"cannot read {rule.fit}: {err}")
-    return verdicts.decide_law(rule, saved, digest)
+        return dataclasses.replace(law_verdicts.decide_law(rule, None, None), why=f"cannot read {rule.fit}: {err}")
+    return law_verdicts.decide_law(rule, saved, digest)
 
 
 def _verdict_lines(rules, laws, table: pd.DataFrame, factors: list[str], preset: str, sweep_dir: Path
@@ -117,7 +117,8 @@ def _verdict_lines(rules, laws, table: pd.DataFrame, factors: list[str], preset:
     found = verdicts.evaluate([r for r in rules if r.applies_to(preset)], table, factors)
     found += [law_verdict(r, sweep_dir) for r in laws if r.applies_to(preset)]
     rules = [*rules, *laws]
-    lines = [f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}** ({v.rule.condition()})" for v in found]
+    lines = [f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}** ({v.rule.condition()})"
+             + (f"; {v.per_replicate()}" if v.per_replicate() else "") for v in found]
     lines += [f"- {r.claim}, {r.says}: not tested by preset `{preset}` (the rule is for "
               f"{', '.join(f'`{p}`' for p in r.presets)})" for r in rules if not r.applies_to(preset)]
     return (["", "Verdicts (the definition's rules, over seeds):", "", *lines] if lines else

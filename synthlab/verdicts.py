@@ -32,23 +32,7 @@ mean exit step). Over the n seeds: the mean and its Student-t interval at `level
   "contradicted" would mean anything; the estimate and interval are still shown.
 
 A claim that the loss follows a law is stated as a `[[laws]]` table (fields: `LawRule`) and decided
-from the fit `synthlab fit ... --save` wrote beside the results table (`decide_law`):
-
-    [[laws]]
-    claim = "C5"
-    says = "the LoopLM law fits the held-out loss and predicts the largest size from the smaller ones"
-    fit = "fit_looplm.json"              # `synthlab fit looplm results.csv --holdout size --save ...`
-    min_r2 = 0.9                         # in-sample R^2 (loss space)
-    min_holdout_r2 = 0.8                 # every identified hold-out split's test R^2
-    holdout = "size"                     # the hold-out the fit must carry ("" for none)
-
-- "not identified": the fit did not converge, a constant is implausible (`scaling.implausible`),
-  the bootstrap gave no interval (fewer than 90% of refits converged, or none were run), or every
-  hold-out split left too few levels to fit on: the data cannot decide the law either way;
-- "reproduced": identified, R^2 >= min_r2 and every identified hold-out's test R^2 >= min_holdout_r2;
-- "contradicted": identified, but one of them falls short;
-- "no data": no saved fit, or one of other numbers than the table holds now (its digest differs).
-For the step-wise law (one fit per Tm) every Tm's fit must pass.
+from the fit `synthlab fit ... --save` wrote beside the results table (`synthlab.law_verdicts`).
 """
 
 from __future__ import annotations
@@ -137,6 +121,13 @@ class Verdict:
     n: int  # replicates: seeds (times the values of the rule's `units`); for a law, the rows fitted
     why: str = ""  # for "no data": what the table lacks; "not tested": the unmet requirement; a law:
     # what decided it
+    replicates: tuple[float, ...] = ()  # the statistic per replicate, in seed (then `units`) order
+
+    def per_replicate(self, most: int = 12) -> str:
+        """"per replicate: -0.27, -0.19, -0.03" (empty for one replicate, a law, or more than `most`)."""
+        if not 1 < len(self.replicates) <= most:
+            return ""
+        return "per replicate: " + ", ".join(f"{s:+.3g}" for s in self.replicates)
 
     def summary(self) -> str:
         """"reproduced: +0.12 [0.05, 0.19], n = 3", "too few seeds (n = 1 < 3): +0.12"."""
@@ -233,7 +224,8 @@ def seed_statistics(rule: Rule, table, factors: list[str]) -> list[float]:
         return []
     a_rows, b_rows = (rows.assign(**{m: rows[m].map(str) for m in match}) for rows in (a_rows, b_rows))
     out = []
-    for unit, a_unit in a_rows.groupby("_unit", sort=True):
+    for unit in (a_rows.sort_values(replicates)["_unit"].unique() if replicates else ["all"]):  # seed order, numeric
+        a_unit = a_rows[a_rows["_unit"] == unit]
         if rule.b is None:
             out.append(float(a_unit["_value"].mean()))
             continue
@@ -278,9 +270,9 @@ def decide(rule: Rule, statistics: list[float]) -> Verdict:
     n = len(statistics)
     if n == 0:
         return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0)
-    estimate = float(np.mean(statistics))
+    estimate, replicates = float(np.mean(statistics)), tuple(statistics)
     if n < rule.min_seeds:
-        return Verdict(rule, "too few seeds", estimate, math.nan, math.nan, n)
+        return Verdict(rule, "too few seeds", estimate, math.nan, math.nan, n, replicates=replicates)
     half = float(stats.t.ppf((1 + rule.level) / 2, n - 1) * np.std(statistics, ddof=1) / math.sqrt(n))
     low, high = estimate - half, estimate + half
     t, m = rule.threshold, rule.margin
@@ -289,7 +281,7 @@ def decide(rule: Rule, statistics: list[float]) -> Verdict:
     else:
         inside, outside = (low > t, high < t) if rule.expect == "above" else (high < t, low > t)
     outcome = "reproduced" if inside else "contradicted" if outside else "inconclusive"
-    return Verdict(rule, outcome, estimate, low, high, n)
+    return Verdict(rule, outcome, estimate, low, high, n, replicates=replicates)
 
 
 def evaluate(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) -> list[Verdict]:
@@ -364,18 +356,22 @@ class LawRule:
     min_r2: float = 0.9
     min_holdout_r2: float = 0.8
     holdout: str = "size"  # the hold-out kind the saved fit must carry; "" for none
+    lack_of_fit_level: float = 0.05  # the lack-of-fit test rejects the law's form below this p; 0 = off
     presets: tuple[str, ...] = ()
 
     def applies_to(self, preset: str) -> bool:
         return not self.presets or preset in self.presets
 
     def __post_init__(self) -> None:
-        if not 0 <= self.min_r2 <= 1 or not self.min_holdout_r2 <= 1:
-            raise SynthlabError(f"law '{self.says}': need 0 <= min_r2 <= 1 and min_holdout_r2 <= 1")
+        if not 0 <= self.min_r2 <= 1 or not self.min_holdout_r2 <= 1 or not 0 <= self.lack_of_fit_level < 1:
+            raise SynthlabError(f"law '{self.says}': need 0 <= min_r2 <= 1, min_holdout_r2 <= 1 and "
+                                "0 <= lack_of_fit_level < 1")
 
     def condition(self) -> str:
         held = f", every {self.holdout} hold-out's test R^2 >= {self.min_holdout_r2:g}" if self.holdout else ""
-        return (f"{self.fit}: converged, plausible constants, bootstrap intervals from >= 90% converged refits, "
+        form = (f"no lack of fit beyond seed noise at p < {self.lack_of_fit_level:g}; "
+                if self.lack_of_fit_level else "")
+        return (f"{self.fit}: {form}converged, plausible constants, bootstrap intervals from >= 90% converged refits, "
                 f"R^2 >= {self.min_r2:g}{held}")
 
 
@@ -386,47 +382,3 @@ def parse_law_rules(raw: Any, where: str) -> tuple[LawRule, ...]:
     if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
         raise SynthlabError(f"{where}: `laws` must be an array of tables ([[laws]])")
     return tuple(from_dict(LawRule, table, where=f"{where}: law {i}: ") for i, table in enumerate(raw, 1))
-
-
-def decide_law(rule: LawRule, saved: dict | None, digest_now: str | None) -> Verdict:
-    """The outcome of `rule` from a saved fit (None: no file) and the digest of the numbers the
-    table holds now (None: the table cannot be read with the fit's columns)."""
-    if saved is None:
-        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0, f"no {rule.fit}: run `synthlab fit ... --save`")
-    if digest_now != saved.get("data_sha256"):
-        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0,
-                       f"{rule.fit} is a fit of other numbers than {rule.table} holds now: rerun its command")
-    if (saved.get("holdout_kind") or "") != rule.holdout:
-        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0,
-                       f"{rule.fit} has hold-out {saved.get('holdout_kind') or 'none'}, the rule needs {rule.holdout or 'none'}")
-    fits = saved.get("fits", [saved])
-    unidentified, short, said = {}, {}, {}  # per fit (Tm for the step-wise law): what decided it
-    for part in fits:
-        name = f"Tm = {part['Tm']:g}" if "Tm" in part else ""
-        problems = [] if part["converged"] else ["not converged"]
-        problems += [f"{k} = {part[k]:.3g}" for k in part.get("implausible", [])]
-        if not part.get("bootstrap"):
-            problems.append("no bootstrap")
-        elif part.get("bootstrap_refused"):
-            problems.append(f"{part['bootstrap_converged']} of {part['bootstrap']} refits converged")
-        held = [h for h in part.get("holdout", []) if not h.get("thin")]
-        if rule.holdout and not held:
-            problems.append("every hold-out split leaves too few levels")
-        facts = [f"R^2 {part['r2']:.3f}"] + [f"{h['split']}: test R^2 {h['r2_test']:.3f}" for h in held]
-        fails = [f"R^2 {part['r2']:.3f} < {rule.min_r2:g}"] if part["r2"] < rule.min_r2 else []
-        fails += [f"{h['split']}: test R^2 {h['r2_test']:.3f} < {rule.min_holdout_r2:g}" for h in held
-                  if h["r2_test"] < rule.min_holdout_r2]
-        unidentified[name], short[name], said[name] = problems, fails, facts
-    n = sum(int(part["n_rows"]) for part in fits)
-    estimate = min(part["r2"] for part in fits)
-    if any(unidentified.values()):
-        found = {k: unidentified[k] + said[k] for k in said}
-        return Verdict(rule, "not identified", estimate, math.nan, math.nan, n, _per_fit(found))
-    failed = any(short.values())
-    return Verdict(rule, "contradicted" if failed else "reproduced", estimate, math.nan, math.nan, n,
-                   _per_fit(short if failed else said))
-
-
-def _per_fit(found: dict[str, list[str]]) -> str:
-    """'Tm = 2: a, b; Tm = 3: c' (a fit without a name: 'a, b'), fits with nothing to say left out."""
-    return "; ".join(f"{name}: {', '.join(items)}" if name else ", ".join(items) for name, items in found.items() if items)

@@ -14,7 +14,7 @@ from test_scaling_cli import looplm_table, run
 from test_scaling_eval import CPU_TRUTH
 from typer.testing import CliRunner
 
-from synthlab import experiments, scaling, verdicts
+from synthlab import experiments, law_verdicts, scaling, verdicts
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
 from synthlab.report import law_verdict
@@ -110,19 +110,41 @@ def test_an_unidentified_fit_says_why():
     part = {"converged": False, "implausible": ["A"], "A": float("inf"), "bootstrap": 100,
             "bootstrap_converged": 55, "bootstrap_refused": "55 of 100", "r2": 0.81, "n_rows": 192,
             "holdout": [{"split": "smallest 3 of 4 sizes", "r2_test": 0.54, "thin": ""}]}
-    verdict = verdicts.decide_law(_rule(), {**part, "data_sha256": "x", "holdout_kind": "size"}, "x")
+    verdict = law_verdicts.decide_law(_rule(), {**part, "data_sha256": "x", "holdout_kind": "size"}, "x")
     assert verdict.outcome == "not identified" and "smallest 3 of 4 sizes: test R^2 0.540" in verdict.why
     steps = {"fits": [{**part, "Tm": 2.0}, {**part, "Tm": 3.0, "converged": True, "implausible": [],
                                              "bootstrap_refused": "", "holdout": []}],
              "data_sha256": "x", "holdout_kind": None}
-    verdict = verdicts.decide_law(_rule(holdout=""), steps, "x")
+    verdict = law_verdicts.decide_law(_rule(holdout=""), steps, "x")
     assert verdict.outcome == "not identified" and verdict.n == 384 and verdict.estimate == pytest.approx(0.81)
     assert verdict.why == ("Tm = 2: not converged, A = inf, 55 of 100 refits converged, R^2 0.810, smallest 3 of 4 "
                            "sizes: test R^2 0.540; Tm = 3: R^2 0.810")
     thin = {**part, "converged": True, "implausible": [], "bootstrap_refused": "",
             "holdout": [{"split": "first 2 of 3 D levels", "r2_test": 0.9, "thin": "D: 2 levels"}]}
-    verdict = verdicts.decide_law(_rule(holdout="data"), {**thin, "data_sha256": "x", "holdout_kind": "data"}, "x")
+    verdict = law_verdicts.decide_law(_rule(holdout="data"), {**thin, "data_sha256": "x", "holdout_kind": "data"}, "x")
     assert verdict.outcome == "not identified" and "every hold-out split leaves too few levels" in verdict.why
+
+
+def test_a_law_whose_form_the_seeds_reject_is_contradicted_even_unidentified():
+    lof = {"rows": 192, "cells": 64, "params": 10, "ss_pure": 3.6, "ss_lack": 6.0, "f": 3.9, "p": 1e-9, "r2_ceiling": 0.88}
+    part = {"converged": False, "implausible": ["A"], "A": float("inf"), "bootstrap": 0, "r2": 0.81, "n_rows": 192,
+            "holdout": [], "lack_of_fit": lof, "data_sha256": "x", "holdout_kind": None}
+    verdict = law_verdicts.decide_law(_rule(holdout=""), part, "x")
+    assert verdict.outcome == "contradicted", verdict.why
+    assert verdict.why == "the law's form departs from the data beyond seed noise (lack of fit F = 3.9, p = 1e-09 < 0.05)"
+    off = law_verdicts.decide_law(_rule(holdout="", lack_of_fit_level=0), part, "x")
+    assert off.outcome == "not identified" and "lack of fit F = 3.9, p = 1e-09, R^2 ceiling 0.880" in off.why
+    within = law_verdicts.decide_law(_rule(holdout=""), {**part, "lack_of_fit": {**lof, "p": 0.055}}, "x")
+    assert within.outcome == "not identified" and "p = 0.055" in within.why
+    assert "no lack of fit beyond seed noise at p < 0.05" in _rule().condition()
+    steps = {"fits": [{**part, "Tm": 2.0, "lack_of_fit": {**lof, "p": 0.03}}, {**part, "Tm": 3.0, "lack_of_fit": {**lof, "p": 0.2}}],
+             "data_sha256": "x", "holdout_kind": None}
+    assert law_verdicts.decide_law(_rule(holdout=""), steps, "x").outcome == "not identified"  # 0.03 > 0.05 / 2 fits
+    steps["fits"][0]["lack_of_fit"]["p"] = 0.02
+    verdict = law_verdicts.decide_law(_rule(holdout=""), steps, "x")
+    assert verdict.outcome == "contradicted" and verdict.why.startswith("Tm = 2: the law's form departs") and "< 0.025" in verdict.why
+    with pytest.raises(SynthlabError, match="lack_of_fit_level"):
+        _rule(lack_of_fit_level=1.0)
 
 
 def test_law_rules_parse_from_a_definition_and_bad_ones_are_one_line_errors():

@@ -80,8 +80,8 @@ def test_text_output_power_law(tmp_path):
 
 def test_fit_table_takes_a_dataframe():
     x = np.geomspace(1e3, 1e6, 25)
-    fitted = scaling.fit_table(pd.DataFrame({"params": x, "bits": 0.1 + 2.0 * x ** 0.9}), "power", loss_col="bits",
-                               bootstrap=0)
+    fitted = scaling.fit_table(pd.DataFrame({"params": x, "bits": 0.1 + 2.0 * x ** 0.9}), "power",
+                               scaling.TableColumns(loss_col="bits"), bootstrap=0)
     (group,) = fitted.fits
     assert fitted.law is scaling.POWER and group.title == "power fit to table" and group.bootstrap is None
     assert group.result.params["alpha"] == pytest.approx(-0.9, rel=1e-4)
@@ -137,3 +137,25 @@ def test_a_table_with_eval_loss_but_no_eval_tokens_says_which_flags_to_pass(tmp_
 def test_unknown_law_suggests():
     out = run("chinchila", "missing.csv")
     assert out.exit_code == 2 and "did you mean 'chinchilla'" in out.output
+
+
+def test_a_fit_of_seeds_prints_and_saves_its_lack_of_fit(tmp_path):
+    from test_scaling_eval import replicated_chinchilla
+
+    data = replicated_chinchilla(np.random.default_rng(2), 0.02)
+    path = tmp_path / "results.csv"
+    pd.DataFrame({"params": data.variables["N"], "tokens": data.variables["D"], "loss": data.loss,
+                  "run_dir": data.runs}).to_csv(path, index=False)
+    out = run("chinchilla", path, "--bootstrap", "0", "--lack-of-fit-resamples", "200", "--save", tmp_path / "fit.json")
+    assert out.exit_code == 0, out.output
+    assert "lack of fit (least squares, log loss, 16 design points with replicates): p = " in out.output
+    assert "over 12 runs (200 wild-bootstrap draws); F = " in out.output and "on 11 and 32 df" in out.output
+    saved = json.loads((tmp_path / "fit.json").read_text())
+    lof = saved["lack_of_fit"]
+    assert lof["cells"] == 16 and lof["rows"] == 48 and lof["runs"] == 12 and 0 < lof["p"] <= 1
+    assert 1 / 201 <= lof["p_runs"] <= 1 and saved["columns"]["run_col"] == "run_dir"
+    out = run("chinchilla", path, "--bootstrap", "0", "--run-col", "seed")
+    assert out.exit_code == 2 and "column 'seed' (--run-col) not in results.csv" in out.output
+    pd.read_csv(path).iloc[::3].to_csv(path, index=False)  # one seed: no pure error, no test
+    out = run("chinchilla", path, "--bootstrap", "0", "--json")
+    assert out.exit_code == 0 and json.loads(out.output)["lack_of_fit"] is None, out.output

@@ -131,3 +131,38 @@ def test_a_holdout_that_leaves_two_levels_says_so():
     (name, train), = sc.holdout_splits(sc.CHINCHILLA, four, "size")  # the cpu scaling grid's 4 sizes: 3 fitted
     assert name == "smallest 3 of 4 sizes" and thin_levels(sc.CHINCHILLA, four, train) == ""
     assert thin_levels(sc.CHINCHILLA, data, d <= 1e9) == "D: 2 levels"
+
+
+def replicated_chinchilla(rng: np.random.Generator, noise: float, bend: float = 0.0, shared: float = 0.0) -> sc.Data:
+    """4 N sizes x 3 seeds = 12 runs, each read at 4 D levels (checkpoints) whose D differs by a few
+    tokens between seeds; log-normal noise of sd `noise`, the fraction `shared` of its variance
+    common to a run's checkpoints (a seed's luck persists). `bend` multiplies the loss by exp(+-bend),
+    the sign alternating over D's levels: a zigzag in D that no power law in D follows."""
+    n, seed, d = (a.ravel() for a in np.meshgrid([1e7, 3e7, 1e8, 3e8], [0, 1, 2], [1e9, 3e9, 1e10, 3e10], indexing="ij"))
+    d = d + rng.integers(0, 50, 48)
+    runs = np.repeat(np.arange(12), 4)
+    z = np.sqrt(shared) * rng.standard_normal(12)[runs] + np.sqrt(1 - shared) * rng.standard_normal(48)
+    clean = sc.CHINCHILLA.predict(sc.CHINCHILLA.theta(TRUTH["chinchilla"]), np.column_stack([n, d]))
+    zigzag = bend * np.cos(np.pi * np.round(np.log(d / 1e9) / np.log(3)))
+    return sc.Data({"N": n, "D": d}, clean * np.exp(zigzag + noise * z), runs=runs)
+
+
+def test_lack_of_fit_holds_its_level_on_the_true_law_and_rejects_a_bent_one():
+    """When the law holds, the test over runs rejects few of 20 tables at 5%, a run's checkpoints
+    sharing most of their noise; it rejects a law whose form the data leave by more than their replicates' scatter.
+    The R^2 ceiling (the design points' mean losses) bounds every fit's R^2; no replicates, no test."""
+    rng = np.random.default_rng(5)
+    p_runs = []
+    for _ in range(20):
+        data = replicated_chinchilla(rng, 0.02, shared=0.8)
+        result = sc.fit(sc.CHINCHILLA, data)
+        lof = sc.lack_of_fit(sc.CHINCHILLA, data, result.theta, rng, resamples=400)
+        assert (lof.rows, lof.cells, lof.params, lof.runs) == (48, 16, 5, 12)  # jittered D: still 16 points
+        assert result.r2 <= lof.r2_ceiling
+        p_runs.append(lof.p_runs)
+    assert sum(p < 0.05 for p in p_runs) <= 3 and np.median(p_runs) > 0.2, p_runs
+    bent = replicated_chinchilla(rng, 0.02, bend=0.05, shared=0.8)
+    lof = sc.lack_of_fit(sc.CHINCHILLA, bent, sc.fit(sc.CHINCHILLA, bent).theta, rng, resamples=400)
+    assert lof.p_runs < 0.01 and lof.f > 10
+    single = bent.subset(np.flatnonzero(np.arange(48) // 4 % 3 == 0))  # seed 0's runs: one row per design point
+    assert sc.lack_of_fit(sc.CHINCHILLA, single, sc.fit(sc.CHINCHILLA, single).theta) is None

@@ -126,6 +126,8 @@ def test_the_interval_is_student_t_over_seeds():
     half = stats.t.ppf(0.95, 3) * np.std(diffs, ddof=1) / math.sqrt(4)
     assert (v.low, v.high) == pytest.approx((np.mean(diffs) - half, np.mean(diffs) + half))
     assert "n = 4" in v.summary() and "90% interval above 0" in v.rule.condition()
+    assert v.replicates == pytest.approx(diffs) and v.per_replicate() == "per replicate: +0.1, +0.12, +0.09, +0.2"
+    assert v.per_replicate(most=3) == ""
 
 
 def test_one_seed_is_too_few_and_says_n():
@@ -207,6 +209,7 @@ def test_report_prints_the_claims_table_and_means_over_seeds(tmp_path):
     claims = text[text.index("## Claims"):text.index("## paired")]
     assert "| C2 | paired | loop beats base | reproduced | +0.1033 |" in claims and "| 3 |" in claims
     assert "- C2, loop beats base: **reproduced: +0.1033" in text
+    assert "above 0); per replicate: +0.1, +0.12, +0.09" in text  # in seed order
     # one row per (model, L) cell: the mean and standard error over the three seeds, and n
     cell = table[(table["model"] == "base") & (table["L"] == 2)]["accuracy"]
     assert f"| {cell.mean():.4g} ± {cell.std(ddof=1) / math.sqrt(3):.4g} |" in text
@@ -287,11 +290,14 @@ def test_units_replicate_over_a_column_when_each_value_is_an_independent_run():
     rng = np.random.default_rng(0)
     rows = [{"d_model": d, "checkpoint": c, "loops": loops, "eval_loss": 3.0 - 0.1 * c - (0.2 if loops == 4 else 0.0)
              + 0.01 * rng.standard_normal()}
-            for d in (24, 32, 48, 64) for c in (1, 2) for loops in (1, 4)]
+            for d in (24, 32, 48, 128) for c in (1, 2) for loops in (1, 4)]
+    for row in rows:  # the size's own offset tells the replicates apart
+        row["eval_loss"] -= 0.001 * row["d_model"] * (row["loops"] == 4)
     rule = verdicts.Rule(claim="C5", says="4 loops below 1", metric="eval_loss", column="loops", a=4, b=1,
                          match=("checkpoint",), units=("d_model",), expect="below")
     found = verdicts.evaluate([rule], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0]
-    assert found.n == 4 and found.outcome == "reproduced" and found.estimate == pytest.approx(-0.2, abs=0.02)
+    assert found.n == 4 and found.outcome == "reproduced" and found.estimate == pytest.approx(-0.258, abs=0.02)
+    assert np.argsort(found.replicates).tolist() == [3, 2, 1, 0]  # d_model 24, 32, 48, 128 in numeric order
     assert "one replicate per seed x d_model" in rule.condition()
     without = dataclasses.replace(rule, units=(), match=("d_model", "checkpoint"))  # one seed: no interval
     assert verdicts.evaluate([without], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0].outcome \

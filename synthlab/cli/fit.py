@@ -38,6 +38,7 @@ def _fit_json(group) -> dict:
         bootstrap_refused=boot.refused if boot else "",
         holdout=[{k: nan_to_none(v) for k, v in vars(r).items()} for r in group.holdout],
         implausible=sorted(scaling.implausible(result.params)),
+        lack_of_fit=vars(group.lack_of_fit) if group.lack_of_fit else None,
     )
     return out
 
@@ -68,6 +69,13 @@ def _fit_text(law, group) -> str:
     if bad:
         lines.append(f"  WARNING: degenerate fit ({', '.join(f'{k} = {v:.3g}' for k, v in bad.items())}): "
                      "these data do not identify the law; do not read its constants")
+    lof = group.lack_of_fit
+    if lof:
+        over_runs = (f"p = {lof.p_runs:.3g} over {lof.runs} runs ({lof.resamples} wild-bootstrap draws); "
+                     if lof.resamples else "")
+        lines.append(f"  lack of fit (least squares, log loss, {lof.cells} design points with replicates): {over_runs}"
+                     f"F = {lof.f:.3g} on {lof.cells - lof.params} and {lof.rows - lof.cells} df, p = {lof.p:.3g} "
+                     f"if rows were independent; R^2 ceiling {lof.r2_ceiling:.4f} (the points' mean losses)")
     if group.holdout:
         lines.append(f"  {'hold-out':<26} {'train':>6} {'test':>5} {'R2 train':>9} {'R2 test':>8} {'RMSE test':>10}")
         lines += [f"  {r.split:<26} {r.train_rows:>6} {r.test_rows:>5} {r.r2_train:>9.4f} {r.r2_test:>8.4f} "
@@ -95,6 +103,12 @@ def fit(
         None, help="Derive D = C / (6 N) from this training-FLOP column instead of reading --d-col."),
     drop_top_loss: int = typer.Option(0, min=0, help="Drop the K rows with the highest loss first (Epoch drops 5)."),
     bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples over runs for intervals; 0 = none."),
+    lack_of_fit_resamples: int = typer.Option(
+        1000, min=0, help="Wild-bootstrap draws of the lack-of-fit test over runs (where rows repeat a design "
+        "point, e.g. seeds); 0 = only the F test that takes rows as independent."),
+    run_col: Optional[str] = typer.Option(
+        None, help="Column naming each row's training run (default run_dir where the table has it): the "
+        "lack-of-fit test keeps a run's checkpoints and steps together."),
     level: float = typer.Option(0.95, help="Coverage of the percentile intervals."),
     seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
     compute: Optional[float] = typer.Option(None, help="Compute C = 6ND at which to report N_opt and D_opt."),
@@ -103,7 +117,7 @@ def fit(
         "steps (leave each Tm, or T, out)."),
     delta: float = typer.Option(1e-3, help="Huber delta on log loss."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON: E, A, B, alpha, beta (+ C, gamma, t1..t3), "
-                                  "r2, objective, intervals, derived, holdout."),
+                                  "r2, objective, intervals, derived, holdout, lack_of_fit."),
     plot: Optional[Path] = typer.Option(None, help="Write a fit and residual plot (PNG) here."),
     save: Optional[Path] = typer.Option(
         None, help="Also write the fit as JSON here (what --json prints, plus this command and a digest of the "
@@ -120,10 +134,11 @@ def fit(
     for path, option in ((plot, "--plot"), (save, "--save")):
         if path is not None:
             check_writable(path, option)
-    fitted = scaling.fit_table(
-        table, law, n_col=n_col, d_col=d_col, t_col=t_col, tm_col=tm_col, x_col=x_col, loss_col=loss_col,
-        tokens_from_flops=tokens_from_flops, drop_top_loss=drop_top_loss, bootstrap=bootstrap, level=level,
-        seed=seed, compute=compute, holdout=holdout, delta=delta)
+    columns = scaling.TableColumns(n_col=n_col, d_col=d_col, t_col=t_col, tm_col=tm_col, x_col=x_col, loss_col=loss_col,
+                                   tokens_from_flops=tokens_from_flops, drop_top_loss=drop_top_loss, run_col=run_col)
+    fitted = scaling.fit_table(table, law, columns, bootstrap=bootstrap,
+                               lack_of_fit_resamples=lack_of_fit_resamples, level=level, seed=seed, compute=compute,
+                               holdout=holdout, delta=delta)
     if fitted.skipped:
         typer.echo(f"skipped (one step, or too few rows for {len(fitted.law.params)} parameters): "
                    f"{', '.join(fitted.skipped)}", err=True)

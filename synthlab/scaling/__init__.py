@@ -3,7 +3,8 @@
 - `laws`: the law type, sums of power laws, the registry and the built-in laws (chinchilla,
   looplm, steps, power), the runs to fit (`Data`) and `implausible` parameters.
 - `optimize`: the summed Huber objective, batched L-BFGS over a grid of starts, and `fit`.
-- `uncertainty`: bootstrap intervals, compute-optimal quantities, hold-out evaluation.
+- `uncertainty`: bootstrap intervals, compute-optimal quantities, hold-out evaluation, the
+  lack-of-fit test against seed noise.
 - `table`: `fit_table`, a law fitted to a results table with all of the above (`synthlab fit`), and
   the digest of the numbers a fit was fitted to (`data_digest`, `read_fit_data`), a fit's record
   as strict JSON (`fit_json`, `read_fit_json`).
@@ -37,6 +38,7 @@ from synthlab.scaling.optimize import (
 from synthlab.scaling.plots import plot_fit
 from synthlab.scaling.table import (
     GroupFit,
+    TableColumns,
     TableFit,
     data_digest,
     default_columns,
@@ -50,17 +52,21 @@ from synthlab.scaling.uncertainty import (
     HOLDOUT_KINDS,
     BootstrapResult,
     HoldoutRow,
+    LackOfFit,
     bootstrap,
     cold_refits,
     derived,
+    design_cells,
     holdout,
     holdout_splits,
+    lack_of_fit,
 )
 
 __all__ = [
     "CHINCHILLA", "HOLDOUT_KINDS", "LAWS", "LOOPLM", "POWER", "STATUS", "STEPS",
-    "BatchResult", "BootstrapResult", "Data", "FitOptions", "FitResult", "GroupFit", "HoldoutRow", "Law",
-    "PowerTerm", "TableFit", "bootstrap", "cold_refits", "data_digest", "default_columns", "derived", "fit", "fit_table",
-    "get_law", "goodness", "holdout", "holdout_splits", "huber_objective", "implausible", "minimize_batched", "plot_fit",
+    "BatchResult", "BootstrapResult", "Data", "FitOptions", "FitResult", "GroupFit", "HoldoutRow", "LackOfFit", "Law",
+    "PowerTerm", "TableColumns", "TableFit", "bootstrap", "cold_refits", "data_digest", "default_columns", "derived", "design_cells",
+    "fit", "fit_table", "get_law", "goodness", "holdout", "holdout_splits", "huber_objective", "implausible",
+    "lack_of_fit", "minimize_batched", "plot_fit",
     "power_sum_law", "read_fit_data", "register_law", "table_data",
 ]

@@ -224,12 +224,14 @@ class Data:
     """Runs to fit: variables[name] and loss, all (rows,), finite and positive.
 
     `labels` maps a variable name (and "loss") to what the user calls it (a CSV column), for
-    error messages.
+    error messages. `runs` (rows,), optional, says which rows come from one training run (its
+    checkpoints, its recurrent steps): their noise is shared, which the lack-of-fit test keeps.
     """
 
     variables: Mapping[str, np.ndarray]
     loss: np.ndarray
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    runs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         rows = len(self.loss)
@@ -252,7 +254,8 @@ class Data:
 
     def subset(self, rows: np.ndarray) -> Data:
         variables = {k: np.asarray(v)[rows] for k, v in self.variables.items()}
-        return Data(variables, np.asarray(self.loss)[rows], self.labels)
+        return Data(variables, np.asarray(self.loss)[rows], self.labels,
+                    None if self.runs is None else np.asarray(self.runs)[rows])
 
 
 # Values no loss law of this kind takes in practice: an exponent beyond +-5 or a coefficient above 1e30.

@@ -2,7 +2,8 @@
 
 `fit_table` reads the law's variables from named columns (D optionally derived from training
 FLOPs as C / 6N), drops the highest-loss rows if asked, splits the step-wise law's rows by Tm,
-and fits each group, with bootstrap intervals, derived quantities and hold-outs. Error messages
+and fits each group, with bootstrap intervals, derived quantities, hold-outs and, where rows repeat
+a design point (seeds), the lack-of-fit test. Error messages
 name the `synthlab fit` option that sets each argument (--n-col for n_col, and so on).
 """
 
@@ -21,7 +22,7 @@ from synthlab.errors import SynthlabError
 from synthlab.scaling import uncertainty
 from synthlab.scaling.laws import Data, Law, get_law
 from synthlab.scaling.optimize import FitOptions, FitResult, fit
-from synthlab.scaling.uncertainty import HOLDOUT_KINDS, BootstrapResult, HoldoutRow
+from synthlab.scaling.uncertainty import HOLDOUT_KINDS, BootstrapResult, HoldoutRow, LackOfFit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,7 @@ class GroupFit:
     holdout: list[HoldoutRow]  # empty without a hold-out
     derived: dict[str, float]  # compute-optimal quantities (`uncertainty.derived`)
     tm: float | None  # the step-wise law's Tm; None for the other laws
+    lack_of_fit: LackOfFit | None = None  # None without replicated design points
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,26 +76,34 @@ def default_columns(columns) -> tuple[str, str]:
     return ("eval_tokens", "eval_loss") if {"eval_loss", "eval_tokens"} <= set(columns) else ("tokens", "loss")
 
 
+@dataclasses.dataclass(frozen=True)
+class TableColumns:
+    """Which columns of a results table a law is fitted to (`synthlab fit`'s column options; a saved
+    fit's `columns`, resolved). None: the default `table_data` picks from the table and the law."""
+
+    n_col: str = "params"  # N, the model size
+    d_col: str | None = None  # D, the tokens (default: `default_columns`)
+    t_col: str | None = None  # Tm for looplm (default 'loops'), T for steps (default 'step')
+    tm_col: str = "loops"  # the step-wise law's Tm: one fit per value
+    x_col: str = "params"  # the power law's x
+    loss_col: str | None = None  # the loss (default: `default_columns`)
+    tokens_from_flops: str | None = None  # derive D = C / (6 N) from this FLOP column instead of d_col
+    drop_top_loss: int = 0  # drop this many highest-loss rows first
+    run_col: str | None = None  # the training run of each row (default run_dir where the table has it, else
+    # each row its own run): the lack-of-fit test keeps a run's rows together
+
+
 def table_data(
-    table: pd.DataFrame,
-    law: Law,
-    *,
-    name: str,
-    n_col: str = "params",
-    d_col: str | None = None,
-    t_col: str | None = None,
-    tm_col: str = "loops",
-    x_col: str = "params",
-    loss_col: str | None = None,
-    tokens_from_flops: str | None = None,
-    drop_top_loss: int = 0,
-) -> tuple[Data, np.ndarray | None, dict[str, object]]:
+    table: pd.DataFrame, law: Law, columns: TableColumns = TableColumns(), *, name: str
+) -> tuple[Data, np.ndarray | None, TableColumns]:
     """(the law's variables and loss from `table`, the step-wise law's Tm per row (else None), the
-    column options as resolved), rows in a canonical order: sorted by the law's variables, Tm and
-    the loss, so that a fit and its bootstrap resamples do not depend on the file's row order.
-    Arguments as `fit_table`'s."""
+    columns as resolved), rows in a canonical order: sorted by the law's variables, Tm and the
+    loss, so that a fit and its bootstrap resamples do not depend on the file's row order. `name`
+    is what errors call the table."""
     default_d, default_loss = default_columns(table.columns)
-    d_col, loss_col = d_col or default_d, loss_col or default_loss
+    n_col, tm_col, x_col, tokens_from_flops, drop_top_loss = (
+        columns.n_col, columns.tm_col, columns.x_col, columns.tokens_from_flops, columns.drop_top_loss)
+    d_col, loss_col = columns.d_col or default_d, columns.loss_col or default_loss
     if loss_col == "loss" and "eval_loss" in table.columns and "loss" not in table.columns:
         raise SynthlabError(f"{name} has eval_loss but no eval_tokens: pass --d-col and --loss-col eval_loss")
     loss = _column(table, loss_col, "--loss-col", name)
@@ -102,7 +112,7 @@ def table_data(
             raise SynthlabError(f"--drop-top-loss {drop_top_loss} would drop all {len(table)} rows")
         keep = np.argsort(np.argsort(-loss, kind="stable"), kind="stable") >= drop_top_loss
         table, loss = table[keep], loss[keep]
-    t_col = t_col or {"looplm": "loops", "steps": "step"}.get(law.name, "loops")
+    t_col = columns.t_col or {"looplm": "loops", "steps": "step"}.get(law.name, "loops")
     variables, labels = {}, {"loss": loss_col}
     for var in law.variables:
         if var == "D" and tokens_from_flops:
@@ -114,12 +124,15 @@ def table_data(
                        "T": (t_col, "--t-col"), "x": (x_col, "--x-col")}[var]
         variables[var], labels[var] = _column(table, col, option, name), col
     tm = _column(table, tm_col, "--tm-col", name) if law.name == "steps" else None
+    run_col = columns.run_col or ("run_dir" if "run_dir" in table.columns else None)
+    if run_col is not None and run_col not in table.columns:
+        raise SynthlabError(f"column '{run_col}' (--run-col) not in {name}")
+    runs = table[run_col].astype(str).to_numpy() if run_col else np.arange(len(loss)).astype(str)
     keys = [loss, *([tm] if tm is not None else []), *(variables[v] for v in reversed(law.variables))]
     order = np.lexsort(keys)  # the last key sorts first: the law's first variable
-    data = Data({k: v[order] for k, v in variables.items()}, loss[order], labels)
-    columns = dict(n_col=n_col, d_col=d_col, t_col=t_col, tm_col=tm_col, x_col=x_col, loss_col=loss_col,
-                   tokens_from_flops=tokens_from_flops, drop_top_loss=drop_top_loss)
-    return data, (None if tm is None else tm[order]), columns
+    data = Data({k: v[order] for k, v in variables.items()}, loss[order], labels, runs[order])
+    resolved = dataclasses.replace(columns, d_col=d_col, t_col=t_col, loss_col=loss_col, run_col=run_col)
+    return data, (None if tm is None else tm[order]), resolved
 
 
 def data_digest(law: Law, data: Data, tm: np.ndarray | None = None) -> str:
@@ -130,9 +143,9 @@ def data_digest(law: Law, data: Data, tm: np.ndarray | None = None) -> str:
 
 
 def read_fit_data(path: Path, law: Law | str, columns: dict[str, object]) -> tuple[Data, np.ndarray | None]:
-    """The rows a saved fit (`TableFit.source`'s columns) would fit in the table at `path` now."""
+    """The rows a saved fit (`TableFit.source`'s columns, as JSON) would fit in the table at `path` now."""
     the_law = get_law(law) if isinstance(law, str) else law
-    data, tm, _ = table_data(_read_table(Path(path)), the_law, name=Path(path).name, **columns)
+    data, tm, _ = table_data(_read_table(Path(path)), the_law, TableColumns(**columns), name=Path(path).name)
     return data, tm
 
 
@@ -171,16 +184,10 @@ def read_fit_json(text: str) -> dict:
 def fit_table(
     table: pd.DataFrame | str | Path,
     law: Law | str,
+    columns: TableColumns = TableColumns(),
     *,
-    n_col: str = "params",
-    d_col: str | None = None,
-    t_col: str | None = None,
-    tm_col: str = "loops",
-    x_col: str = "params",
-    loss_col: str | None = None,
-    tokens_from_flops: str | None = None,
-    drop_top_loss: int = 0,
     bootstrap: int = 1000,
+    lack_of_fit_resamples: int = 1000,
     level: float = 0.95,
     seed: int = 0,
     compute: float | None = None,
@@ -190,12 +197,10 @@ def fit_table(
 ) -> TableFit:
     """Fit `law` to a results table (a DataFrame, or the path of a CSV), one row per run.
 
-    Columns: n_col (N), d_col (D; or D = tokens_from_flops / (6 N)), t_col (Tm for looplm, default
-    'loops'; T for steps, default 'step'), x_col (the power law's x), loss_col; d_col and loss_col
-    default to `default_columns`. The step-wise law is
-    fitted once per value of tm_col. drop_top_loss drops that many highest-loss rows first;
-    `bootstrap` resamples of the runs (0 = none), seeded by `seed`, give intervals at `level`;
-    compute is where N_opt and D_opt are reported; holdout is one of HOLDOUT_KINDS (or None); delta
+    `columns` names the law's variables' columns (`TableColumns`); the step-wise law is fitted once
+    per value of its tm_col. `bootstrap` resamples of the runs (0 = none), seeded by `seed`, give
+    intervals at `level`; `lack_of_fit_resamples` wild-bootstrap draws (also seeded by `seed`) give the
+    lack-of-fit test's p over runs (`uncertainty.lack_of_fit`); compute is where N_opt and D_opt are reported; holdout is one of HOLDOUT_KINDS (or None); delta
     is the Huber delta. `name` is what titles and errors call the table (default: the file's name).
     The rows are fitted in `table_data`'s canonical order, so the same rows in another order give
     the same fit and bootstrap.
@@ -208,10 +213,8 @@ def fit_table(
         name = name or Path(table).name
         table = _read_table(Path(table))
     name = name or "table"
-    data, tm, columns = table_data(
-        table, the_law, name=name, n_col=n_col, d_col=d_col, t_col=t_col, tm_col=tm_col, x_col=x_col,
-        loss_col=loss_col, tokens_from_flops=tokens_from_flops, drop_top_loss=drop_top_loss)
-    source = {"table": name, "columns": columns, "data_sha256": data_digest(the_law, data, tm), "holdout_kind": holdout,
+    data, tm, resolved = table_data(table, the_law, columns, name=name)
+    source = {"table": name, "columns": dataclasses.asdict(resolved), "data_sha256": data_digest(the_law, data, tm), "holdout_kind": holdout,
               "bootstrap_seed": seed, "delta": delta}
     groups, skipped = [(f"{the_law.name} fit to {name}", data, None)], []
     if tm is not None:
@@ -220,9 +223,9 @@ def fit_table(
         fittable = {v: p for v, p in parts_by_tm.items()
                     if len(p.loss) > len(the_law.params) and len(np.unique(p.variables["T"])) > 1}
         if not fittable:
-            raise SynthlabError(f"no {tm_col} value has more than {len(the_law.params)} rows over several steps")
-        skipped = [f"{tm_col} = {v:g} ({len(p.loss)} rows)" for v, p in parts_by_tm.items() if v not in fittable]
-        groups = [(f"steps fit for {tm_col} = {v:g}", p, float(v)) for v, p in fittable.items()]
+            raise SynthlabError(f"no {columns.tm_col} value has more than {len(the_law.params)} rows over several steps")
+        skipped = [f"{columns.tm_col} = {v:g} ({len(p.loss)} rows)" for v, p in parts_by_tm.items() if v not in fittable]
+        groups = [(f"steps fit for {columns.tm_col} = {v:g}", p, float(v)) for v, p in fittable.items()]
     if holdout is not None and holdout not in HOLDOUT_KINDS:
         raise SynthlabError(f"--holdout must be one of {', '.join(HOLDOUT_KINDS)}, got '{holdout}'")
     fits = []
@@ -231,5 +234,8 @@ def fit_table(
         boot = uncertainty.bootstrap(the_law, part, result, np.random.default_rng(seed), n_resamples=bootstrap,
                                      level=level, compute=compute, options=options) if bootstrap else None
         rows = uncertainty.holdout(the_law, part, holdout, options) if holdout else []
-        fits.append(GroupFit(title, part, result, boot, rows, uncertainty.derived(result.params, compute), tm_value))
+        lack = uncertainty.lack_of_fit(the_law, part, result.basins[:3], np.random.default_rng([seed, 1]),
+                                       lack_of_fit_resamples, options)
+        fits.append(GroupFit(title, part, result, boot, rows, uncertainty.derived(result.params, compute), tm_value,
+                             lack))
     return TableFit(the_law, fits, skipped, source)

@@ -1,4 +1,5 @@
-"""Uncertainty and goodness of fit for scaling laws: bootstrap intervals, derived quantities, hold-outs.
+"""Uncertainty and goodness of fit for scaling laws: bootstrap intervals, derived quantities, hold-outs,
+and the lack-of-fit test against seed noise.
 
 Bootstrap over runs: a resample is a vector of row multiplicities (counts from drawing R rows
 with replacement), so all resamples share one batched objective and are refitted together by
@@ -22,12 +23,13 @@ import dataclasses
 from collections.abc import Mapping
 
 import numpy as np
+from scipy import stats
 
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
 from synthlab.scaling.laws import Data, Law, get_law
-from synthlab.scaling.optimize import (FitOptions, FitResult, fit, goodness, huber_objective, minimize_batched,
-                                       refit_from)
+from synthlab.scaling.optimize import (FitOptions, FitResult, fit, goodness, huber_objective, jacobian,
+                                       minimize_batched, refit_from)
 
 
 def derived(params: Mapping[str, np.ndarray | float], compute: float | None = None) -> dict[str, np.ndarray | float]:
@@ -218,3 +220,96 @@ def holdout(law: Law | str, data: Data, kind: str, options: FitOptions = FitOpti
             warn(f"hold-out '{name}' leaves {thin} to fit {law.name} on: its constants are not identified")
         rows.append(HoldoutRow(name, int(train.sum()), int((~train).sum()), result.r2, r2_test, rmse_test, thin))
     return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class LackOfFit:
+    """Does the law's form leave more than seed noise? A lack-of-fit test on log loss.
+
+    Rows at one design point (`design_cells`) are replicates, e.g. seeds; their scatter about the
+    point's mean is pure error, which no law of these variables can explain. The residual sum of
+    squares of the law's least-squares fit beyond it is the lack of fit. The classical test reads
+    F = (ss_lack / (cells - params)) / (ss_pure / (rows - cells)) against the F distribution (`p`),
+    which assumes independent rows of one variance. A sweep's rows are neither: one run's
+    checkpoints and recurrent steps share its seed's luck, and some points' seeds disagree far more
+    than others'. `p_runs` keeps both: a wild bootstrap that adds each run's own pure-error
+    residuals, the sign flipped per run, to the fitted law, and refits it linearised at the optimum
+    (the Jacobian's column space); p_runs is the share of resamples whose ss_lack / ss_pure reaches
+    the data's. A small p says the law's form departs from the data by more than the replicates
+    scatter, whatever its constants (a degenerate fit included: it is the family's best, at its
+    boundary), provided the refit found the family's best fit (it starts at the multi-start optimum
+    and the next best basins).
+    """
+
+    rows: int
+    cells: int
+    params: int
+    runs: int  # independent units the bootstrap flips: training runs (each row its own without run ids)
+    ss_pure: float
+    ss_lack: float
+    f: float
+    p: float  # F distribution: independent rows of one variance
+    p_runs: float  # wild bootstrap over runs (NaN without resamples)
+    resamples: int
+    r2_ceiling: float  # R^2 (loss space) of the design points' mean losses: no law of these variables exceeds it
+
+
+def design_cells(law: Law, data: Data) -> np.ndarray:
+    """(rows,) index of each row's design point: the rows whose every variable of `law` is at the same
+    level (values within DATA_CUT_TOLERANCE of each other, as `data_levels` groups D; a checkpoint's
+    tokens differ by a few between seeds)."""
+    levels = []
+    for v in law.variables:
+        values = np.asarray(data.variables[v], dtype=float)
+        levels.append(np.searchsorted(data_levels(values), values))
+    return np.unique(np.column_stack(levels), axis=0, return_inverse=True)[1].ravel()
+
+
+def lack_of_fit(law: Law | str, data: Data, theta: np.ndarray, rng: np.random.Generator | None = None,
+                resamples: int = 1000, options: FitOptions = FitOptions()) -> LackOfFit | None:
+    """The lack-of-fit test of `law` fitted by least squares from `theta`, (P,) or (k, P): the fit's
+    optimum and its next best basins (`FitResult.basins`), the best refit kept; `resamples`
+    wild-bootstrap draws from `rng` (none without rng). None where the data have no replicates or no
+    more design points than the law has parameters."""
+    law = get_law(law) if isinstance(law, str) else law
+    cells = design_cells(law, data)
+    n_cells, rows, params = int(cells.max()) + 1, len(cells), len(law.params)
+    if n_cells == rows or n_cells <= params:
+        return None
+    loss = np.asarray(data.loss, dtype=float)
+    log_loss = np.log(loss)
+    counts = np.bincount(cells)[cells]
+
+    def pure_residuals(values: np.ndarray) -> np.ndarray:  # (..., rows): each row minus its design point's mean
+        means = np.stack([np.bincount(cells, v) for v in np.atleast_2d(values)]) / np.bincount(cells)
+        return values - means[:, cells].reshape(np.shape(values))
+
+    X = data.matrix(law)
+    refits = [refit_from(law, data, start, options, max_nfev=5000, robust=False)[0] for start in np.atleast_2d(theta)]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sse = [np.nansum((np.log(law.predict(t, X)) - log_loss) ** 2) for t in refits]
+    optimum = refits[int(np.argmin(sse))]
+    residual = np.log(law.predict(optimum, X)) - log_loss
+    ss_pure = float((pure_residuals(log_loss) ** 2).sum())
+    ss_lack = max(float((residual ** 2).sum()) - ss_pure, 0.0)
+    df_lack, df_pure = n_cells - params, rows - n_cells
+    f = (ss_lack / df_lack) / (ss_pure / df_pure) if ss_pure > 0 else np.inf
+    runs = np.unique(data.runs if data.runs is not None else np.arange(rows), return_inverse=True)[1].ravel()
+    p_runs = np.nan
+    if rng is not None and resamples > 0 and ss_pure > 0:
+        with np.errstate(over="ignore", invalid="ignore"):
+            J = jacobian(law, X, optimum)
+        J = np.where(np.isfinite(J), J, 0.0)
+        scale = np.abs(J).max(axis=0)
+        J = J[:, scale > 0] / scale[scale > 0]  # the same column space, columns of one scale
+        u, sv, _ = np.linalg.svd(J, full_matrices=False)
+        basis = u[:, sv > sv[0] * 1e-10] if sv[0] > 0 else u[:, :0]
+        noise = pure_residuals(log_loss) * np.sqrt(np.where(counts > 1, counts / np.maximum(counts - 1, 1), 0.0))
+        drawn = rng.choice([-1.0, 1.0], size=(resamples, runs.max() + 1))[:, runs] * noise  # (resamples, rows)
+        fitted_away = drawn - (drawn @ basis) @ basis.T  # the linearised least-squares refit's residuals
+        pure = (pure_residuals(drawn) ** 2).sum(axis=1)
+        lack = (fitted_away ** 2).sum(axis=1) - pure
+        p_runs = float((1 + np.sum(lack / pure >= ss_lack / ss_pure)) / (resamples + 1))
+    ceiling = 1 - (pure_residuals(loss) ** 2).sum() / ((loss - loss.mean()) ** 2).sum()
+    return LackOfFit(rows, n_cells, params, int(runs.max()) + 1, ss_pure, ss_lack, float(f),
+                     float(stats.f.sf(f, df_lack, df_pure)), p_runs, resamples if rng is not None else 0, float(ceiling))
