@@ -228,8 +228,9 @@ def claims_table(found: list) -> str:
             "(`[[verdicts]]`), decided by `synthlab report` over training seeds; with fewer seeds than the "
             "rule needs it says so instead of guessing, and where a compared model has not learned what the claim "
             "builds on (the rule's `requires`) it says \"not tested\" and shows the estimate anyway. A law "
-            "(`[[laws]]`) is decided from its saved fit: the estimate is its R^2, n the rows fitted, and \"not "
-            "identified\" means the data cannot decide it.\n\n" + markdown_table(table))
+            "(`[[laws]]`) is decided from its saved fit: the estimate is its R^2, n the rows fitted, \"contradicted\" "
+            "first where a lack-of-fit test over runs says the law's form departs from the data by more than "
+            "seed noise, and \"not identified\" means the data cannot decide it.\n\n" + markdown_table(table))
 
 
 def _claim_key(claim: str) -> tuple:

@@ -110,7 +110,7 @@ def fit(
         None, help="Column naming each row's training run (default run_dir where the table has it): the "
         "lack-of-fit test keeps a run's checkpoints and steps together."),
     level: float = typer.Option(0.95, help="Coverage of the percentile intervals."),
-    seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap's and the lack-of-fit test's random draws."),
     compute: Optional[float] = typer.Option(None, help="Compute C = 6ND at which to report N_opt and D_opt."),
     holdout: Optional[str] = typer.Option(
         None, help="Hold-out table: size (fit on the smallest 60% of sizes, at least 3 of 4), data (the first 3, 4, ... of D's levels where it has at most 8, else the first 25/50/75% of D), "
