@@ -20,7 +20,9 @@ sd, scaled so that its root mean square is the --noise level: the runs' uneven s
 seeds disagree far more than others), which the F test's one-variance assumption ignores. A run's
 rows (its checkpoints) share the fraction --shared of their noise variance (default: the table's
 own, the mean correlation of a run's deviations from its cells' means across its checkpoints), as
-a seed that learns early stays ahead. With --n, --d and --tm the design is instead their full grid, each point --replicates times (the
+a seed that learns early stays ahead. With --steps TM the table is a steps.csv and the law the step-wise one (T for Tm), simulated on
+the rows with loops = TM, each run's checkpoints and steps sharing its noise. With --n, --d and
+--tm the design is instead their full grid, each point --replicates times (the
 table then only gives the noise level to compare with).
 
 The two assumed laws: `test` is tests/test_scaling_eval.py's CPU_TRUTH (a large N and D term, a
@@ -53,20 +55,18 @@ LAWS = {
 }
 
 
-CELL = ["d_model", "loops", "eval.checkpoint"]
-
-
-def cell_noise(table: pd.DataFrame) -> np.ndarray:
-    """(rows,) the standard deviation of log loss over seeds in each row's (d_model, loops, checkpoint) cell."""
-    cells = table.assign(log_loss=np.log(table["eval_loss"])).groupby(CELL)
+def cell_noise(table: pd.DataFrame, cell: list[str]) -> np.ndarray:
+    """(rows,) the standard deviation of log loss over seeds in each row's cell (d_model, loops, checkpoint[, step])."""
+    cells = table.assign(log_loss=np.log(table["eval_loss"])).groupby(cell)
     return cells["log_loss"].transform(lambda x: x.std(ddof=1)).to_numpy(float)
 
 
-def shared_fraction(table: pd.DataFrame) -> float:
-    """The mean correlation, over pairs of checkpoints, of a run's deviations from its cells' mean log loss."""
+def shared_fraction(table: pd.DataFrame, cell: list[str]) -> float:
+    """The mean correlation, over pairs of a run's rows (checkpoints[, steps]), of its deviations from its cells' mean
+    log loss."""
     log_loss = np.log(table["eval_loss"])
-    deviation = table.assign(dev=log_loss - log_loss.groupby([table[c] for c in CELL]).transform("mean"))
-    wide = deviation.pivot_table(index="run_dir", columns="eval.checkpoint", values="dev")
+    deviation = table.assign(dev=log_loss - log_loss.groupby([table[c] for c in cell]).transform("mean"))
+    wide = deviation.pivot_table(index="run_dir", columns=cell[2:], values="dev")
     corr = wide.corr().to_numpy()
     return float(corr[~np.eye(len(corr), dtype=bool)].mean())
 
@@ -88,12 +88,20 @@ def main() -> None:
                         "scaled to --noise)")
     parser.add_argument("--shared", type=float, help="fraction of the noise variance a run's rows share "
                         "(default: the table's own)")
+    parser.add_argument("--steps", type=float, metavar="TM", help="TABLE is a steps.csv (`synthlab steps`): "
+                        "simulate the step-wise law on its rows with loops = TM (the law's T: the step)")
     args = parser.parse_args()
     table = pd.read_csv(args.table)
-    law = sc.LOOPLM
-    sd = cell_noise(table)
+    law, depth, cell = sc.LOOPLM, "loops", ["d_model", "loops", "eval.checkpoint"]
+    if args.steps is not None:
+        if args.n or args.d or args.tm:
+            parser.error("--steps simulates the table's own design (no --n, --d, --tm)")
+        table = table[table["loops"] == args.steps].reset_index(drop=True)
+        law, depth, cell = sc.STEPS, "step", [*cell, "step"]
+        print(f"the step-wise law at loops = {args.steps:g}: {len(table)} rows")
+    sd = cell_noise(table, cell)
     rms = float(np.sqrt(np.mean(sd ** 2)))
-    table_shared = shared_fraction(table)
+    table_shared = shared_fraction(table, cell)
     shared = table_shared if args.shared is None else args.shared
     print(f"{args.table}: {len(table)} rows; its seed-to-seed noise (sd of log loss in a cell): median "
           f"{np.median(sd):.3f}, root mean square {rms:.3f}; shared by a run's checkpoints: {table_shared:.2f}",
@@ -109,7 +117,7 @@ def main() -> None:
         runs = (i_n * len(args.tm) + i_tm) * args.replicates + rep  # one run: a size, a loop count, a seed; all its D
         print(f"design: N {args.n} x D {args.d} x Tm {args.tm}, {args.replicates} rows each: {len(X)} rows")
     else:
-        X = table[["params", "eval_tokens", "loops"]].to_numpy(float)
+        X = table[["params", "eval_tokens", depth]].to_numpy(float)
         runs = np.unique(table["run_dir"].astype(str), return_inverse=True)[1].ravel()
     print(f"noise shape: {args.shape}, shared by a run's rows: {shared:.2f}")
     print(f"{'law':<5} {'noise':>6} {'identified':>11} {'F rejects':>10} {'runs reject':>12} {'median R2':>10} "
@@ -123,7 +131,8 @@ def main() -> None:
             identified, by_rows, by_runs, r2, r2_test = 0, 0, 0, [], []
             for _ in range(args.trials):
                 z = np.sqrt(shared) * rng.standard_normal(runs.max() + 1)[runs] + np.sqrt(1 - shared) * rng.standard_normal(len(X))
-                data = sc.Data({"N": X[:, 0], "D": X[:, 1], "Tm": X[:, 2]}, clean * np.exp(noise * shape * z), runs=runs)
+                data = sc.Data({"N": X[:, 0], "D": X[:, 1], law.variables[2]: X[:, 2]}, clean * np.exp(noise * shape * z),
+                               runs=runs)
                 result = sc.fit(law, data)
                 identified += bool(result.converged and not sc.implausible(result.params))
                 lack = sc.lack_of_fit(law, data, result.theta, rng)
