@@ -199,9 +199,9 @@ def fit_table(
 
     `columns` names the law's variables' columns (`TableColumns`); the step-wise law is fitted once
     per value of its tm_col. `bootstrap` resamples of the runs (0 = none), seeded by `seed`, give
-    intervals at `level`; `lack_of_fit_resamples` wild-bootstrap draws (also seeded by `seed`) give the
-    lack-of-fit test's p over runs (`uncertainty.lack_of_fit`); compute is where N_opt and D_opt are reported; holdout is one of HOLDOUT_KINDS (or None); delta
-    is the Huber delta. `name` is what titles and errors call the table (default: the file's name).
+    intervals at `level`; `lack_of_fit_resamples` wild-bootstrap draws (also seeded by `seed`) give
+    the lack-of-fit test's p over runs (`uncertainty.lack_of_fit`); compute is where N_opt and D_opt
+    are reported; holdout is one of HOLDOUT_KINDS (or None); delta is the Huber delta. `name` is what titles and errors call the table (default: the file's name).
     The rows are fitted in `table_data`'s canonical order, so the same rows in another order give
     the same fit and bootstrap.
     """

@@ -250,7 +250,7 @@ class LackOfFit:
     f: float
     p: float  # F distribution: independent rows of one variance
     p_runs: float  # wild bootstrap over runs (NaN without resamples)
-    resamples: int
+    resamples: int  # wild-bootstrap draws behind p_runs (0: none; the F test's p decides)
     r2_ceiling: float  # R^2 (loss space) of the design points' mean losses: no law of these variables exceeds it
 
 
@@ -287,16 +287,17 @@ def lack_of_fit(law: Law | str, data: Data, theta: np.ndarray, rng: np.random.Ge
     X = data.matrix(law)
     refits = [refit_from(law, data, start, options, max_nfev=5000, robust=False)[0] for start in np.atleast_2d(theta)]
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        sse = [np.nansum((np.log(law.predict(t, X)) - log_loss) ** 2) for t in refits]
-    optimum = refits[int(np.argmin(sse))]
-    residual = np.log(law.predict(optimum, X)) - log_loss
+        sse = [float(np.sum((np.log(law.predict(t, X)) - log_loss) ** 2)) for t in refits]
+    best = int(np.nanargmin(sse))
+    optimum = refits[best]
     ss_pure = float((pure_residuals(log_loss) ** 2).sum())
-    ss_lack = max(float((residual ** 2).sum()) - ss_pure, 0.0)
+    ss_lack = max(sse[best] - ss_pure, 0.0)
     df_lack, df_pure = n_cells - params, rows - n_cells
     f = (ss_lack / df_lack) / (ss_pure / df_pure) if ss_pure > 0 else np.inf
     runs = np.unique(data.runs if data.runs is not None else np.arange(rows), return_inverse=True)[1].ravel()
-    p_runs = np.nan
+    p_runs, drawn_count = np.nan, 0
     if rng is not None and resamples > 0 and ss_pure > 0:
+        drawn_count = resamples
         with np.errstate(over="ignore", invalid="ignore"):
             J = jacobian(law, X, optimum)
         J = np.where(np.isfinite(J), J, 0.0)
@@ -312,4 +313,4 @@ def lack_of_fit(law: Law | str, data: Data, theta: np.ndarray, rng: np.random.Ge
         p_runs = float((1 + np.sum(lack / pure >= ss_lack / ss_pure)) / (resamples + 1))
     ceiling = 1 - (pure_residuals(loss) ** 2).sum() / ((loss - loss.mean()) ** 2).sum()
     return LackOfFit(rows, n_cells, params, int(runs.max()) + 1, ss_pure, ss_lack, float(f),
-                     float(stats.f.sf(f, df_lack, df_pure)), p_runs, resamples if rng is not None else 0, float(ceiling))
+                     float(stats.f.sf(f, df_lack, df_pure)), p_runs, drawn_count, float(ceiling))
