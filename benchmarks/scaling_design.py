@@ -26,8 +26,8 @@ the rows with loops = TM, each run's checkpoints and steps sharing its noise. Wi
 table then only gives the noise level to compare with).
 
 The two assumed laws: `test` is tests/test_scaling_eval.py's CPU_TRUTH (a large N and D term, a
-small depth term); `runs` is set by hand to the cpu runs' magnitudes (cell means of
-results/scaling: the loss falls by about 0.9 nats from the first to the last checkpoint, 0.33
+small depth term); `runs` is set by hand to the one-layer cpu runs' magnitudes (cell means of
+results/scaling/one_layer: the loss falls by about 0.9 nats from the first to the last checkpoint, 0.33
 from the smallest to the largest model at 4 loops and 0.2 from 1 to 4 loops; 0.30 nats at the
 largest N, D and Tm), with exponents of 1 and small offsets.
 """

@@ -90,19 +90,20 @@ def plot_curves(curves: list[Curve], out: str | Path, name: str = "curves") -> l
     """Draw `curves` into OUT/<name>.png and .svg; returns the paths."""
     training, per_step = _tables(curves)
     plt, sns = pyplot()
-    from matplotlib.ticker import FormatStrFormatter
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     order = list(dict.fromkeys(c.group for c in curves))
     style = {"hue": "group", "hue_order": order, "units": "run", "estimator": None, "legend": False}
     sns.lineplot(data=training, x="step", y="loss", ax=axes[0], **style)
     axes[0].set(yscale="log", xlabel="optimizer step", ylabel="training objective (nats/token)", title="loss")
-    for axis in (axes[0].yaxis.set_major_formatter, axes[0].yaxis.set_minor_formatter):
-        axis(FormatStrFormatter("%.3g"))  # 2.4, not 2.4 x 10^0
+    axes[0].yaxis.set_major_formatter(FormatStrFormatter("%.3g"))  # 2.4, not 2.4 x 10^0
+    positive = training["loss"][training["loss"] > 0]
+    narrow = len(positive) and positive.max() / positive.min() < 10  # within a decade: label the minor ticks too
+    axes[0].yaxis.set_minor_formatter(FormatStrFormatter("%.3g") if narrow else NullFormatter())
     sns.lineplot(data=per_step, x="recurrent step", y="loss", marker="o", ax=axes[1], **style)
     axes[1].set(xlabel="recurrent step t", ylabel="loss after step t (nats/token)", title="loss per recurrent step (end)")
-    if per_step["recurrent step"].max() > 1:
-        axes[1].set_xticks(sorted(per_step["recurrent step"].unique()))
+    axes[1].set_xticks(sorted(per_step["recurrent step"].unique()))  # whole steps (one loop: just 1)
     sns.lineplot(data=training, x="step", y="lr", ax=axes[2], **{**style, "legend": "auto"})
     axes[2].set(xlabel="optimizer step", ylabel="learning rate", title="schedule")
     axes[2].legend(title=None, fontsize="small", loc="best")

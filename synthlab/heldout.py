@@ -7,6 +7,12 @@ run's length with document masking, or one padded row per example) in the datase
 so every checkpoint of every run of a sweep is scored on the same text; the loss is the mean over
 their target tokens, in nats. A checkpoint's D is the tokens the run had trained on when it was
 written (`tokens_seen`), so one long run gives a point of the D axis per kept checkpoint.
+
+A fresh draw is not disjoint from the training split where the task's distribution is small (Mano
+L = 2 mod 7 has about 6,300 distinct prompts, and 100,000 training draws hold nearly all of them):
+the loss is then the distribution's loss, most of it on examples seen in training, not a test of
+unseen ones. `seen` (given the training dataset) says which: the share of the scored examples that
+occur verbatim among the training examples.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from synthlab.data import load_dataset, pack_rows, pad_rows, row_layout, training_examples
+from synthlab.data import Examples, Rows, load_dataset, pack_rows, pad_rows, row_layout, training_examples
 from synthlab.errors import SynthlabError
 
 HELDOUT_SEED_OFFSET = 1_000_003  # the held-out dataset's seed is the training data's seed plus this
@@ -25,9 +31,11 @@ HELDOUT_SEED_OFFSET = 1_000_003  # the held-out dataset's seed is the training d
 
 @torch.no_grad()
 def heldout_loss(run_dir: str | Path, data_dir: str | Path, *, rows: int, checkpoint: int | None = None,
-                 batch_size: int = 16, device: str = "cpu") -> dict[str, Any]:
+                 batch_size: int = 16, device: str = "cpu", train_dir: str | Path | None = None) -> dict[str, Any]:
     """{"loss_per_step": [mean loss after step t, t = 1..loops], "tokens": D, "step": optimizer step,
-    "n_tokens": target tokens scored} of the run's final model or its checkpoint at `checkpoint`."""
+    "n_tokens": target tokens scored} of the run's final model or its checkpoint at `checkpoint`;
+    with `train_dir` (the run's training dataset) also "seen": the share of the scored examples that
+    occur verbatim in its training split."""
     from synthlab.models.losses import token_losses
     from synthlab.runs import autocast, open_checkpoint, open_run, read_metrics, resolve_device
 
@@ -58,4 +66,23 @@ def heldout_loss(run_dir: str | Path, data_dir: str | Path, *, rows: int, checkp
         summed = losses.sum((1, 2)).double().cpu().numpy()
         totals = summed if totals is None else totals + summed
         count += int(mask.sum())
-    return {"loss_per_step": (totals / max(count, 1)).tolist(), "tokens": tokens, "step": step, "n_tokens": count}
+    result = {"loss_per_step": (totals / max(count, 1)).tolist(), "tokens": tokens, "step": step, "n_tokens": count}
+    if train_dir is not None:
+        scored = examples_in_rows(layout, rows, data.pad_id) if pack else rows
+        result["seen"] = seen_share(examples, scored, training_examples(load_dataset(train_dir)))
+    return result
+
+
+def examples_in_rows(layout: Rows, rows: int, pad_id: int) -> int:
+    """How many examples the first `rows` packed rows hold (whole examples laid in order, so they
+    are the first ones): the distinct document ids of each row's non-padding tokens."""
+    return sum(len(np.unique(ids[tokens != pad_id])) for ids, tokens in zip(layout.doc_ids[:rows], layout.inputs[:rows]))
+
+
+def seen_share(examples: Examples, count: int, training: Examples) -> float:
+    """The share of the first `count` of `examples` whose token sequence occurs among `training`'s."""
+    def sequence(ex: Examples, i: int) -> bytes:
+        return ex.tokens[ex.offsets[i]:ex.offsets[i + 1]].tobytes()
+
+    known = {sequence(training, i) for i in range(len(training))}
+    return sum(sequence(examples, i) in known for i in range(count)) / max(count, 1)

@@ -21,7 +21,9 @@ Columns of a row, by who writes them:
   strategy `kv`, `kv_bytes`;
 - heldout (`heldout_columns`): `eval_loss` (held-out loss at the last recurrent step, nats/token),
   `eval_loss_step_<t>`, `eval_tokens` (D: tokens trained on when the scored checkpoint was written),
-  `eval_checkpoint` (its optimizer step), `eval_n_tokens` (target tokens scored);
+  `eval_checkpoint` (its optimizer step), `eval_n_tokens` (target tokens scored), `eval_seen` (share
+  of the scored examples that occur verbatim in the training split: a fresh draw of a small task is
+  mostly seen examples);
 - gate (Ouro stage II): `gate_steps`, `gate_loss`, `gate_s`; capacity (`capacity_metrics`): `p1`,
   `p2`, `bits`, `bits_name`, `bits_attributes`, `bits_<attribute>` (gender, birth_date, ...),
   `max_bits`, `bits_per_param`, `bits_per_param_nonemb`, `fraction_of_max`, `params_capacity`.
@@ -193,6 +195,8 @@ def heldout_columns(result: dict[str, Any]) -> dict[str, Any]:
     out = {"eval_loss": result["loss_per_step"][-1], "eval_tokens": result["tokens"],
            "eval_checkpoint": result["step"], "eval_n_tokens": result["n_tokens"]}
     out.update({f"eval_loss_step_{t}": v for t, v in enumerate(result["loss_per_step"], 1)})
+    if "seen" in result:
+        out["eval_seen"] = result["seen"]
     return out
 
 

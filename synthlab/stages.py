@@ -188,7 +188,8 @@ def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path) -> dic
     seed = point.data_seed + HELDOUT_SEED_OFFSET
     fresh = dataclasses.replace(point, data_seed=seed, data_key={**point.data_key, "seed": seed})
     result = heldout_loss(model_dir, dataset(fresh, cache_dir), rows=point.eval.heldout_rows,
-                          checkpoint=point.eval.checkpoint, batch_size=min(point.eval.batch_size, 16))
+                          checkpoint=point.eval.checkpoint, batch_size=min(point.eval.batch_size, 16),
+                          train_dir=dataset(point, cache_dir))
     return heldout_columns(result)
 
 

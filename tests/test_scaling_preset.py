@@ -3,6 +3,7 @@ kept checkpoints as the D axis, the step-wise table from the held-out per-step l
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -10,7 +11,8 @@ from typer.testing import CliRunner
 from synthlab import experiments, stages, sweep
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
-from synthlab.heldout import heldout_loss
+from synthlab.data import Examples, pack_rows
+from synthlab.heldout import examples_in_rows, heldout_loss, seen_share
 from synthlab.results import step_rows
 
 
@@ -47,6 +49,8 @@ def test_the_heldout_loss_is_the_final_model_at_the_last_checkpoint_and_is_deter
     assert final["loss_per_step"] == pytest.approx(at_20["loss_per_step"], rel=1e-5)
     assert heldout_loss(model_dir, data_dir, rows=4, checkpoint=10) == heldout_loss(model_dir, data_dir, rows=4,
                                                                                      checkpoint=10)
+    assert heldout_loss(model_dir, data_dir, rows=4, train_dir=data_dir)["seen"] == 1.0  # its own training rows
+    assert table["eval_seen"].between(0, 1).all()
     with pytest.raises(SynthlabError, match="no checkpoint of step 15"):
         heldout_loss(model_dir, data_dir, rows=4, checkpoint=15)
 
@@ -64,3 +68,28 @@ def test_the_step_table_reads_the_heldout_losses(smoke):
     for _, row in table[table["loops"] == 2].iterrows():
         mine = two[two["point_id"] == row["point_id"]].sort_values("step")
         assert mine["eval_loss"].tolist() == pytest.approx([row["eval_loss_step_1"], row["eval_loss_step_2"]])
+
+
+def test_the_seen_share_counts_the_scored_examples_found_verbatim_in_training():
+    training = Examples.from_lists([[1, 2, 3], [4, 5]], [1, 1])
+    fresh = Examples.from_lists([[1, 2, 3], [4, 5, 6], [4, 5], [1, 2]], [1, 1, 1, 1])
+    assert seen_share(fresh, 1, training) == 1.0
+    assert seen_share(fresh, 2, training) == 0.5  # [4, 5, 6] is not [4, 5]
+    assert seen_share(fresh, 4, training) == 0.5  # nor a prefix [1, 2] the sequence [1, 2, 3]
+
+
+@pytest.mark.parametrize("seq_len", [3, 4, 6])
+def test_packed_rows_hold_a_prefix_of_the_examples_counted_by_their_document_ids(seq_len):
+    sequences = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [1, 4], [2, 5, 7]]
+    examples = Examples.from_lists(sequences, [1] * len(sequences))
+    layout = pack_rows(examples, np.arange(len(sequences)), seq_len, pad_id=0)
+    row_of, row, used = [], 0, 0  # next-fit by hand: an example that does not fit opens a new row
+    for s in sequences:
+        if used + len(s) - 1 > seq_len:
+            row, used = row + 1, 0
+        row_of.append(row)
+        used += len(s) - 1
+    assert len(layout) == row + 1
+    for rows in range(1, len(layout) + 1):
+        assert examples_in_rows(layout, rows, pad_id=0) == sum(r < rows for r in row_of)
+    assert examples_in_rows(layout, len(layout), pad_id=0) == len(sequences)

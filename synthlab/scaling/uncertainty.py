@@ -112,8 +112,9 @@ def bootstrap(
     refused = "" if n_converged >= min_converged * n_resamples else (
         f"no interval: {n_converged} of {n_resamples} refits converged (< {100 * min_converged:.0f}%)")
     tail = 100 * (1 - level) / 2
-    intervals = {} if refused else {k: (float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail)))
-                                    for k, v in samples.items()}
+    with np.errstate(invalid="ignore"):  # a constant run off to inf: its upper bound is NaN, printed as such
+        intervals = {} if refused else {k: (float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail)))
+                                        for k, v in samples.items()}
     return BootstrapResult(rows, samples, intervals, level, n_resamples, n_converged, len(cold), refused)
 
 
