@@ -260,14 +260,16 @@ def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:
 
 def scaling_title(result) -> str:
     """The scaling figure's title: the fitted constants, or, for a degenerate fit (as `synthlab fit`
-    warns), that the law is not identified, naming the constants that ran off."""
+    warns), that its constants are not identified, naming those that ran off. The figure refits the
+    table; the law's verdict (which also tests its form) is the report's, from the saved fit."""
     from synthlab import scaling
 
     if result is None:
         return "no law fitted (needs >= 3 model sizes, >= 3 data sizes and more runs than parameters)"
     if bad := scaling.implausible(result.params):
-        return (f"{result.law} not identified: the best fit (dashed, R² = {result.r2:.3f}) is degenerate ("
-                + ", ".join(f"{k}={v:.3g}" for k, v in bad.items()) + ")")
+        return (f"{result.law}: degenerate fit (dashed, R² = {result.r2:.3f}; "
+                + ", ".join(f"{k}={v:.3g}" for k, v in bad.items())
+                + "): its constants are not identified; the verdict is the claims table's")
     return f"fitted {result.law}: R² = {result.r2:.3f}, " + ", ".join(f"{k}={v:.3g}" for k, v in result.params.items())
 
 
