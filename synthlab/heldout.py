@@ -17,6 +17,7 @@ occur verbatim among the training examples.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def heldout_loss(run_dir: str | Path, data_dir: str | Path, *, rows: int, checkp
     result = {"loss_per_step": (totals / max(count, 1)).tolist(), "tokens": tokens, "step": step, "n_tokens": count}
     if train_dir is not None:
         scored = examples_in_rows(layout, rows, data.pad_id) if pack else rows
-        result["seen"] = seen_share(examples, scored, training_examples(load_dataset(train_dir)))
+        result["seen"] = seen_share(examples, scored, training_sequences(str(train_dir)))
     return result
 
 
@@ -79,10 +80,19 @@ def examples_in_rows(layout: Rows, rows: int, pad_id: int) -> int:
     return sum(len(np.unique(ids[tokens != pad_id])) for ids, tokens in zip(layout.doc_ids[:rows], layout.inputs[:rows]))
 
 
-def seen_share(examples: Examples, count: int, training: Examples) -> float:
-    """The share of the first `count` of `examples` whose token sequence occurs among `training`'s."""
-    def sequence(ex: Examples, i: int) -> bytes:
-        return ex.tokens[ex.offsets[i]:ex.offsets[i + 1]].tobytes()
+def sequences(examples: Examples, count: int | None = None) -> list[bytes]:
+    """The token sequence of each of the first `count` examples (default: all) as bytes (hashable)."""
+    count = len(examples) if count is None else min(count, len(examples))
+    return [examples.tokens[examples.offsets[i]:examples.offsets[i + 1]].tobytes() for i in range(count)]
 
-    known = {sequence(training, i) for i in range(len(training))}
-    return sum(sequence(examples, i) in known for i in range(count)) / max(count, 1)
+
+@functools.lru_cache(maxsize=2)
+def training_sequences(train_dir: str) -> frozenset[bytes]:
+    """The token sequences of the training split in `train_dir`, read once per process: every
+    checkpoint of every run of a sweep worker scores against the same (content-addressed) split."""
+    return frozenset(sequences(training_examples(load_dataset(train_dir))))
+
+
+def seen_share(examples: Examples, count: int, known: frozenset[bytes]) -> float:
+    """The share of the first `count` of `examples` whose token sequence is among `known`."""
+    return sum(sequence in known for sequence in sequences(examples, count)) / max(count, 1)

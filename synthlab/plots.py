@@ -46,12 +46,13 @@ def read_results(sweep_dir: str | Path) -> pd.DataFrame:
     writer.writerows(rows)
     table = pd.read_csv(io.StringIO(text.getvalue()))  # pandas infers each column's type as from the file
     table = table.drop(columns=[c for c in table if factor_column(c) != c and factor_column(c) in table])
-    return table.rename(columns={c: factor_column(c) for c in table})
+    table = table.rename(columns={c: factor_column(c) for c in table})
+    table.attrs["sweep_dir"] = str(sweep_dir)  # where a plotter finds the sweep's saved fits (fit_looplm.json)
+    return table
 
 
 def _need(table: pd.DataFrame, kind: str, *columns: str) -> None:
-    missing = [c for c in columns if c not in table.columns]
-    if missing:
+    if missing := [c for c in columns if c not in table.columns]:
         raise SynthlabError(f"plot '{kind}' needs column(s) {missing} in results.csv")
 
 
@@ -207,11 +208,13 @@ def plot_reach(table: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def fit_scaling(table: pd.DataFrame):
-    """The richest law the table supports: LoopLM if loops vary and rows allow, else Chinchilla."""
+    """The LoopLM fit saved beside the table if it fitted these numbers (the report's verdict's), else
+    a fit of the richest law the table supports: LoopLM if loops vary and rows allow, else Chinchilla."""
     from synthlab import scaling
 
-    variables = {"N": table["params"].to_numpy(float), "D": table["tokens"].to_numpy(float),
-                 "Tm": table["loops"].to_numpy(float)}
+    if saved := "sweep_dir" in table.attrs and scaling.saved_fit(table, Path(table.attrs["sweep_dir"])):
+        return saved
+    variables = {v: table[c].to_numpy(float) for v, c in (("N", "params"), ("D", "tokens"), ("Tm", "loops"))}
     data = scaling.Data(variables, table["loss"].to_numpy(float))
     if table["params"].nunique() < 3 or table["tokens"].nunique() < 3:
         return None  # two sizes cannot pin an exponent plus a constant: any fit would be degenerate
@@ -236,17 +239,18 @@ def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:
     plt, sns = pyplot()
 
     result = fit_scaling(table)
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4.8), sharey=True)
     if result is not None:
         law = scaling.get_law(result.law)
-        X = np.column_stack([table[{"N": "params", "D": "tokens", "Tm": "loops"}[v]].to_numpy(float)
-                             for v in law.variables])
+        X = table[[{"N": "params", "D": "tokens", "Tm": "loops"}[v] for v in law.variables]].to_numpy(float)
         table = table.assign(predicted=law.predict(result.theta, X))
+    # one level per grid value (a run's D differs from its seed-mates' by a few tokens): ticks, legend, lines
+    table = table.assign(**{c: table[c].map(lambda v: int(float(f"{v:.3g}"))) for c in ("params", "tokens")})
     panels = (("params", "model size N (parameters)", "tokens"), ("tokens", "data D (training tokens)", "params"),
               ("loops", "recurrent depth T (loops)", "params"))
     for ax, (x, label, hue) in zip(axes, panels):
         sns.scatterplot(data=table, x=x, y="loss", hue=hue, style="loops" if x != "loops" else None,
-                        palette="viridis", ax=ax, legend=x == "params")
+                        palette="viridis", ax=ax, legend="full" if x != "tokens" else False)
         if result is not None:
             for _, group in table.sort_values(x).groupby([c for c in ("params", "tokens", "loops") if c != x]):
                 ax.plot(group[x], group["predicted"], "--", color="grey", lw=0.8)
@@ -254,14 +258,16 @@ def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:
         ax.xaxis.set_minor_formatter(NullFormatter())  # log-axis minor labels overlap
         values = sorted(table[x].unique())  # label the grid's own values (often within one decade)
         ax.set_xticks(values, [f"{v:.3g}" for v in values], rotation=30 if x != "loops" else 0)
+    for ax, ncol in ((axes[0], 2), (axes[-1], 5)):  # under their panels, off the points; the middle one's colours are the last's
+        sns.move_legend(ax, "upper center", bbox_to_anchor=(0.5, -0.4), ncol=ncol, fontsize=7, title_fontsize=8, frameon=False)
     fig.suptitle(scaling_title(result), fontsize=8)
     return save(fig, out, "scaling")
 
 
 def scaling_title(result) -> str:
     """The scaling figure's title: the fitted constants, or, for a degenerate fit (as `synthlab fit`
-    warns), that its constants are not identified, naming those that ran off. The figure refits the
-    table; the law's verdict (which also tests its form) is the report's, from the saved fit."""
+    warns), that its constants are not identified, naming those that ran off. The law's verdict
+    (which also tests its form) is the report's."""
     from synthlab import scaling
 
     if result is None:

@@ -159,3 +159,23 @@ def test_a_fit_of_seeds_prints_and_saves_its_lack_of_fit(tmp_path):
     pd.read_csv(path).iloc[::3].to_csv(path, index=False)  # one seed: no pure error, no test
     out = run("chinchilla", path, "--bootstrap", "0", "--json")
     assert out.exit_code == 0 and json.loads(out.output)["lack_of_fit"] is None, out.output
+
+
+def test_the_scaling_figure_draws_the_saved_fit_of_the_same_numbers_and_refits_other_numbers(tmp_path):
+    from synthlab import plots
+
+    path = looplm_table(tmp_path)
+    out = run("looplm", path, "--bootstrap", "0", "--save", tmp_path / "fit_looplm.json")
+    assert out.exit_code == 0, out.output
+    record = json.loads((tmp_path / "fit_looplm.json").read_text())
+    assert record["fit_space"]["log_E"] == pytest.approx(np.log(record["E"]))
+    record["fit_space"]["log_E"] += 0.1  # marks the file's vector: a refit would not find it
+    (tmp_path / "fit_looplm.json").write_text(json.dumps(record))
+    table = plots.read_results(tmp_path)
+    drawn = plots.fit_scaling(table)
+    assert np.array_equal(drawn.theta, np.array(list(record["fit_space"].values())))
+    assert drawn.params["E"] == pytest.approx(record["E"] * np.exp(0.1)) and drawn.r2 == record["r2"]
+    assert plots.plot_scaling(table, tmp_path / "figures")[0].is_file()
+    changed = table.assign(loss=table["loss"] * 1.01)  # other numbers: the saved fit is not theirs
+    assert scaling.saved_fit(changed, tmp_path) is None and scaling.saved_fit(table, tmp_path / "nowhere") is None
+    assert plots.fit_scaling(changed).params["E"] != pytest.approx(drawn.params["E"])  # refitted

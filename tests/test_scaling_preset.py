@@ -12,7 +12,7 @@ from synthlab import experiments, stages, sweep
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
 from synthlab.data import Examples, pack_rows
-from synthlab.heldout import examples_in_rows, heldout_loss, seen_share
+from synthlab.heldout import examples_in_rows, heldout_loss, seen_share, sequences
 from synthlab.results import step_rows
 
 
@@ -71,7 +71,7 @@ def test_the_step_table_reads_the_heldout_losses(smoke):
 
 
 def test_the_seen_share_counts_the_scored_examples_found_verbatim_in_training():
-    training = Examples.from_lists([[1, 2, 3], [4, 5]], [1, 1])
+    training = frozenset(sequences(Examples.from_lists([[1, 2, 3], [4, 5]], [1, 1])))
     fresh = Examples.from_lists([[1, 2, 3], [4, 5, 6], [4, 5], [1, 2]], [1, 1, 1, 1])
     assert seen_share(fresh, 1, training) == 1.0
     assert seen_share(fresh, 2, training) == 0.5  # [4, 5, 6] is not [4, 5]

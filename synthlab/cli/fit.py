@@ -31,6 +31,7 @@ def _fit_json(group) -> dict:
         r2=result.r2, rmse_log=result.rmse_log, objective=result.objective, converged=result.converged,
         message=result.message, n_rows=result.n_rows, n_starts=result.n_starts, n_reached=result.n_reached,
         derived=group.derived,
+        fit_space=dict(zip(scaling.get_law(result.law).params, map(float, result.theta))),  # exact, unlike exp'd constants
         intervals={k: list(v) for k, v in boot.intervals.items()} if boot else {},
         level=boot.level if boot else None,
         bootstrap=boot.n_resamples if boot else 0,

@@ -46,6 +46,7 @@ from synthlab.scaling.table import (
     fit_table,
     read_fit_data,
     read_fit_json,
+    saved_fit,
     table_data,
 )
 from synthlab.scaling.uncertainty import (
@@ -68,5 +69,5 @@ __all__ = [
     "PowerTerm", "TableColumns", "TableFit", "bootstrap", "cold_refits", "data_digest", "default_columns", "derived", "design_cells",
     "fit", "fit_table", "get_law", "goodness", "holdout", "holdout_splits", "huber_objective", "implausible",
     "lack_of_fit", "minimize_batched", "plot_fit",
-    "power_sum_law", "read_fit_data", "register_law", "table_data",
+    "power_sum_law", "read_fit_data", "register_law", "saved_fit", "table_data",
 ]

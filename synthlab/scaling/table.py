@@ -149,6 +149,26 @@ def read_fit_data(path: Path, law: Law | str, columns: dict[str, object]) -> tup
     return data, tm
 
 
+def saved_fit(table: pd.DataFrame, sweep_dir: Path, name: str = "fit_looplm.json") -> FitResult | None:
+    """The fit `synthlab fit --save` wrote to `sweep_dir / name` if it fitted the numbers `table`
+    holds now (the saved digest, its columns read from `table`), else None: a figure then draws the
+    fit the report's verdict is decided from instead of a refit of its own. One law per file (not `steps`)."""
+    path = Path(sweep_dir) / name
+    try:
+        saved = read_fit_json(path.read_text())
+        law = get_law(saved["law"])
+        data, tm, _ = table_data(table, law, TableColumns(**saved["columns"]), name=path.name)
+        theta = np.array([saved["fit_space"][p] for p in law.params], dtype=float)
+    except (OSError, SynthlabError, KeyError, TypeError, ValueError):
+        return None  # no file, another law's or an older format (no fit_space): the caller refits
+    if data_digest(law, data, tm) != saved.get("data_sha256"):
+        return None
+    return FitResult(law=law.name, theta=theta, params=law.report(theta), objective=saved["objective"],
+                     converged=saved["converged"], message=saved["message"], n_starts=saved["n_starts"],
+                     n_reached=saved["n_reached"], r2=saved["r2"], rmse_log=saved["rmse_log"], n_rows=saved["n_rows"],
+                     basins=theta[None, :])
+
+
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
