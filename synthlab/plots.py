@@ -21,6 +21,7 @@ import pandas as pd
 
 from synthlab.draw import bars_and_seeds, mean_and_seeds, pyplot, save, seed_count, seeds_note
 from synthlab.errors import SynthlabError
+from synthlab.files import warn
 from synthlab.results import RESULTS, factor_column, read_rows
 
 STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
@@ -212,18 +213,17 @@ def fit_scaling(table: pd.DataFrame):
     a fit of the richest law the table supports: LoopLM if loops vary and rows allow, else Chinchilla."""
     from synthlab import scaling
 
-    if saved := "sweep_dir" in table.attrs and scaling.saved_fit(table, Path(table.attrs["sweep_dir"])):
-        return saved
+    try:
+        if "sweep_dir" in table.attrs and (saved := scaling.saved_fit(table, Path(table.attrs["sweep_dir"]))):
+            return saved
+    except SynthlabError as err:
+        warn(f"{err}; the figure draws a refit of its own")
     variables = {v: table[c].to_numpy(float) for v, c in (("N", "params"), ("D", "tokens"), ("Tm", "loops"))}
     data = scaling.Data(variables, table["loss"].to_numpy(float))
     if table["params"].nunique() < 3 or table["tokens"].nunique() < 3:
         return None  # two sizes cannot pin an exponent plus a constant: any fit would be degenerate
-    for law in ("looplm", "chinchilla"):
-        if law == "looplm" and table["loops"].nunique() < 2:
-            continue
-        if len(table) > len(scaling.get_law(law).params):
-            return scaling.fit(law, data)
-    return None
+    laws = ("looplm", "chinchilla") if table["loops"].nunique() >= 2 else ("chinchilla",)
+    return next((scaling.fit(law, data) for law in laws if len(table) > len(scaling.get_law(law).params)), None)
 
 
 def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:

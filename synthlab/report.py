@@ -104,8 +104,7 @@ def law_verdict(rule: verdicts.LawRule, sweep_dir: Path) -> verdicts.Verdict:
         return law_verdicts.decide_law(rule, None, None)
     try:
         saved = scaling.read_fit_json(path.read_text())
-        data, tm = scaling.read_fit_data(sweep_dir / rule.table, saved["law"], saved["columns"])
-        digest = scaling.data_digest(scaling.get_law(saved["law"]), data, tm)
+        digest = scaling.digest_now(saved, sweep_dir / rule.table)
     except (SynthlabError, KeyError, TypeError, ValueError) as err:
         return dataclasses.replace(law_verdicts.decide_law(rule, None, None), why=f"cannot read {rule.fit}: {err}")
     return law_verdicts.decide_law(rule, saved, digest)

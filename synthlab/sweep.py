@@ -375,7 +375,8 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir
 
 def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
          runs_dir: Path | None = None, gpu: bool = False) -> list[dict[str, Any]]:
-    """The grid as rows: factors, status (done / partial / todo) and measured or estimated cost.
+    """The grid as rows: factors, status (done / partial / todo), measured or estimated cost and the
+    run directory in the trained-model store that the point's model is (or would be) trained into.
 
     A finished point's cost is its measured wall time; the rest come from the runner's
     `estimate_seconds(point, finished=rows)` (which may calibrate on the finished rows), or NaN
@@ -393,7 +394,8 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
     rows, trained = [], set()
     for point, typed in zip(points, parse_points(runner, experiment, preset, points)):
         run_dir = runs_dir / point.train_id
-        row = {"point_id": point.point_id, **{factor_column(a): v for a, v in point.factors.items()}}
+        row = {"point_id": point.point_id, **{factor_column(a): v for a, v in point.factors.items()},
+               "run_dir": str(run_dir)}
         if gpu_cost is not None:
             row.update(gpu_cost(typed))
         shared = point.train_id in trained  # evaluates a model an earlier point trains

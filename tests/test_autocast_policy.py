@@ -109,6 +109,18 @@ def test_every_model_option_runs_forward_backward_and_inference_under_the_policy
         assert model.generate(idx[:, :4], 3, kv_strategy="mean").tokens.shape == (3, 7)
 
 
+
+def test_the_residual_stream_stays_float32_under_autocast_whatever_the_injection():
+    """A bf16 linear output must not become the core's residual stream (the concat injection's did:
+    a bf16 stream through every loop, and norms fed bf16 inputs with float32 weights)."""
+    for injection in ("none", "add", "concat", "diagonal"):
+        model = build_model(ModelConfig(**{**BASE, **OPTIONS["sandwich_concat_normal"], "injection": injection}), seed=0)
+        seen = []
+        model.core[0].register_forward_pre_hook(lambda _, args: seen.append(args[0].dtype))
+        with torch.no_grad(), cuda_autocast_policy():
+            model(torch.zeros((1, S), dtype=torch.long))
+        assert seen and set(seen) == {torch.float32}, (injection, seen)
+
 # --- the trainer: every objective, evaluation, early exit and generation ------------------------
 @pytest.fixture(scope="module")
 def mano_data(tmp_path_factory):

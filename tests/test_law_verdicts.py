@@ -74,8 +74,7 @@ def test_save_records_the_command_the_columns_and_the_digest(tmp_path, monkeypat
     saved, path = _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
     assert saved["command"] == f"synthlab fit looplm {path} --bootstrap 6 --holdout size --save {tmp_path / 'fit_looplm.json'}"
     assert saved["columns"]["loss_col"] == "loss" and saved["columns"]["n_col"] == "params"
-    data, tm = scaling.read_fit_data(path, "looplm", saved["columns"])
-    assert scaling.data_digest(scaling.get_law("looplm"), data, tm) == saved["data_sha256"]
+    assert scaling.digest_now(saved, path) == saved["data_sha256"]
     assert saved["holdout_kind"] == "size" and saved["holdout"][0]["split"] == "smallest 3 of 4 sizes"
     assert saved["bootstrap"] == 6 and saved["r2"] > 0.99
 

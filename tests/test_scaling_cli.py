@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from synthlab import scaling
 from synthlab.cli import app
+from synthlab.errors import SynthlabError
 
 
 def run(*args: str):
@@ -177,5 +178,20 @@ def test_the_scaling_figure_draws_the_saved_fit_of_the_same_numbers_and_refits_o
     assert drawn.params["E"] == pytest.approx(record["E"] * np.exp(0.1)) and drawn.r2 == record["r2"]
     assert plots.plot_scaling(table, tmp_path / "figures")[0].is_file()
     changed = table.assign(loss=table["loss"] * 1.01)  # other numbers: the saved fit is not theirs
-    assert scaling.saved_fit(changed, tmp_path) is None and scaling.saved_fit(table, tmp_path / "nowhere") is None
+    assert scaling.saved_fit(table, tmp_path / "nowhere") is None
+    with pytest.raises(SynthlabError, match="fitted to other numbers"):
+        scaling.saved_fit(changed, tmp_path)
     assert plots.fit_scaling(changed).params["E"] != pytest.approx(drawn.params["E"])  # refitted
+
+
+def test_a_damaged_saved_fit_is_named_on_stderr_and_the_figure_refits(tmp_path, capsys):
+    from synthlab import plots
+
+    path = looplm_table(tmp_path)
+    assert run("looplm", path, "--bootstrap", "0", "--save", tmp_path / "fit_looplm.json").exit_code == 0
+    (tmp_path / "fit_looplm.json").write_text('{"law": "looplm", "E": ')  # cut short
+    table = plots.read_results(tmp_path)
+    capsys.readouterr()
+    assert plots.fit_scaling(table).law == "looplm"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"warning: cannot use {tmp_path / 'fit_looplm.json'}: JSONDecodeError"), err

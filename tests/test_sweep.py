@@ -201,6 +201,11 @@ def test_dry_run_lists_status_and_cost(tmp_path):
                                       "--out", str(tmp_path), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "4 points, 4 to run" in result.output and not (tmp_path / sweep.RESULTS).exists()
+    assert f"trained models: in {tmp_path / 'runs'} (0 of 4 already there" in result.output
+    # the store the models would be trained into, whatever --out says is done
+    result = CliRunner().invoke(app, ["sweep", str(FAKE), "--preset", "smoke", "--runner", RUNNER.__name__,
+                                      "--out", str(tmp_path / "other"), "--runs", str(tmp_path / "done" / "runs"), "--dry-run"])
+    assert f"in {tmp_path / 'done' / 'runs'} (4 of 4 already there" in result.output, result.output
 
 
 @pytest.mark.parametrize(

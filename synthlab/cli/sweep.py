@@ -61,13 +61,16 @@ def _print_plan(rows: list[dict]) -> None:
     table = pd.DataFrame(rows)
     total = table["cost_s"].sum(min_count=1)
     table["cost"] = [f"{_duration(s)} ({src})" for s, src in zip(table["cost_s"], table["cost"])]
-    typer.echo(table.drop(columns=["cost_s", "gpu_h_shared"], errors="ignore").to_string(index=False))
+    typer.echo(table.drop(columns=["cost_s", "gpu_h_shared", "run_dir"], errors="ignore").to_string(index=False))
     todo = table[~table["status"].str.startswith("done")]
     changed = int((table["status"] == "done, config changed").sum())
     typer.echo(f"{len(table)} points, {len(todo)} to run; total cost {_duration(total)}"
                + (f"; {changed} done point(s) whose model was trained with another configuration than the "
                   f"definition now asks for (their rows are kept; sweep into a new --out to rerun them)"
                   if changed else ""))
+    models = table["run_dir"].drop_duplicates()
+    typer.echo(f"trained models: in {Path(models.iloc[0]).parent} ({sum(Path(m).is_dir() for m in models)} of "
+               f"{len(models)} already there, reused or resumed; --runs names another store)")
     if "gpu_h" in table:
         from synthlab import cost
 

@@ -50,8 +50,8 @@ class Injection(nn.Module):
             return h
         if self.kind == "add":
             return h + e
-        if self.kind == "concat":
-            return self.proj(torch.cat([h, e], dim=-1))
+        if self.kind == "concat":  # the residual stream stays in e's dtype (float32 under autocast, as elsewhere)
+            return self.proj(torch.cat([h, e], dim=-1)).to(e.dtype)
         dt = F.softplus(self.dt_bias)
         return torch.exp(-dt * self.A_log.exp()) * h + dt * self.W(e)
 

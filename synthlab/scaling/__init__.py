@@ -6,7 +6,7 @@
 - `uncertainty`: bootstrap intervals, compute-optimal quantities, hold-out evaluation, the
   lack-of-fit test against seed noise.
 - `table`: `fit_table`, a law fitted to a results table with all of the above (`synthlab fit`), and
-  the digest of the numbers a fit was fitted to (`data_digest`, `read_fit_data`), a fit's record
+  the digest of the numbers a fit was fitted to (`data_digest`, `digest_now`), a fit's record
   as strict JSON (`fit_json`, `read_fit_json`).
 - `plots`: fit and residual plots.
 """
@@ -41,10 +41,10 @@ from synthlab.scaling.table import (
     TableColumns,
     TableFit,
     data_digest,
+    digest_now,
     default_columns,
     fit_json,
     fit_table,
-    read_fit_data,
     read_fit_json,
     saved_fit,
     table_data,
@@ -66,8 +66,8 @@ from synthlab.scaling.uncertainty import (
 __all__ = [
     "CHINCHILLA", "HOLDOUT_KINDS", "LAWS", "LOOPLM", "POWER", "STATUS", "STEPS",
     "BatchResult", "BootstrapResult", "Data", "FitOptions", "FitResult", "GroupFit", "HoldoutRow", "LackOfFit", "Law",
-    "PowerTerm", "TableColumns", "TableFit", "bootstrap", "cold_refits", "data_digest", "default_columns", "derived", "design_cells",
+    "PowerTerm", "TableColumns", "TableFit", "bootstrap", "cold_refits", "data_digest", "digest_now", "default_columns", "derived", "design_cells",
     "fit", "fit_table", "get_law", "goodness", "holdout", "holdout_splits", "huber_objective", "implausible",
     "lack_of_fit", "minimize_batched", "plot_fit",
-    "power_sum_law", "read_fit_data", "register_law", "saved_fit", "table_data",
+    "power_sum_law", "register_law", "saved_fit", "table_data",
 ]

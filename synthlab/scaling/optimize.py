@@ -168,7 +168,7 @@ def minimize_batched(
         for _ in range(max_backtracks):
             idx = act[pending]
             trial = theta[idx] + step[pending, None] * d[pending]
-            with np.errstate(over="ignore", invalid="ignore"):
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 ft, gt = objective(trial, which[idx], True)
             ok = np.isfinite(ft) & np.isfinite(gt).all(axis=1) & (ft <= f[idx] + 1e-4 * step[pending] * slope[pending])
             f_new[pending[ok]], g_new[pending[ok]] = ft[ok], gt[ok]
@@ -313,7 +313,7 @@ def _polish(law: Law, X: np.ndarray, log_loss: np.ndarray, theta: np.ndarray, op
     def residuals(x):
         return law.log_predict(x[None, :], X, False)[0][0] - log_loss
 
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return optimize.least_squares(residuals, theta, jac=lambda x: jacobian(law, X, x), loss="huber" if robust else "linear", f_scale=options.delta,
                                       method="trf", xtol=options.tight_ftol, ftol=options.tight_ftol,
                                       gtol=options.tight_gtol, max_nfev=max_nfev)

@@ -142,27 +142,35 @@ def data_digest(law: Law, data: Data, tm: np.ndarray | None = None) -> str:
     return hashlib.sha256(np.column_stack([np.asarray(a, dtype=float) for a in arrays]).tobytes()).hexdigest()
 
 
-def read_fit_data(path: Path, law: Law | str, columns: dict[str, object]) -> tuple[Data, np.ndarray | None]:
-    """The rows a saved fit (`TableFit.source`'s columns, as JSON) would fit in the table at `path` now."""
-    the_law = get_law(law) if isinstance(law, str) else law
-    data, tm, _ = table_data(_read_table(Path(path)), the_law, TableColumns(**columns), name=Path(path).name)
-    return data, tm
+def digest_now(saved: dict, table: pd.DataFrame | Path, name: str = "") -> str:
+    """The digest of the numbers the saved fit `saved` (a record `fit_json` wrote) would fit in
+    `table` (a results table or its path) now, read with its columns: its `data_sha256` iff it was
+    fitted to them."""
+    law = get_law(saved["law"])
+    if isinstance(table, Path):
+        table, name = _read_table(table), table.name
+    data, tm, _ = table_data(table, law, TableColumns(**saved["columns"]), name=name)
+    return data_digest(law, data, tm)
 
 
 def saved_fit(table: pd.DataFrame, sweep_dir: Path, name: str = "fit_looplm.json") -> FitResult | None:
     """The fit `synthlab fit --save` wrote to `sweep_dir / name` if it fitted the numbers `table`
-    holds now (the saved digest, its columns read from `table`), else None: a figure then draws the
-    fit the report's verdict is decided from instead of a refit of its own. One law per file (not `steps`)."""
+    holds now (the saved digest, its columns read from `table`): a figure then draws the fit the
+    report's verdict is decided from instead of a refit of its own. None without the file; a
+    SynthlabError saying why for a file that cannot be read, holds another law's or an older
+    format's record (no fit_space), or was fitted to other numbers. One law per file (not `steps`)."""
     path = Path(sweep_dir) / name
+    if not path.is_file():
+        return None
     try:
         saved = read_fit_json(path.read_text())
         law = get_law(saved["law"])
-        data, tm, _ = table_data(table, law, TableColumns(**saved["columns"]), name=path.name)
         theta = np.array([saved["fit_space"][p] for p in law.params], dtype=float)
-    except (OSError, SynthlabError, KeyError, TypeError, ValueError):
-        return None  # no file, another law's or an older format (no fit_space): the caller refits
-    if data_digest(law, data, tm) != saved.get("data_sha256"):
-        return None
+        digest = digest_now(saved, table, path.name)
+    except (OSError, SynthlabError, KeyError, TypeError, ValueError) as err:
+        raise SynthlabError(f"cannot use {path}: {type(err).__name__}: {err}") from err
+    if digest != saved.get("data_sha256"):
+        raise SynthlabError(f"{path} was fitted to other numbers than the table holds now")
     return FitResult(law=law.name, theta=theta, params=law.report(theta), objective=saved["objective"],
                      converged=saved["converged"], message=saved["message"], n_starts=saved["n_starts"],
                      n_reached=saved["n_reached"], r2=saved["r2"], rmse_log=saved["rmse_log"], n_rows=saved["n_rows"],
