@@ -166,3 +166,37 @@ def test_lack_of_fit_holds_its_level_on_the_true_law_and_rejects_a_bent_one():
     assert lof.p_runs < 0.01 and lof.f > 10
     single = bent.subset(np.flatnonzero(np.arange(48) // 4 % 3 == 0))  # seed 0's runs: one row per design point
     assert sc.lack_of_fit(sc.CHINCHILLA, single, sc.fit(sc.CHINCHILLA, single).theta) is None
+
+
+def _law_form_check():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "law_form_check.py"
+    spec = importlib.util.spec_from_file_location("law_form_check", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_free_level_models_find_the_interaction_the_loss_has():
+    """benchmarks/law_form_check.py on a cpu-shaped grid (4 N x 4 D x 4 Tm, 3 seeds, a run's 4
+    checkpoints sharing half its noise): an additive loss passes every model's lack-of-fit test; a
+    loss whose size gain grows with D fails the additive model and passes the one with N x D free."""
+    import pandas as pd
+
+    script = _law_form_check()
+    rng = np.random.default_rng(3)
+    n, tm, seed, d = (a.ravel() for a in np.meshgrid([3e4, 1e5, 2.3e5, 4e5], [1, 2, 3, 4], [0, 1, 2],
+                                                      [2e5, 4e5, 9e5, 1.8e6], indexing="ij"))
+    run = np.repeat(np.arange(48), 4)
+    noise = 0.03 * (np.sqrt(0.5) * rng.standard_normal(48)[run] + np.sqrt(0.5) * rng.standard_normal(192))
+    additive = 0.3 + 30 / n ** 0.5 + 300 / d ** 0.5 + 0.2 / tm
+    interacting = additive + 0.4 * np.log(n / 3e4) * np.log(d / 2e5) / 10  # the size gap widens with D
+    for loss, rejected in ((additive, set()), (interacting, {"N + D + Tm", "N + D x Tm"})):
+        table = pd.DataFrame({"params": n, "eval_tokens": d + rng.integers(0, 50, 192), "loops": tm,
+                              "eval_loss": loss * np.exp(noise), "run_dir": run.astype(str), "eval.checkpoint": 0})
+        results, described = script.form_tests(table, np.random.default_rng(0), resamples=300)
+        assert described.startswith("192 rows, 64 design points, 48 runs; levels: N 4, D 4, Tm 4"), described
+        assert set(results.loc[results["p (runs)"] < 0.05, "model"]) == rejected, results
+        assert (results["R2"] <= results["R2 ceiling"] + 1e-9).all()

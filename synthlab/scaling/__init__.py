@@ -61,6 +61,7 @@ from synthlab.scaling.uncertainty import (
     holdout,
     holdout_splits,
     lack_of_fit,
+    lack_of_fit_test,
 )
 
 __all__ = [
@@ -68,6 +69,6 @@ __all__ = [
     "BatchResult", "BootstrapResult", "Data", "FitOptions", "FitResult", "GroupFit", "HoldoutRow", "LackOfFit", "Law",
     "PowerTerm", "TableColumns", "TableFit", "bootstrap", "cold_refits", "data_digest", "digest_now", "default_columns", "derived", "design_cells",
     "fit", "fit_table", "get_law", "goodness", "holdout", "holdout_splits", "huber_objective", "implausible",
-    "lack_of_fit", "minimize_batched", "plot_fit",
+    "lack_of_fit", "lack_of_fit_test", "minimize_batched", "plot_fit",
     "power_sum_law", "register_law", "saved_fit", "table_data",
 ]

@@ -274,7 +274,25 @@ def lack_of_fit(law: Law | str, data: Data, theta: np.ndarray, rng: np.random.Ge
     more design points than the law has parameters."""
     law = get_law(law) if isinstance(law, str) else law
     cells = design_cells(law, data)
-    n_cells, rows, params = int(cells.max()) + 1, len(cells), len(law.params)
+    n_cells = int(cells.max()) + 1
+    if n_cells == len(cells) or n_cells <= len(law.params):
+        return None  # before the refits; lack_of_fit_test says so too
+    X, log_loss = data.matrix(law), np.log(np.asarray(data.loss, dtype=float))
+    refits = [refit_from(law, data, start, options, max_nfev=5000, robust=False)[0] for start in np.atleast_2d(theta)]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sse = [float(np.sum((np.log(law.predict(t, X)) - log_loss) ** 2)) for t in refits]
+        optimum = refits[int(np.nanargmin(sse))]
+        J = jacobian(law, X, optimum) if rng is not None and resamples > 0 else None
+    return lack_of_fit_test(data, cells, float(np.nanmin(sse)), len(law.params), J, rng, resamples)
+
+
+def lack_of_fit_test(data: Data, cells: np.ndarray, sse: float, params: int, J: np.ndarray | None,
+                     rng: np.random.Generator | None = None, resamples: int = 1000) -> LackOfFit | None:
+    """The lack-of-fit test of any model of the design points fitted by least squares on log loss:
+    `sse` its residual sum of squares, `params` its parameter count, `J` (rows, params) the
+    Jacobian of its log prediction at the optimum (for the wild bootstrap over `data.runs`; None:
+    the F test only). None where the data have no replicates or too few design points."""
+    n_cells, rows = int(cells.max()) + 1, len(cells)
     if n_cells == rows or n_cells <= params:
         return None
     loss = np.asarray(data.loss, dtype=float)
@@ -285,22 +303,14 @@ def lack_of_fit(law: Law | str, data: Data, theta: np.ndarray, rng: np.random.Ge
         means = np.stack([np.bincount(cells, v) for v in np.atleast_2d(values)]) / np.bincount(cells)
         return values - means[:, cells].reshape(np.shape(values))
 
-    X = data.matrix(law)
-    refits = [refit_from(law, data, start, options, max_nfev=5000, robust=False)[0] for start in np.atleast_2d(theta)]
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        sse = [float(np.sum((np.log(law.predict(t, X)) - log_loss) ** 2)) for t in refits]
-    best = int(np.nanargmin(sse))
-    optimum = refits[best]
     ss_pure = float((pure_residuals(log_loss) ** 2).sum())
-    ss_lack = max(sse[best] - ss_pure, 0.0)
+    ss_lack = max(sse - ss_pure, 0.0)
     df_lack, df_pure = n_cells - params, rows - n_cells
     f = (ss_lack / df_lack) / (ss_pure / df_pure) if ss_pure > 0 else np.inf
     runs = np.unique(data.runs if data.runs is not None else np.arange(rows), return_inverse=True)[1].ravel()
     p_runs, drawn_count = np.nan, 0
-    if rng is not None and resamples > 0 and ss_pure > 0:
+    if rng is not None and resamples > 0 and ss_pure > 0 and J is not None:
         drawn_count = resamples
-        with np.errstate(over="ignore", invalid="ignore"):
-            J = jacobian(law, X, optimum)
         J = np.where(np.isfinite(J), J, 0.0)
         scale = np.abs(J).max(axis=0)
         J = J[:, scale > 0] / scale[scale > 0]  # the same column space, columns of one scale
