@@ -291,7 +291,10 @@ def lack_of_fit_test(data: Data, cells: np.ndarray, sse: float, params: int, J: 
     """The lack-of-fit test of any model of the design points fitted by least squares on log loss:
     `sse` its residual sum of squares, `params` its parameter count, `J` (rows, params) the
     Jacobian of its log prediction at the optimum (for the wild bootstrap over `data.runs`; None:
-    the F test only). None where the data have no replicates or too few design points."""
+    the F test only). None where the data have no replicates or too few design points. The bootstrap
+    assumes the model's parameters do not follow the runs: a free value per group of runs (per (N,
+    Tm) on a sweep's grid) absorbs their shared luck, and the bootstrap then rejects a true model
+    far too often (benchmarks/law_form_check.py)."""
     n_cells, rows = int(cells.max()) + 1, len(cells)
     if n_cells == rows or n_cells <= params:
         return None
