@@ -31,7 +31,7 @@ import pandas as pd  # noqa: E402
 from scipy import optimize  # noqa: E402
 
 from synthlab import scaling as sc  # noqa: E402
-from synthlab.scaling.uncertainty import data_levels  # noqa: E402
+from synthlab.errors import SynthlabError  # noqa: E402
 
 MODELS = {  # name: groups of variables, each group one free table over its levels' combinations
     "N + D + Tm": [["N"], ["D"], ["Tm"]],
@@ -65,21 +65,23 @@ def fit_free(M: np.ndarray, loss: np.ndarray) -> tuple[float, np.ndarray, float]
     return float(np.sum(residuals(beta) ** 2)), jac(beta), float(r2)
 
 
-def form_tests(table: pd.DataFrame, rng: np.random.Generator, resamples: int = 1000) -> tuple[pd.DataFrame, str]:
-    """(one row per model of MODELS: its constants, R^2 and lack-of-fit test; a line describing the table)."""
-    data = sc.Data({"N": table["params"].to_numpy(float), "D": table["eval_tokens"].to_numpy(float),
-                    "Tm": table["loops"].to_numpy(float)}, table["eval_loss"].to_numpy(float),
-                   runs=np.unique(table["run_dir"].astype(str), return_inverse=True)[1].ravel())
-    levels = {v: np.searchsorted(data_levels(x), x) for v, x in data.variables.items()}
+def form_tests(table: pd.DataFrame, rng: np.random.Generator, resamples: int = 1000, name: str = "table"
+               ) -> tuple[pd.DataFrame, str]:
+    """(one row per model of MODELS: its constants, R^2 and lack-of-fit test; a line describing the
+    table), the table's N, D, Tm, loss and runs read as `synthlab fit looplm` reads them."""
+    data, _, _ = sc.table_data(table, sc.LOOPLM, name=name)
+    levels = sc.design_levels(sc.LOOPLM, data)
     cells = sc.design_cells(sc.LOOPLM, data)
     rows = []
-    for name, groups in MODELS.items():
+    for model, groups in MODELS.items():
         M = design_matrix(levels, groups)
         sse, J, r2 = fit_free(M, data.loss)
         test = sc.lack_of_fit_test(data, cells, sse, M.shape[1], J, rng, resamples)
-        rows.append({"model": name, "params": M.shape[1], "R2": r2, "F": test.f, "p (rows)": test.p,
+        if test is None:
+            raise SynthlabError(f"{name}: no design point has replicates (seeds), or too few points for {model}")
+        rows.append({"model": model, "params": M.shape[1], "R2": r2, "F": test.f, "p (rows)": test.p,
                      "p (runs)": test.p_runs, "R2 ceiling": test.r2_ceiling})
-    described = (f"{len(table)} rows, {cells.max() + 1} design points, {data.runs.max() + 1} runs; levels: "
+    described = (f"{len(table)} rows, {cells.max() + 1} design points, {len(np.unique(data.runs))} runs; levels: "
                  + ", ".join(f"{v} {x.max() + 1}" for v, x in levels.items()))
     return pd.DataFrame(rows), described
 
@@ -91,9 +93,15 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=1000, help="wild-bootstrap draws of the test over runs")
     parser.add_argument("--seed", type=int, default=0, help="seed of the wild bootstrap")
     args = parser.parse_args()
-    table = pd.read_csv(args.table)
-    table = table[table["eval.checkpoint"] >= args.min_checkpoint].reset_index(drop=True)
-    results, described = form_tests(table, np.random.default_rng(args.seed), args.resamples)
+    try:
+        table = pd.read_csv(args.table)
+        if args.min_checkpoint:
+            if "eval.checkpoint" not in table:
+                raise SynthlabError(f"{args.table} has no eval.checkpoint column for --min-checkpoint")
+            table = table[table["eval.checkpoint"] >= args.min_checkpoint].reset_index(drop=True)
+        results, described = form_tests(table, np.random.default_rng(args.seed), args.resamples, args.table.name)
+    except (OSError, ValueError, SynthlabError) as err:
+        parser.exit(2, f"error: {err}\n")
     print(f"{args.table} (checkpoints >= {args.min_checkpoint}): {described}")
     print(results.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
 

@@ -200,3 +200,5 @@ def test_free_level_models_find_the_interaction_the_loss_has():
         assert described.startswith("192 rows, 64 design points, 48 runs; levels: N 4, D 4, Tm 4"), described
         assert set(results.loc[results["p (runs)"] < 0.05, "model"]) == rejected, results
         assert (results["R2"] <= results["R2 ceiling"] + 1e-9).all()
+    with pytest.raises(SynthlabError, match="no design point has replicates"):  # one seed: nothing to test against
+        script.form_tests(table[seed == 0], np.random.default_rng(0), resamples=10)

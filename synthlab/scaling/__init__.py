@@ -58,6 +58,7 @@ from synthlab.scaling.uncertainty import (
     cold_refits,
     derived,
     design_cells,
+    design_levels,
     holdout,
     holdout_splits,
     lack_of_fit,
@@ -67,7 +68,7 @@ from synthlab.scaling.uncertainty import (
 __all__ = [
     "CHINCHILLA", "HOLDOUT_KINDS", "LAWS", "LOOPLM", "POWER", "STATUS", "STEPS",
     "BatchResult", "BootstrapResult", "Data", "FitOptions", "FitResult", "GroupFit", "HoldoutRow", "LackOfFit", "Law",
-    "PowerTerm", "TableColumns", "TableFit", "bootstrap", "cold_refits", "data_digest", "digest_now", "default_columns", "derived", "design_cells",
+    "PowerTerm", "TableColumns", "TableFit", "bootstrap", "cold_refits", "data_digest", "digest_now", "default_columns", "derived", "design_cells", "design_levels",
     "fit", "fit_table", "get_law", "goodness", "holdout", "holdout_splits", "huber_objective", "implausible",
     "lack_of_fit", "lack_of_fit_test", "minimize_batched", "plot_fit",
     "power_sum_law", "register_law", "saved_fit", "table_data",

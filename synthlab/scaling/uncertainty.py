@@ -255,15 +255,19 @@ class LackOfFit:
     r2_ceiling: float  # R^2 (loss space) of the design points' mean losses: no law of these variables exceeds it
 
 
+def design_levels(law: Law, data: Data) -> dict[str, np.ndarray]:
+    """{variable of `law`: (rows,) index of each row's level}: values within DATA_CUT_TOLERANCE of
+    each other are one level, as `data_levels` groups D (a checkpoint's tokens differ by a few
+    between seeds)."""
+    return {v: np.searchsorted(data_levels(values), values)
+            for v in law.variables for values in [np.asarray(data.variables[v], dtype=float)]}
+
+
 def design_cells(law: Law, data: Data) -> np.ndarray:
-    """(rows,) index of each row's design point: the rows whose every variable of `law` is at the same
-    level (values within DATA_CUT_TOLERANCE of each other, as `data_levels` groups D; a checkpoint's
-    tokens differ by a few between seeds)."""
-    levels = []
-    for v in law.variables:
-        values = np.asarray(data.variables[v], dtype=float)
-        levels.append(np.searchsorted(data_levels(values), values))
-    return np.unique(np.column_stack(levels), axis=0, return_inverse=True)[1].ravel()
+    """(rows,) index of each row's design point: the rows whose every variable of `law` is at the
+    same level (`design_levels`)."""
+    levels = design_levels(law, data)
+    return np.unique(np.column_stack([levels[v] for v in law.variables]), axis=0, return_inverse=True)[1].ravel()
 
 
 def lack_of_fit(law: Law | str, data: Data, theta: np.ndarray, rng: np.random.Generator | None = None,
