@@ -10,8 +10,9 @@ where the free additive model fails `synthlab fit`'s lack-of-fit test, every add
 and Tm fails it, whatever its optimiser did; where it passes, a rejected LoopLM law fails by its
 power-law shapes. The same test then runs with N and D, or D and Tm, free to interact (a free value
 per combination of their levels, the third variable added): which interaction the data need. (Not
-N x Tm: a free value per (N, Tm) is one per group of runs, which absorbs their shared luck, and the
-wild bootstrap over runs then rejects a true model far too often.) Each model is
+N x Tm: a free value per (N, Tm) is one per group of three runs, which absorbs part of their shared
+luck, and the wild bootstrap over runs is not calibrated for a model that follows the runs so
+closely.) Each model is
 fitted by least squares on log loss from the linear fit in loss space; the test is
 `scaling.lack_of_fit_test` (F test over rows, wild bootstrap over runs), as for the laws.
 """

@@ -296,9 +296,9 @@ def lack_of_fit_test(data: Data, cells: np.ndarray, sse: float, params: int, J: 
     `sse` its residual sum of squares, `params` its parameter count, `J` (rows, params) the
     Jacobian of its log prediction at the optimum (for the wild bootstrap over `data.runs`; None:
     the F test only). None where the data have no replicates or too few design points. The bootstrap
-    assumes the model's parameters do not follow the runs: a free value per group of runs (per (N,
-    Tm) on a sweep's grid) absorbs their shared luck, and the bootstrap then rejects a true model
-    far too often (benchmarks/law_form_check.py)."""
+    assumes the model's parameters do not follow the runs: a free value per small group of runs
+    (per (N, Tm) on a sweep's grid) absorbs part of their shared luck, and the bootstrap is then
+    not calibrated for it (benchmarks/law_form_check.py leaves that model out)."""
     n_cells, rows = int(cells.max()) + 1, len(cells)
     if n_cells == rows or n_cells <= params:
         return None
