@@ -18,9 +18,10 @@ from typing import Any
 
 from synthlab.config import content_hash
 from synthlab.errors import SynthlabError
-from synthlab_generators.writer import check_writable
+from synthlab_generators.writer import check_out, check_writable, make_temp_sibling, replace_dir
 
-__all__ = ["atomic_write", "atomic_write_text", "cached_dir", "check_writable", "file_lock", "sha256_file", "warn"]
+__all__ = ["atomic_write", "atomic_write_text", "cached_dir", "check_out", "check_writable", "file_lock", "make_temp_sibling",
+           "replace_dir", "sha256_file", "warn"]
 
 
 def warn(message: str) -> None:
