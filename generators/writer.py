@@ -82,9 +82,10 @@ def _write_json(path: Path, obj: Any, indent: int | None = 1) -> None:
                     encoding="utf-8")
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: str | Path) -> str:
+    """The hex sha256 of a file's bytes (read in blocks)."""
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
+    with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -150,7 +151,7 @@ def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
                         bar.update(chunk.count("\n"))
         if bar is not None:
             bar.close()
-        files = {p.name: {"sha256": _sha256(p), "bytes": p.stat().st_size}
+        files = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
                  for p in sorted(tmp.iterdir())}
         meta = {
             "task": spec.name,

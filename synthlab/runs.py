@@ -306,9 +306,37 @@ def trained_data(run_dir: str | Path, run: RunConfig, derived: dict[str, Any], m
     return path
 
 
+def _metrics_lines(path: Path) -> list[tuple[dict[str, Any], str]]:
+    """(record, line) of each whole line of a metrics.jsonl; a last line cut off mid-write (a full
+    disk, a kill) is skipped with a warning, a damaged line before it is a SynthlabError."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append((json.loads(line), line))
+        except ValueError:
+            if number == len(lines):  # no newline after it: the write never finished
+                warn(f"{path}:{number}: skipping a line cut off mid-write")
+                continue
+            raise SynthlabError(f"{path}:{number}: not a JSON record (damaged metrics)") from None
+    return records
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The run's metrics.jsonl records, in order."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise SynthlabError(f"no metrics.jsonl in {run_dir}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    return [record for record, _ in _metrics_lines(path)]
+
+
+def trim_metrics(run_dir: str | Path, step: int) -> None:
+    """Cut metrics.jsonl back to its whole lines logged at or before `step` (a resumed run logs the
+    rest again; a line cut off mid-write goes too)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if path.is_file():
+        kept = [line for record, line in _metrics_lines(path) if record.get("step", 0) <= step]
+        atomic_write_text(path, "".join(line + "\n" for line in kept))

@@ -45,7 +45,8 @@ def bios(tmp_path_factory):
 def trained(bios, tmp_path_factory):
     """A finished 2-step run (exportable: loops = 1, SwiGLU), checkpoints at steps 1 and 2."""
     run = tmp_path_factory.mktemp("r") / "run"
-    result = invoke("train", "--data", bios, "--out", run, "--steps", 2, "--checkpoint-every", 1, *EXPORTABLE)
+    result = invoke("train", "--data", bios, "--out", run, "--steps", 2, "--checkpoint-every", 1, "--log-every", 1,
+                    *EXPORTABLE)
     assert result.exit_code == 0, result.output
     return run
 
@@ -212,3 +213,74 @@ def test_gen_never_replaces_the_working_directory(tmp_path, monkeypatch):
         one_error_line(invoke("gen", "mano", "--L", 2, "--n-train", 10, "--n-test", 2, "--out", out, "--overwrite"),
                        "working directory")
     assert (tmp_path / "keep.txt").read_text() == "mine\n"
+
+
+# --- edited datasets ----------------------------------------------------------------------------
+
+def test_an_edited_dataset_is_refused_at_train_resume_eval_and_capacity_unless_no_verify(trained, bios, tmp_path):
+    data = tmp_path / "bios"
+    shutil.copytree(bios, data)
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    config = json.loads((run / "config.json").read_text())
+    config["train"]["data"] = str(data)
+    (run / "config.json").write_text(json.dumps(config))
+    assert invoke("eval", run, "--device", "cpu", "--threads", 1).exit_code == 0
+    train = data / "train.jsonl"
+    train.write_text(train.read_text().replace(" She ", " He "))  # every record rewritten
+    commands = {
+        "train": ["train", "--data", data, "--out", tmp_path / "new", "--steps", 1, *EXPORTABLE],
+        "resume": ["train", "--resume", run, "--no-progress"],
+        "eval": ["eval", run, "--device", "cpu", "--threads", 1],
+        "capacity": ["capacity", run, "--device", "cpu"],
+    }
+    for args in commands.values():
+        one_error_line(invoke(*args), train, "sha256", "--no-verify")
+    assert not (tmp_path / "new").exists()
+    assert invoke(*commands["eval"], "--no-verify").exit_code == 0
+    assert invoke(*commands["train"], "--no-verify").exit_code == 0
+
+
+def test_a_dataset_is_hashed_once_per_size_and_mtime(bios, tmp_path, monkeypatch):
+    from synthlab import data as datalib
+
+    data = tmp_path / "bios"
+    shutil.copytree(bios, data)
+    (data / ".verified.json").unlink(missing_ok=True)
+    hashed = []
+    real = datalib.sha256_file
+    monkeypatch.setattr(datalib, "sha256_file", lambda path: hashed.append(Path(path).name) or real(path))
+    datalib.load_dataset(data)
+    assert sorted(hashed) == sorted(json.loads((data / "meta.json").read_text())["files"])
+    hashed.clear()
+    datalib.load_dataset(data)
+    assert hashed == []
+    os.utime(data / "test.jsonl", ns=(0, 0))  # touched: hashed again (and still intact)
+    datalib.load_dataset(data)
+    assert hashed == ["test.jsonl"]
+
+
+# --- appends cut off ----------------------------------------------------------------------------
+
+def test_a_metrics_line_cut_by_a_full_disk_blocks_neither_resume_nor_curves(trained, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    for name in ("model.safetensors", "summary.json", "checkpoint-2.pt", "checkpoint-2.pt.sha256"):
+        (run / name).unlink()  # stopped after the step-1 checkpoint, while appending step 2's line
+    shutil.copyfile(run / "checkpoint-1.pt", run / "checkpoint.pt")
+    whole = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(whole[:-10])
+    result = invoke("curves", run, "--out", tmp_path / "fig")
+    assert result.exit_code == 0 and "warning: " in result.output and "cut off" in result.output, result.output
+    result = invoke("train", "--resume", run, "--no-progress")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["loss"]) for r in records] == [(r["step"], r["loss"]) for r in map(json.loads, whole.splitlines())]
+
+
+def test_a_damaged_metrics_line_before_the_last_is_one_error_line(trained, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(["{garbage", *lines]) + "\n")
+    one_error_line(invoke("curves", run, "--out", tmp_path / "fig"), "metrics.jsonl:1")
