@@ -151,12 +151,14 @@ def estimate_capacity(run_dir: str | Path, *, data_dir: str | Path | None = None
     """The capacity report of a bioS run; written to RUN_DIR/capacity.json (capacity_steps{T}.json
     when read at `steps` recurrent steps) and returned. `data_dir`: the run's dataset if it moved."""
     from synthlab.data import load_dataset
+    from synthlab.evaluate import check_eval_steps
     from synthlab.files import atomic_write_text
     from synthlab.models import count_params
-    from synthlab.runs import open_run, resolve_device, trained_data
+    from synthlab.runs import load_run, open_run, resolve_device, trained_data
 
     run_dir = Path(run_dir)
     dev = resolve_device(device)
+    check_eval_steps(steps, load_run(run_dir)[0].model.loops)
     model, run, derived = open_run(run_dir, dev)
     if run.train.task != "bios":
         raise SynthlabError(f"capacity needs a run trained on bios; {run_dir} was trained on {run.train.task}")

@@ -124,14 +124,12 @@ def _verdict_lines(rules, laws, table: pd.DataFrame, factors: list[str], preset:
             ["", "Verdict: the definition states no rule."]), found
 
 
-def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool
+def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool, folder: str
              ) -> tuple[str, list[verdicts.Verdict]]:
     info = read_info(sweep_dir)
-    if not info:
-        raise SynthlabError(f"{sweep_dir} is not a sweep directory (no sweep.json)")
     table = plots.read_results(sweep_dir)
     name = info["experiment"]
-    figure_dir = out_dir / name
+    figure_dir = out_dir / folder
     order, factors, point_factors, rules, laws = _grid(info)
     for factor in factors:  # the grid's value wherever a row is in it (an axis added after a run included)
         known = table["point_id"].map(lambda i: point_factors.get(i, {}).get(factor))
@@ -177,8 +175,23 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         for rule in laws:  # the saved fits the law rules read (their tables' numbers are copied unchanged)
             if (sweep_dir / rule.fit).is_file() and (sweep_dir / rule.fit).resolve() != (figure_dir / rule.fit).resolve():
                 shutil.copyfile(sweep_dir / rule.fit, figure_dir / rule.fit)
-        lines.insert(3, f"Table: [`{name}/results.csv`]({name}/results.csv).")
+        lines.insert(3, f"Table: [`{folder}/results.csv`]({folder}/results.csv).")
     return "\n".join(lines), [(name, v) for v in found]
+
+
+def _folders(sweep_dirs: list[Path]) -> dict[Path, str]:
+    """The folder beside the report of each sweep's figures and copied table: its experiment's name,
+    or, where several sweeps of one experiment are reported, the sweep folder's name (then a number)."""
+    names = {}
+    for d in map(Path, sweep_dirs):
+        if not read_info(d):
+            raise SynthlabError(f"{d} is not a sweep directory (no sweep.json)")
+        names[d] = read_info(d)["experiment"]
+    folders: dict[Path, str] = {}
+    for i, (d, name) in enumerate(names.items()):
+        folder = name if list(names.values()).count(name) == 1 else d.name
+        folders[d] = folder if folder not in folders.values() else f"{name}-{i + 1}"
+    return folders
 
 
 def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = False, notes: Path | None = None,
@@ -194,7 +207,7 @@ def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = Fals
         readings = tomllib.loads(Path(notes).read_text()) if notes else {}
     except tomllib.TOMLDecodeError as err:
         raise SynthlabError(f"cannot parse --notes {notes}: {err}") from None
-    sections = [_section(Path(d), out.parent, readings, copy_results) for d in sweep_dirs]
+    sections = [_section(Path(d), out.parent, readings, copy_results, f) for d, f in _folders(sweep_dirs).items()]
     found = [v for _, vs in sections for v in vs]
     parts = [f"# {title}", readings.get("preamble", "").strip(), claims_table(found), *(s for s, _ in sections)]
     text = "\n\n".join(p for p in parts if p)

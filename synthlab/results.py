@@ -89,6 +89,32 @@ def read_rows(path: str | Path, *, warn_damaged: bool = True) -> list[dict[str, 
     return rows
 
 
+def check_numbers(table, path: Path):
+    """`table` (read from `path`), checked: a column of numbers with a cell that is not one (edited
+    by hand, damaged) is a SynthlabError naming the cell; a column mostly of labels is left alone."""
+    import pandas as pd
+
+    for column in [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]:
+        numbers = pd.to_numeric(table[column], errors="coerce")
+        bad = table[column].notna() & numbers.isna()
+        if bad.any() and numbers.notna().sum() > bad.sum():
+            raise _not_a_number(path, table[bad].iloc[0], column)
+    return table
+
+
+def cell_number(row: dict[str, str], column: str, path: Path) -> float:
+    """The number in `row`'s cell `column` of the table at `path`; a SynthlabError naming it if it is not one."""
+    try:
+        return float(row[column])
+    except (KeyError, TypeError, ValueError):
+        raise _not_a_number(path, row, column) from None
+
+
+def _not_a_number(path: Path, row, column: str) -> SynthlabError:
+    return SynthlabError(f"{path}: point {row.get('point_id', '?')}, column {column}: {row.get(column)!r} is not a "
+                         f"number (fix or delete that row; a deleted point is run again)")
+
+
 def _parse_csv(text: str) -> list[list[str]]:
     """The records of a CSV text; a record cut inside a quoted cell (at the end) is left out."""
     while text:

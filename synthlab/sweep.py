@@ -48,9 +48,9 @@ from typing import Any
 
 from synthlab.errors import SynthlabError
 from synthlab.experiments import Experiment, Point
-from synthlab.files import atomic_write_text, check_writable, file_lock, warn
+from synthlab.files import atomic_write_text, check_writable, die_with_parent, file_lock, warn
 from synthlab.progress import Progress
-from synthlab.results import RESULTS, append_rows, factor_column, missing_columns, read_rows
+from synthlab.results import RESULTS, append_rows, cell_number, factor_column, missing_columns, read_rows
 
 
 # --- work units: one trained model and the points evaluated on it --------------------------
@@ -221,7 +221,8 @@ def _execute_local(units: list[Unit], jobs: int, on_done) -> None:
 
     # spawn: a fresh interpreter per worker (fork would copy torch's thread pools and locks).
     ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    # Workers end with the driver (killed or not): none goes on training points nobody collects.
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent) as pool:
         futures = [pool.submit(run_unit, unit) for unit in units]
         for future in concurrent.futures.as_completed(futures):
             on_done(future.result())
@@ -238,7 +239,7 @@ def ray_resources(unit: Unit, cluster_gpus: float) -> dict[str, float]:
 def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
     import ray
 
-    if not ray.is_initialized():
+    if not ray.is_initialized():  # run_sweep checked that there is an address
         ray.init(address=address, log_to_driver=False)
     remote = ray.remote(run_unit)
     gpus = ray.cluster_resources().get("GPU", 0)
@@ -272,6 +273,10 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
         raise SynthlabError(f"nproc_per_node must be >= 0 (0: train in the worker), got {nproc_per_node}")
     if executor not in ("local", "ray"):
         raise SynthlabError(f"--executor must be 'local' or 'ray', got '{executor}'")
+    if executor == "ray" and ray_address is None and not getattr(sys.modules.get("ray"), "is_initialized", bool)():
+        # A local cluster started here would listen on every interface without authentication.
+        raise SynthlabError("--executor ray needs --ray-address of a running cluster (`ray start --head` on a "
+                            "trusted network, then HOST:6379, or 'auto' on its head node); none is started here")
     for path, option in ((out, "--out"), (cache_dir, "--cache"), (runs_dir, "--runs")):
         if path is not None:
             check_writable(path, option)
@@ -403,7 +408,7 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
         if point.point_id in done:
             changed = changed_since is not None and changed_since(typed, run_dir)
             row.update(status="done, config changed" if changed else "done",
-                       cost_s=float(done[point.point_id]["wall_s"]), cost="measured")
+                       cost_s=cell_number(done[point.point_id], "wall_s", out / RESULTS), cost="measured")
         elif shared:
             own = row["gpu_h"] - row["gpu_h_shared"] if gpu_cost is not None else 0.0
             row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=own * 3600, cost="shared model")

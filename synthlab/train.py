@@ -43,15 +43,16 @@ from synthlab.board import Board, summary_writer
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
-from synthlab.files import atomic_write_text, check_writable
+from synthlab.files import atomic_write_text, check_writable, folder_lock
 from synthlab.models import build_model
 from synthlab.models.layers import Block
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
 from synthlab.optim import adamw, lr_factor
 from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
-from synthlab.runs import (RunConfig, autocast, checkpoint_files, float32_matmul, load_checkpoint, load_run, load_weights,
-                           resolve_device, save_checkpoint, save_weights, data_sha256, trained_data, trim_metrics)
+from synthlab.runs import (RunConfig, autocast, checkpoint_files, clear_unstarted, float32_matmul, load_checkpoint,
+                           load_run, load_weights, resolve_device, save_checkpoint, save_weights, data_sha256,
+                           trained_data, trim_metrics)
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -185,7 +186,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
         run, recorded = load_run(run_dir)
         run.train.data = str(trained_data(run_dir, run, recorded, moved_to=data))
         ckpt = load_checkpoint(run_dir, missing_ok=True)  # None: stopped before its first checkpoint
-    elif run_dir.exists() and any(run_dir.iterdir()):
+    elif run_dir.exists() and any(run_dir.iterdir()) and not clear_unstarted(run_dir):
         raise SynthlabError(f"--out {run_dir} is not empty; choose a new folder or --resume it")
     check_writable(run_dir)
     if not resume and run.train.init_from is not None:  # a bad --init-from fails before the folder exists
@@ -209,7 +210,8 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
             atomic_write_text(run_dir / "config.json", json.dumps({**configlib.to_dict(run), "derived": derived}, indent=2) + "\n")
         # Weights come from build_model's own seeded generator; torch's global RNG only drives dropout.
         # It is forked so that training can seed and checkpoint it without touching the caller's state.
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), float32_matmul(device, cfg.tf32):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), float32_matmul(device, cfg.tf32), \
+                folder_lock(run_dir, "training", world.main):
             trainer = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
             where = lambda: f"at step {trainer.step + 1}; {trainer.kept()} (continue with: synthlab train --resume {run_dir})"
             try:

@@ -2,11 +2,13 @@
 
 Each area registers its commands here from its own module in this package. Command modules import
 heavy libraries (torch, transformers, ray) inside the command functions, so `synthlab gen` and
-`synthlab fit` start fast. A SynthlabError (or an OSError) anywhere becomes one line on stderr and
-exit code 2.
+`synthlab fit` start fast. A SynthlabError (or an OSError, or running out of memory) anywhere
+becomes one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
+
+import re
 
 import click
 import typer
@@ -19,6 +21,17 @@ from synthlab.errors import SynthlabError
 _CLICK_ERRORS = (click.ClickException, getattr(typer, "TyperException", click.ClickException))
 
 
+def _out_of_memory(err: BaseException) -> str | None:
+    """', tried to allocate <size>' of an out-of-memory error ('' if it names none), None for any other error."""
+    message = str(err)
+    if (found := re.search(r"tried to allocate (\d+) bytes", message)) is not None:  # the CPU allocator
+        return f", tried to allocate {int(found.group(1)) / 2**30:,.1f} GiB at once"
+    if (found := re.search(r"out of memory\. Tried to allocate ([\d.]+ [KMGT]?i?B)", message)) is not None:  # CUDA
+        return f" on the GPU, tried to allocate {found.group(1)} at once"
+    oom = isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or "out of memory" in message
+    return "" if oom else None
+
+
 class _ReadableErrors(TyperGroup):
     """Turns SynthlabError, an OSError (naming its file), and a subcommand's bad option (`--L abc`),
     into one line and exit code 2."""
@@ -28,6 +41,11 @@ class _ReadableErrors(TyperGroup):
             return super().invoke(ctx)
         except SynthlabError as err:
             typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=2) from None
+        except (MemoryError, RuntimeError) as err:  # out of memory (torch's OutOfMemoryError is a RuntimeError)
+            if (size := _out_of_memory(err)) is None:
+                raise
+            typer.echo(f"error: out of memory{size}: use a smaller model, batch or sequence length", err=True)
             raise typer.Exit(code=2) from None
         except OSError as err:  # a file that could not be read or written: name it, no traceback
             where = f"{err.filename}: " if err.filename else ""

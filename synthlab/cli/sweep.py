@@ -18,7 +18,8 @@ def sweep(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/NAME-PRESET)."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Points run in parallel processes (local executor)."),
     executor: str = typer.Option("local", "--executor", help="Where points run: local or ray."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (default: start a local one)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (HOST:6379, or 'auto' on its head node); "
+                                                                            "--executor ray needs one."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (Ray: CPUs) per run (default: cores/jobs locally, 1 on Ray)."),
     launcher: str = typer.Option("process", "--launcher", help="How a point trains: process (in its worker) or torchrun (data-parallel, --nproc-per-node processes; Ray asks as many GPUs)."),
     nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Processes per torchrun job (one GPU each on CUDA)."),

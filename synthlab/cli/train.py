@@ -121,6 +121,12 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def _at_least_one(**values: int) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise SynthlabError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
 def evaluate(
     run_dir: Path = typer.Argument(..., help="Run directory made by `synthlab train`."),
     data: Optional[Path] = typer.Option(None, help="Dataset folder to test on (default: the run's own)."),
@@ -136,8 +142,7 @@ def evaluate(
     from synthlab.data import unverified_data
     from synthlab.evaluate import evaluate_run
 
-    if steps is not None and steps < 1:
-        raise SynthlabError(f"--steps must be >= 1, got {steps}")
+    _at_least_one(batch_size=batch_size)
     _set_threads(threads)
     with unverified_data(not verify):
         result = evaluate_run(run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size,
@@ -168,8 +173,7 @@ def capacity(
     verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Bits of knowledge stored (Physics of LMs 3.3, Def. 4.3) and bits per parameter -> RUN_DIR/capacity.json."""
-    if steps is not None and steps < 1:
-        raise SynthlabError(f"--steps must be >= 1, got {steps}")
+    _at_least_one(batch_size=batch_size)
     from synthlab.capacity import estimate_capacity
     from synthlab.data import unverified_data
 

@@ -8,6 +8,7 @@ The optimiser and schedule are the shared ones of `synthlab.optim`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,8 @@ class OuroborosTrainConfig:
             raise SynthlabError(f"depths must be positive integers, got {self.depths}")
         if not 0 < self.heldout_fraction < 1:
             raise SynthlabError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        if bad := [n for n in ("lr", "min_lr", "weight_decay", "grad_clip") if not math.isfinite(getattr(self, n))]:
+            raise SynthlabError(f"{bad[0]} must be a finite number, got {getattr(self, bad[0])}")
         if self.lr <= 0:
             raise SynthlabError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.min_lr <= self.lr:
