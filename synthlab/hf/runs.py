@@ -138,6 +138,9 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
         # on the CPU: under torchrun every process reads the file rank 0 wrote from its own device
         state = folder / STATE
         resume = torch.load(state, map_location="cpu", weights_only=True) if state.is_file() else None
+        if resume is not None and "data" not in resume:
+            raise SynthlabError(f"{state} holds a training state of an earlier layout; remove it to train {variant} "
+                                f"again from its first step")
 
         def checkpoint(state, m=model, f=folder):
             save_trainable(m, f / CHECKPOINT)
