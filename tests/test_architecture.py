@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS = [
     ("synthlab_generators", 0),
     ("synthlab.errors", 1), ("synthlab.config", 1), ("synthlab.files", 1), ("synthlab.tokenizer", 1),
+    ("synthlab.schema", 1),
     ("synthlab.models", 2),
     ("synthlab.scaling", 3),
     ("synthlab.optim", 4), ("synthlab.options", 4), ("synthlab.runs", 4), ("synthlab.board", 4), ("synthlab.data", 4), ("synthlab.distributed", 4),

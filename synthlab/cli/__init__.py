@@ -60,6 +60,15 @@ def version() -> None:
     typer.echo(__version__)
 
 
+@app.command()
+def columns() -> None:
+    """Print the columns of a sweep's results.csv: each family, its type, the stage that writes it
+    and what it means."""
+    from synthlab.schema import table
+
+    typer.echo(table())
+
+
 # --- command registrations (one line per area; keep this list sorted by area) ---
 from synthlab.cli import curves as _curves  # noqa: E402
 
