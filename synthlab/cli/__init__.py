@@ -47,17 +47,29 @@ app = typer.Typer(
     help="synthlab: generate synthetic tasks, train looped and plain models, measure, fit laws.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     rich_markup_mode=None,  # help text as written: no [markup] (it ate '[default: ...]', 'W[h; h]')
 )
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        from synthlab import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                           help="Print the synthlab version and exit.")) -> None:
+    """synthlab: generate synthetic tasks, train looped and plain models, measure, fit laws."""
 
 
 @app.command()
 def version() -> None:
     """Print the synthlab version."""
-    from synthlab import __version__
-
-    typer.echo(__version__)
+    _print_version(True)
 
 
 @app.command()

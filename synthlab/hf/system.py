@@ -52,38 +52,12 @@ from torch import nn
 
 from synthlab.errors import SynthlabError
 from synthlab.hf.data import PAD
+from synthlab.options import LOOPED_VARIANTS, VARIANTS, OuroborosConfig  # noqa: F401 (re-exported)
 from synthlab.hf.lora import TARGETS, ModulatedLinear, Split, lora_bases, mean_residual, target_linear
 from synthlab.models.controller import causal_running_mean
 
-VARIANTS = ("controller", "static", "nogate", "truncated", "base")
-LOOPED_VARIANTS = ("controller", "static", "nogate")
-
 # Reference split of the 36-layer Qwen2.5-3B: prelude 0-7, recurrent 18, coda 28-35.
 _REFERENCE_LAYERS, _REFERENCE_PRELUDE, _REFERENCE_CODA = 36, 8, 8
-
-
-@dataclass
-class OuroborosConfig:
-    """How to cut the base and what to train; None split fields take the proportional default."""
-
-    variant: str = "controller"
-    prelude_layers: int | None = None
-    recurrent_layer: int | None = None
-    coda_layers: int | None = None
-    rank: int = 32
-    alpha: float = 16.0
-    controller_hidden: int = 320
-    max_steps: int = 16
-    gate_bias: float = -2.0
-
-    def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise SynthlabError(f"variant must be one of {', '.join(VARIANTS)}, got '{self.variant}'")
-        for name in ("rank", "controller_hidden", "max_steps"):
-            if getattr(self, name) < 1:
-                raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.alpha <= 0:
-            raise SynthlabError(f"alpha must be > 0, got {self.alpha}")
 
 
 def resolve_split(num_layers: int, config: OuroborosConfig) -> Split:

@@ -19,49 +19,9 @@ from synthlab.errors import SynthlabError
 from synthlab.hf.data import PAD
 from synthlab.hf.system import OuroborosLM, lm_loss
 from synthlab.optim import adamw, lr_factor
+from synthlab.options import OuroborosTrainConfig
 from synthlab.progress import Progress
 from synthlab.runs import float32_matmul
-
-
-@dataclass
-class OuroborosTrainConfig:
-    """One training run of one looped variant (reference values in the comments)."""
-
-    steps: int = 1000
-    seq_len: int = 2048
-    batch_size: int = 4
-    grad_accum: int = 8  # effective batch 32 sequences, as the reference
-    lr: float = 3e-4
-    min_lr: float = 1e-6
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.95)
-    warmup_steps: int | None = None  # None: min(2000, steps // 10); the reference uses 2000
-    grad_clip: float = 1.0
-    depths: tuple[int, ...] = (4, 8, 16)  # depth per step drawn uniformly; one value = fixed
-    heldout_fraction: float = 0.05
-    checkpoint_every: int = 0  # 0: only at the end
-    seed: int = 0
-    per_document: bool = False  # one document per sequence (padded, BOS first), as synthlab bases train; else packed
-    tf32: bool = True  # on CUDA, TF32 tensor cores for the float32 gate / controller matmuls
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "seq_len", "batch_size", "grad_accum"):
-            if getattr(self, name) < 1:
-                raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.seq_len < 2:
-            raise SynthlabError(f"seq_len must be >= 2, got {self.seq_len}")
-        if not self.depths or min(self.depths) < 1:
-            raise SynthlabError(f"depths must be positive integers, got {self.depths}")
-        if not 0 < self.heldout_fraction < 1:
-            raise SynthlabError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
-        if self.lr <= 0:
-            raise SynthlabError(f"lr must be > 0, got {self.lr}")
-        if not 0 <= self.min_lr <= self.lr:
-            raise SynthlabError(f"min_lr must be in [0, lr], got {self.min_lr}")
-
-    @property
-    def warmup(self) -> int:
-        return min(2000, self.steps // 10) if self.warmup_steps is None else self.warmup_steps
 
 
 def learning_rate(step: int, config: OuroborosTrainConfig) -> float:
