@@ -52,7 +52,7 @@ from synthlab.engine import TrainState
 from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
 from synthlab.runs import (RunConfig, autocast, checkpoint_files, float32_matmul, load_checkpoint, load_run, load_weights,
-                           resolve_device, save_checkpoint, save_weights, data_sha256, trained_data)
+                           resolve_device, save_checkpoint, save_weights, data_sha256, trained_data, trim_metrics)
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -238,15 +238,8 @@ def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: 
     if ckpt is not None:
         state.load_state_dict(ckpt)
     if world.main:  # lines logged after the checkpoint, or (resumed from step 0) all of them
-        _truncate_metrics(run_dir / "metrics.jsonl", state.step)
+        trim_metrics(run_dir, state.step)
     return state
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop lines logged after the checkpoint (the resumed run logs them again)."""
-    if path.is_file():
-        lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 def _kept(run_dir: Path, cfg: TrainConfig) -> str:
