@@ -16,11 +16,27 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.config import content_hash
-from synthlab.errors import SynthlabError
-from synthlab_generators.writer import check_out, check_writable, make_temp_sibling, replace_dir, sha256_file
+from synthlab.errors import SynthlabError, from_tasks
+from synthlab_generators import writer
+from synthlab_generators.writer import sha256_file
 
 __all__ = ["atomic_write", "atomic_write_text", "cached_dir", "check_out", "check_writable", "file_lock", "make_temp_sibling",
            "replace_dir", "sha256_file", "warn"]
+
+
+def _lab(task_function: Callable) -> Callable:
+    """A function of the generators' writer (one implementation, shared) raising SynthlabError."""
+
+    def function(*args, **kwargs):
+        with from_tasks():
+            return task_function(*args, **kwargs)
+
+    function.__name__, function.__doc__ = task_function.__name__, task_function.__doc__
+    return function
+
+
+check_out, check_writable = _lab(writer.check_out), _lab(writer.check_writable)
+make_temp_sibling, replace_dir = _lab(writer.make_temp_sibling), _lab(writer.replace_dir)
 
 
 def warn(message: str) -> None:

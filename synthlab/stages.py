@@ -20,7 +20,7 @@ from typing import Any
 
 from synthlab.config import content_hash
 from synthlab.cost import estimate_seconds, gpu_cost, size_metrics
-from synthlab.errors import SynthlabError
+from synthlab.errors import SynthlabError, from_tasks
 from synthlab.files import cached_dir
 from synthlab.options import PointConfig, parse_point
 from synthlab.results import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
@@ -67,8 +67,9 @@ def dataset(point: PointConfig, cache_dir: Path) -> Path:
     from synthlab_generators import write_dataset
 
     key = {"task": point.task, **point.data_key, **point.spec.version_key()}
-    return cached_dir(cache_dir, key, lambda tmp: write_dataset(point.spec, point.data, point.data_seed, tmp),
-                      prefix=f"{point.task}-")
+    with from_tasks():
+        return cached_dir(cache_dir, key, lambda tmp: write_dataset(point.spec, point.data, point.data_seed, tmp),
+                          prefix=f"{point.task}-")
 
 
 def train_model(point: PointConfig, data_dir: Path, model_dir: Path, nproc: int = 0) -> dict[str, Any]:

@@ -131,3 +131,11 @@ def test_one_training_engine():
     assert not {m: c for m, c in elsewhere.items() if c}
     for trainer in ("synthlab.train", "synthlab.hf.train"):
         assert "synthlab.engine" in GRAPH[trainer], trainer
+
+
+def test_no_lab_type_in_the_task_package():
+    """The generators define their own error (TaskError) and nothing of the lab's."""
+    for module, path in MODULES.items():
+        if module.startswith("synthlab_generators"):
+            classes = {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
+            assert not classes & {"SynthlabError"}, module

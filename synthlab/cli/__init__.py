@@ -12,7 +12,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from synthlab.errors import SynthlabError
+from synthlab.errors import TaskError
 
 
 # Parse errors: click's own, or those of the click copy that typer >= 0.2x vendors.
@@ -20,13 +20,13 @@ _CLICK_ERRORS = (click.ClickException, getattr(typer, "TyperException", click.Cl
 
 
 class _ReadableErrors(TyperGroup):
-    """Turns SynthlabError, an OSError (naming its file), and a subcommand's bad option (`--L abc`),
-    into one line and exit code 2."""
+    """Turns SynthlabError (or a generator's TaskError), an OSError (naming its file), and a
+    subcommand's bad option (`--L abc`), into one line and exit code 2."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except SynthlabError as err:
+        except TaskError as err:  # a SynthlabError, or a task generator's own error
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=2) from None
         except OSError as err:  # a file that could not be read or written: name it, no traceback

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import typer
 
 from synthlab.errors import SynthlabError
+from synthlab_generators.common import field_flag as flag_name
 
 
 def option(name: str, annotation: Any, default: Any, flag: str, help: str, shown: str | None = None,
@@ -37,10 +38,6 @@ def _plain(tp: Any) -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return args[0] if len(args) == 1 else tp
     return tp
-
-
-def flag_name(field: dataclasses.Field) -> str:
-    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 
 
 def _shown(value: Any) -> str | None:
