@@ -60,7 +60,6 @@ import copy
 import dataclasses
 import importlib.resources
 import itertools
-import json
 import tomllib
 from pathlib import Path
 from typing import Any

@@ -212,7 +212,10 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
         # It is forked so that training can seed and checkpoint it without touching the caller's state.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), float32_matmul(device, cfg.tf32):
             state = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
-            where = lambda: f"at step {state.step + 1}; {_kept(run_dir, cfg)} (continue with: synthlab train --resume {run_dir})"
+
+            def where() -> str:
+                return f"at step {state.step + 1}; {_kept(run_dir, cfg)} (continue with: synthlab train --resume {run_dir})"
+
             with distributed.peers_lost_as_error(world, where):
                 return _loop(run_dir, cfg, derived["total_steps"], state, device, world, progress,
                              GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)

@@ -159,8 +159,9 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
             save_trainable(m, f / CHECKPOINT)
             atomic_write(f / STATE, lambda tmp: torch.save(state, tmp))
 
-        where = (lambda v=variant, f=folder: f"while training {v}; the last checkpoint in {f} is kept "
-                                               f"(rerun the same command to resume)")
+        def where(v=variant, f=folder) -> str:
+            return f"while training {v}; the last checkpoint in {f} is kept (rerun the same command to resume)"
+
         with distributed.peers_lost_as_error(world, where):
             log = train(model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume,
                         world=world)

@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F

@@ -8,7 +8,6 @@ The optimiser and schedule are the shared ones of `synthlab.optim`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
