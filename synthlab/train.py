@@ -6,13 +6,17 @@ A run directory describes itself:
 - `metrics.jsonl`: one line every `log_every` steps (step, tokens seen, loss, loss per recurrent
   step, learning rate, tokens/s); with `eval_every` K, every K steps also the per-group accuracy
   and answer loss on fixed samples of held-out and training prompts (`eval/acc_l1`, ...);
-- `checkpoint-<step>.pt` (+ its sha256; `checkpoint.pt` is the newest): model, optimizer,
-  scheduler, torch RNG states, data position, step; written atomically (temporary sibling +
+- `checkpoint-<step>.pt` (+ its sha256; `checkpoint.pt` is the newest): the `TrainState` (model,
+  optimizer, step, tokens seen, data position, RNG states; the learning rate follows from the
+  step); written atomically (temporary sibling +
   rename) every `checkpoint_every` steps, at the end, and when SIGINT or SIGTERM arrives; the
   newest `keep_checkpoints` are kept (a stop's off-schedule one only until the next is written:
   `synthlab.runs.save_checkpoint`);
 - `model.safetensors`: the weights alone, written at the end (`synthlab.load_model` reads them);
 - `summary.json`: final numbers, written at the end.
+
+Each optimizer step is `synthlab.engine.step` (shared with the OUROBOROS trainer); this module
+adds the lab's data, losses, logging and run folder, in one loop (`_loop`).
 
 Resuming a run stopped before its first checkpoint starts it again from step 0. Resuming replays
 nothing: the batcher's state is (epoch, cursor) and the torch RNG states are

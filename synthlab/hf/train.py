@@ -3,7 +3,9 @@
 Optimiser as in MISSION.md ("OUROBOROS training"): AdamW lr 3e-4, weight decay 0.01 on matrices
 only (embeddings, norms and biases are not decayed, as in nanoGPT), betas (0.9, 0.95), linear
 warmup, cosine to 1e-6, gradient clip 1.0; the depth of each optimiser step drawn from a set.
-The optimiser and schedule are the shared ones of `synthlab.optim`.
+The optimiser and schedule are the shared ones of `synthlab.optim`; each optimiser step is
+`synthlab.engine.step` and the state a checkpoint keeps is its `TrainState` (with the log so far),
+as for the lab's own trainer.
 """
 
 from __future__ import annotations
