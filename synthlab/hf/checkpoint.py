@@ -13,6 +13,7 @@ from synthlab.errors import SynthlabError
 # Implementations that honour the explicit 4-D additive causal mask the system passes to every layer.
 ATTENTION = ("sdpa", "eager")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+WORD_VOCAB = "synthlab_vocab.json"  # the lab's word vocabulary, in an exported folder (synthlab.hf.export)
 
 
 def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
@@ -76,14 +77,21 @@ def meta_base(config_path: str | Path) -> nn.Module:
 def load_tokenizer(path: str | Path):
     """The checkpoint's own tokenizer.
 
-    tokenizer.json, when present, is loaded as exactly that file (PreTrainedTokenizerFast):
-    transformers 5's AutoTokenizer picks the tokenizer class from config.json's model_type and
-    may rebuild it from vocab/merges, which silently mis-tokenises a folder whose tokenizer.json
-    is not the stock Qwen one (our tiny test models).
+    A folder written by `synthlab export` carries the lab's word vocabulary (WORD_VOCAB): its
+    documents are read with the lab's own tokenizer, as the base was trained (a document's first
+    word needs no leading space there, unlike in the byte-level form AutoTokenizer loads).
+    Otherwise tokenizer.json, when present, is loaded as exactly that file
+    (PreTrainedTokenizerFast): transformers 5's AutoTokenizer picks the tokenizer class from
+    config.json's model_type and may rebuild it from vocab/merges, which silently mis-tokenises a
+    folder whose tokenizer.json is not the stock Qwen one.
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    from synthlab.tokenizer import WordTokenizer
+
     path = Path(path)
+    if (path / WORD_VOCAB).is_file():
+        return WordTokenizer.from_file(path / WORD_VOCAB).transformers_tokenizer()
     if (path / "tokenizer.json").is_file():
         return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
     try:
