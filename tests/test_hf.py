@@ -104,8 +104,6 @@ def test_default_split_matches_reference_and_scales():
     assert (tiny.prelude, tiny.recurrent, tiny.coda, tiny.removed) == ((0,), 2, (3,), (1,))
     with pytest.raises(SynthlabError, match="recurrent_layer"):
         resolve_split(36, OuroborosConfig(recurrent_layer=30))
-    with pytest.raises(SynthlabError, match="no removed layer"):
-        resolve_split(3, OuroborosConfig())
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])

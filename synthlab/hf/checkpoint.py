@@ -25,6 +25,24 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def base_layers(path: str | Path) -> int:
+    """The number of decoder layers of a base (a checkpoint folder or its config.json), read from
+    the config alone, so that a split can be checked before the weights are."""
+    import json
+
+    path = Path(path)
+    config_path = path / "config.json" if path.is_dir() else path
+    try:
+        layers = json.loads(config_path.read_text(encoding="utf-8"))["num_hidden_layers"]
+    except FileNotFoundError:
+        raise SynthlabError(f"base: no config.json at '{config_path}'") from None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SynthlabError(f"base: cannot read num_hidden_layers from {config_path}: {err}") from None
+    if not isinstance(layers, int) or isinstance(layers, bool):
+        raise SynthlabError(f"base: num_hidden_layers in {config_path} is not an integer: {layers!r}")
+    return layers
+
+
 def load_base(path: str | Path, *, device: torch.device, dtype: torch.dtype, attn: str = "sdpa") -> nn.Module:
     """A Qwen2ForCausalLM from a local folder (config.json + weights), frozen, in eval mode."""
     from transformers import AutoConfig, AutoModelForCausalLM
