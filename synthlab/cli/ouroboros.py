@@ -170,6 +170,7 @@ def evaluate(
     Under torchrun each process evaluates its share of the sequences (the same numbers as one process)."""
     from synthlab.distributed import reporting
     from synthlab.hf.runs import eval_run
+    from synthlab.hf.system import VARIANT_ROWS
 
     table = eval_run(run_dir, _int_list(depths, "depths"), str(corpus) if corpus else None, batch_size=batch_size,
                      max_sequences=max_sequences, device=device, dtype=dtype, fsdp=fsdp)
@@ -177,4 +178,14 @@ def evaluate(
         return
     wide = table.pivot_table(index=["corpus", "variant"], columns="depth", values="loss", observed=True)
     typer.echo(wide.round(4).to_string())
+    typer.echo("loss: mean next-token cross-entropy (nats) over the corpus's sequences, lower is better; columns: "
+               "recurrent depth")
+    for variant in table["variant"].cat.categories:
+        typer.echo(f"  {variant}: {VARIANT_ROWS[variant]}")
+    for name, rows in table[table["depth"] == table["depth"].min()].groupby("corpus", observed=True):
+        loss = rows.set_index("variant")["loss"]
+        if loss["base"] > loss["truncated"]:
+            typer.echo(f"  {name}: base is {loss['base'] - loss['truncated']:.2f} nats above truncated: on this corpus "
+                       f"the full checkpoint predicts worse than its own cut-down copy (the layers cut out hurt "
+                       f"here); the looped variants start from truncated")
     typer.echo(f"-> {run_dir / 'results.csv'}, {run_dir / 'c11_loss_vs_depth.png'}")

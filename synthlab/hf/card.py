@@ -68,7 +68,8 @@ def model_card(run_dir: str | Path, run: RunConfig, derived: dict[str, Any], dat
         "ids = tok(PROMPT, return_tensors='pt').input_ids  # PROMPT as in the dataset, '<bos> ... <ans>'\n```\n",
         "Every training sequence starts with `<bos>`; the tokenizer reads whitespace-separated words of the "
         "vocabulary, each written with the space before it, so a text that does not start with `<bos>` "
-        "must start with a space. `synthlab_vocab.json` is the dataset's vocabulary as synthlab reads it.\n",
+        "must start with a space (a bare first word is dropped). `synthlab_vocab.json` is the dataset's "
+        "vocabulary as synthlab reads it.\n",
         "## Task and training data\n",
         f"Dataset folder `{data_dir}` (its meta.json):\n", _block(dataset),
         f"sha256 of the dataset files at training start: {'recorded in config.json' if derived.get('data_sha256') else 'not recorded'}.\n",

@@ -21,7 +21,9 @@ tokens with nothing between them), keeping only the vocabulary and the added tok
 vocabulary word is an added token (matched whole, before that regex) whose text carries the space
 in front of it, `<bos>` alone excepted: `<bos> <len_2> * 3` is `<bos>`, ` <len_2>`, ` *`, ` 3`, and
 decoding joins them back into the same text. Every lab sequence starts with `<bos>`; a text that
-does not must start with a space (` Ana was born`), as with any byte-level tokenizer.
+does not must start with a space (` Ana was born`): a bare first word matches no added token and,
+having no bytes in the vocabulary, is dropped. synthlab itself reads an exported folder's documents
+with the lab's tokenizer (WORD_VOCAB, synthlab.hf.checkpoint.load_tokenizer), where it is not.
 """
 
 from __future__ import annotations

@@ -57,6 +57,16 @@ from synthlab.models.controller import causal_running_mean
 
 VARIANTS = ("controller", "static", "nogate", "truncated", "base")
 LOOPED_VARIANTS = ("controller", "static", "nogate")
+# What each row of `ouroboros eval` is (printed under its table).
+VARIANT_ROWS = {
+    "controller": "trained: the recurrent layer run `depth` times, rewritten per token by the controller, gated",
+    "static": "trained: the recurrent layer run `depth` times with learned per-step magnitudes, the same for "
+              "every input",
+    "nogate": "trained: the controller without the gate (each step's output replaces the state)",
+    "truncated": "baseline, nothing trained: prelude, the recurrent layer once, coda (the removed layers cut "
+                 "out): what the looped variants start from; one loss, listed at every depth",
+    "base": "baseline, nothing trained: the full checkpoint, every layer once; one loss, listed at every depth",
+}
 
 # Reference split of the 36-layer Qwen2.5-3B: prelude 0-7, recurrent 18, coda 28-35.
 _REFERENCE_LAYERS, _REFERENCE_PRELUDE, _REFERENCE_CODA = 36, 8, 8
