@@ -157,6 +157,13 @@ def test_cli_exports_a_trained_run_and_refuses_a_looped_one(bios, tmp_path):
                  "Not evaluated", "Final logged training record"):
         assert part in card, part
     assert WordTokenizer.from_file(tmp_path / "q" / "synthlab_vocab.json").tokens == WordTokenizer.from_file(bios).tokens
+    from synthlab.evaluate import evaluate_run
+
+    scored = evaluate_run(run, device="cpu", train_sample=10)
+    result = CliRunner().invoke(app, ["export", str(run), "--format", "qwen2", "--out", str(tmp_path / "q")])
+    assert result.exit_code == 0, result.output  # its own earlier export: replaced
+    card = (tmp_path / "q" / "README.md").read_text()
+    assert f"| eval/steps1.json | {scored['n_examples']} | {scored['accuracy']:.4f} |" in card and "Not evaluated" not in card
 
     looped = _trained_run(bios, tmp_path / "looped", loops=2)
     result = CliRunner().invoke(app, ["export", str(looped), "--out", str(tmp_path / "q2")])

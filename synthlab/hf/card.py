@@ -38,7 +38,7 @@ def _evaluation(run_dir: Path) -> str:
                 "the dataset's test.jsonl and writes RUN_DIR/eval/*.json).\n")
     lines = ["`synthlab eval` scored the answers of the dataset's test split, teacher-forced: an answer is right "
              "when the most likely token is the answer's at every answer position; the loss is summed over the "
-             "answer tokens (nats).\n", "| file | examples | accuracy | answer loss (last step) |",
+             "answer tokens.\n", "| file | examples | accuracy | mean answer loss, nats (last recurrent step) |",
              "|---|---|---|---|"]
     for path, r in results:
         loss = r.get("answer_loss_per_step") or [float("nan")]
