@@ -39,8 +39,8 @@ def mano(tmp_path_factory):
     return write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, tmp_path_factory.mktemp("d") / "mano")
 
 
-# Small datasets of every task with their full-size vocabularies' structure (the vocabulary test
-# encodes every vocabulary word besides the generated text).
+# A small dataset of every task (the tokenizer tests encode each vocabulary word as well as the
+# generated text).
 TASK_PARAMS = {
     "bios": dict(n_people=40),
     "mano": dict(L=4, n_train=300, n_test=20, n_test_per_length=5),
