@@ -77,6 +77,9 @@ class TrainConfig:
                                                    "about one more forward pass of compute.")
     tensorboard: bool = option(False, "Also log the metrics to RUN_DIR/tensorboard (needs the tensorboard package: "
                                       "pip install 'synthlab[tensorboard]').")
+    wandb: str | None = option(None, "Also log the metrics to Weights & Biases, in this project (needs the wandb "
+                                     "package: pip install 'synthlab[wandb]'; WANDB_MODE=offline keeps the run in "
+                                     "RUN_DIR/wandb for `wandb sync`).")
     tf32: bool = option(True, "On CUDA, TF32 tensor cores for the float32 matmuls autocast leaves (false: full float32).")
 
     def __post_init__(self) -> None:
@@ -230,9 +233,12 @@ class OuroborosConfig:
     """How to cut the base and what to train; None split fields take the proportional default."""
 
     variant: str = option("controller", "System variant: controller, static, nogate, truncated or base.")
-    prelude_layers: int | None = option(None, "Prelude layers (default: round(8 L / 36) of the base's L layers, at least 1).")
-    recurrent_layer: int | None = option(None, "Index of the recurrent layer (default: L // 2).")
-    coda_layers: int | None = option(None, "Coda layers (default: round(8 L / 36), at least 1).")
+    prelude_layers: int | None = option(None, "Prelude layers (default: round(8 L / 36) of the base's L layers, at least 1, fewer "
+                                                "where the base is too shallow).")
+    recurrent_layer: int | None = option(None, "Index of the recurrent layer (default: L // 2, or the middle of what "
+                                                 "lies between prelude and coda).")
+    coda_layers: int | None = option(None, "Coda layers (default: round(8 L / 36), at least 1, fewer where the base is "
+                                             "too shallow).")
     rank: int = option(32, "LoRA rank r of the fixed SVD bases.")
     alpha: float = option(16.0, "LoRA alpha; the update is scaled by alpha / r.")
     controller_hidden: int = option(320, "Width of the controller MLP.")

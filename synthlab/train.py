@@ -43,7 +43,7 @@ import torch
 
 from synthlab import config as configlib
 from synthlab import distributed, engine
-from synthlab.board import Board, summary_writer
+from synthlab.board import Loggers, check_loggers
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
@@ -202,8 +202,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     device = resolve_device(cfg.device)
     derived["device"] = device.type
     derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
-    if cfg.tensorboard:
-        summary_writer()  # a missing tensorboard package fails before anything is written
+    check_loggers(cfg)  # a missing tensorboard / wandb package fails before anything is written
     # Under torchrun every process gets here; joining the group waits for all, so each has checked
     # the folder above before rank 0 writes into it. Rank 0 alone writes the run's files.
     with distributed.process_group(device) as (world, device):
@@ -281,7 +280,7 @@ def _loop(run_dir: Path, cfg: TrainConfig, total: int, state: TrainState, device
     forward = model_forward(parallel, cfg.compile, cfg.activation_checkpointing)
     state.model.train()
     record: dict[str, Any] = {}
-    board = Board(run_dir) if cfg.tensorboard and world.main else None
+    board = Loggers(run_dir, cfg) if world.main else None
     window_tokens, window_start = 0, time.perf_counter()
     bar = Progress(total, initial=state.step, enabled=progress and world.main, desc=f"train {cfg.task}", unit="step")
     metrics_path = run_dir / "metrics.jsonl" if world.main else os.devnull  # rank 0 writes the log

@@ -35,8 +35,9 @@ def _build(**kwargs) -> None:
     import torch
 
     from synthlab import config as cfgio
-    from synthlab.hf.checkpoint import load_base, meta_base, resolve_dtype
-    from synthlab.hf.system import OuroborosLM, summary
+    from synthlab.files import atomic_write_text
+    from synthlab.hf.checkpoint import base_layers, load_base, meta_base, resolve_dtype
+    from synthlab.hf.system import OuroborosLM, describe_split, resolve_split, summary
     from synthlab.options import OuroborosConfig
     from synthlab.runs import resolve_device
 
@@ -45,6 +46,7 @@ def _build(**kwargs) -> None:
         raise SynthlabError("give exactly one of --base PATH or --base-config CONFIG.json")
     check_writable(out)
     config = cfgio.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
+    resolve_split(base_layers(base or base_config), config)
     if base is not None:
         dev = resolve_device(device or "auto")
         model = load_base(base, device=dev, dtype=resolve_dtype(None, dev))
@@ -53,11 +55,9 @@ def _build(**kwargs) -> None:
     system = OuroborosLM(model, config, torch.Generator().manual_seed(0))
     info = summary(system) | {"base": str(base or base_config), "meta": base is None}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(info, indent=2) + "\n")
-    split = system.split
+    atomic_write_text(out / "summary.json", json.dumps(info, indent=2) + "\n")
     typer.echo(f"{config.variant}: {info['trainable_params']:,} trainable parameters "
-               f"({info['trainable_params'] / 1e6:.2f}M); prelude {split.prelude[0]}-{split.prelude[-1]}, "
-               f"recurrent {split.recurrent}, coda {split.coda[0]}-{split.coda[-1]} -> {out / 'summary.json'}")
+               f"({info['trainable_params'] / 1e6:.2f}M); {describe_split(system.split)} -> {out / 'summary.json'}")
 
 
 def _build_command():
@@ -73,13 +73,16 @@ def _build_command():
         flags.option("device", Optional[str], None, "--device", _DEVICE_HELP),
     ]
     return flags.with_signature(_build, params, "build", "Build the system (SVD bases included) and write "
-                                "DIR/summary.json: trainable_params, split, rank, alpha.")
+                                "DIR/summary.json: trainable_params, split, rank, alpha. The split is checked against the "
+                                "base's depth (config.json) before the base is read or anything written.")
 
 
 def _train(**kwargs) -> None:
     from synthlab import config as cfgio
     from synthlab.distributed import reporting
+    from synthlab.hf.checkpoint import base_layers
     from synthlab.hf.runs import train_run
+    from synthlab.hf.system import resolve_split
     from synthlab.options import OuroborosConfig, OuroborosTrainConfig
 
     base, corpus, out, variants, config = (kwargs.pop(k) for k in ("base", "corpus", "out", "variants", "config"))
@@ -87,6 +90,7 @@ def _train(**kwargs) -> None:
     train_config = cfgio.load(OuroborosTrainConfig, config) if config else OuroborosTrainConfig()
     train_config = cfgio.merge(train_config, flags.given(kwargs, OuroborosTrainConfig))
     ouroboros = cfgio.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
+    resolve_split(base_layers(base), ouroboros)  # a bad split is an error before the base is read
     names = [v.strip() for v in variants.split(",") if v.strip()]
     run = train_run(str(base), str(corpus), out, names, ouroboros, train_config, device=kwargs["device"],
                     dtype=kwargs["dtype"], attn=kwargs["attn"], text_field=kwargs["text_field"], fsdp=kwargs["fsdp"])
@@ -143,6 +147,7 @@ def evaluate(
     Under torchrun each process evaluates its share of the sequences (the same numbers as one process)."""
     from synthlab.distributed import reporting
     from synthlab.hf.runs import eval_run
+    from synthlab.hf.system import VARIANT_ROWS
 
     table = eval_run(run_dir, _int_list(depths, "depths"), str(corpus) if corpus else None, batch_size=batch_size,
                      max_sequences=max_sequences, device=device, dtype=dtype, fsdp=fsdp)
@@ -150,4 +155,14 @@ def evaluate(
         return
     wide = table.pivot_table(index=["corpus", "variant"], columns="depth", values="loss", observed=True)
     typer.echo(wide.round(4).to_string())
+    typer.echo("loss: mean next-token cross-entropy (nats) over the corpus's sequences, lower is better; columns: "
+               "recurrent depth")
+    for variant in table["variant"].cat.categories:
+        typer.echo(f"  {variant}: {VARIANT_ROWS[variant]}")
+    for name, rows in table[table["depth"] == table["depth"].min()].groupby("corpus", observed=True):
+        loss = rows.set_index("variant")["loss"]
+        if loss["base"] > loss["truncated"]:
+            typer.echo(f"  {name}: base is {loss['base'] - loss['truncated']:.2f} nats above truncated: on this corpus "
+                       f"the full checkpoint predicts worse than its own cut-down copy (the layers cut out hurt "
+                       f"here); the looped variants start from truncated")
     typer.echo(f"-> {run_dir / 'results.csv'}, {run_dir / 'c11_loss_vs_depth.png'}")

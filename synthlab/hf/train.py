@@ -122,8 +122,8 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
         loss = float(done.logged[0]) / world.size  # one sync per step, for the log
         norm = None if done.grad_norm is None else float(done.grad_norm)
         log.append({"step": state.step - 1, "depth": depth, "loss": loss, "lr": done.lr, "grad_norm": norm})
-        bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}", depth=str(depth))
+        bar.update()
         last = state.step == config.steps
         if on_checkpoint is not None and world.main and (last or (config.checkpoint_every and state.step % config.checkpoint_every == 0)):
             on_checkpoint(state.state_dict() | {"log": log})
