@@ -4,7 +4,7 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
 `synthlab_experiments` package) looks like this:
 
     name = "mano"                    # must match the file name
-    claim = "C2"                     # the MISSION.md claim it tests
+    claim = "C2"                     # the claim it tests (docs/claims.md)
     title = "Looping improves knowledge manipulation"
     task = "mano"                    # generator task of the data section
     plot = "mano"                    # plot kind (synthlab.plots.PLOTTERS)

@@ -9,7 +9,7 @@
     gen = model.generate(idx, 8, kv_strategy="last")  # gen.tokens (B,S+8), gen.cache_bytes
     count_params(model, exclude_embedding=False, used_token_ids=None); flops_per_token(config, seq_len)
 
-Where each mechanism of MISSION.md ("The models") lives, reading top to bottom:
+Where each mechanism of the papers (docs/claims.md) lives, reading top to bottom:
 
 config.py      ModelConfig: every option below; JSON/TOML round trip via synthlab.config.
 layers.py      the GPT-2-style base: RMSNorm / LayerNorm (`norm_type`), pre-norm or sandwich norm
