@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from synthlab import law_verdicts, plots, verdicts
+from synthlab import experiments, law_verdicts, plots, verdicts
+from synthlab.figures import figures_of
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.results import DESCRIPTORS, factor_column
@@ -65,13 +66,8 @@ def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
 def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple, tuple]:
     """(point ids of the preset's grid in order, its factor columns (seeds included), each point's
     factors, the definition's verdict rules, its law rules), from the sweep's definition."""
-    from synthlab import experiments
-
     try:
-        definition = Path(info["definition"])  # `experiments/<name>.toml`, relative to the repo root
-        if not definition.is_file() and (experiments.builtin_dir() / definition.name).is_file():
-            definition = experiments.builtin_dir() / definition.name  # reported from elsewhere
-        experiment = experiments.load(definition)
+        experiment = experiments.load_recorded(info["definition"])
         points = experiment.points(info["preset"])
         factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
         axes = [factor_column(a) for a in points[0].factors] if points else []
@@ -143,7 +139,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
     earlier = f", plus {len(table) - in_grid} run(s) of an earlier version of its grid" if len(table) > in_grid else ""
     lines = [f"## {name} ({info['claim']}): {info['title']}", "",
              f"Preset `{info['preset']}`: {in_grid} of {len(order) or '?'} grid points finished{earlier}; "
-             f"definition `experiments/{name}.toml`."]
+             f"definition `{experiments.shown_path(info.get('definition', f'experiments/{name}.toml'))}`."]
     if info.get("notes"):
         lines += ["", " ".join(info["notes"].split())]
     if info.get("commands"):
@@ -153,7 +149,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
     if name in notes:
         lines += ["", f"Reading: {notes[name].strip()}"]
     try:
-        figures = [p for p in plots.plot(info["plot"], table, figure_dir) if p.suffix == ".png"]
+        figures = [p for p in figures_of(info, table, figure_dir, factors) if p.suffix == ".png"]
     except SynthlabError as err:  # say why instead of failing the whole report
         figures, lines = [], lines + ["", f"No figure: {err}."]
     lines += [""] + [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in figures]
@@ -172,7 +168,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         figure_dir.mkdir(parents=True, exist_ok=True)
         portable = table.assign(run_dir=[Path(p).name for p in table["run_dir"]]) if "run_dir" in table else table
         atomic_write_text(figure_dir / "results.csv", portable.to_csv(index=False))
-        portable_info = {**info, "definition": f"experiments/{Path(info.get('definition', name)).stem}.toml"}
+        portable_info = {**info, "definition": experiments.shown_path(info.get("definition", f"experiments/{name}.toml"))}
         atomic_write_text(figure_dir / "sweep.json", json.dumps(portable_info, indent=1))
         for rule in laws:  # the saved fits the law rules read (their tables' numbers are copied unchanged)
             if (sweep_dir / rule.fit).is_file() and (sweep_dir / rule.fit).resolve() != (figure_dir / rule.fit).resolve():

@@ -97,18 +97,23 @@ def _duration(seconds: float) -> str:
 
 
 def plot(
-    name: str = typer.Argument(..., help="Experiment (plot kind) name, e.g. capacity."),
+    name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...), path to a TOML definition, or a built-in plot kind."),
     sweep_dir: Path = typer.Argument(..., help="Sweep directory holding results.csv."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Figure directory (default: SWEEP_DIR/figures)."),
+    metric: Optional[str] = typer.Option(None, "--metric", help="Draw this results column with the generic figure of the grid (default: the definition's figure; without one, the task's headline metric)."),
 ) -> None:
-    """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv."""
-    from synthlab import experiments, plots
+    """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv: its built-in figure, or
+    the generic figure of its grid (a definition without `plot`, or --metric)."""
+    from synthlab import experiments, figures, plots
 
-    kind = experiments.load(name).plot if name in experiments.available() or name.endswith(".toml") else name
     out = out or Path(sweep_dir) / "figures"
     check_writable(out)
     table = plots.read_results(sweep_dir)
-    for path in plots.plot(kind, table, out):
+    if name in experiments.available() or name.endswith(".toml"):
+        paths = figures.draw(experiments.load(name), table, out, metric=metric)
+    else:
+        paths = plots.plot(name, table, out)
+    for path in paths:
         typer.echo(str(path))
 
 

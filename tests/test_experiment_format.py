@@ -1,0 +1,81 @@
+"""docs/experiments.md is enough to write an experiment: its worked example, copied as written into a
+folder of its own, sweeps its only preset, plots with the generic figure and reports under its real
+path."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from synthlab import experiments
+from synthlab.cli import app
+from synthlab.errors import SynthlabError
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "experiments.md"
+
+
+def worked_example() -> str:
+    """The TOML block that follows the worked-example marker in the doc."""
+    text = DOC.read_text()
+    found = re.search(r"<!-- worked example:.*?-->\s*```toml\n(.*?)```", text, re.S)
+    assert found, "docs/experiments.md lost its worked example"
+    return found.group(1)
+
+
+def cli(*args) -> str:
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_the_worked_example_runs_end_to_end_from_its_own_folder(tmp_path):
+    definition = tmp_path / "mine" / "isoflop.toml"
+    definition.parent.mkdir()
+    definition.write_text(worked_example())
+    experiment = experiments.load(definition)
+    assert list(experiment.presets) == ["smoke"] and experiment.plot == ""  # no cpu / gpu preset, no plot kind
+
+    out = tmp_path / "sweep"
+    cli("sweep", definition, "--preset", "smoke", "--out", out)
+    table = pd.read_csv(out / "results.csv")
+    assert sorted(zip(table["arch"], table["seed"])) == [("1x2", 0), ("1x2", 1), ("2x1", 0), ("2x1", 1)]
+    assert table["accuracy"].between(0, 1).all()
+
+    printed = cli("plot", definition, out)
+    assert (out / "figures" / "isoflop.png").is_file() and "isoflop.svg" in printed
+
+    report = tmp_path / "report" / "report.md"
+    cli("report", out, "--out", report)
+    text = report.read_text()
+    assert f"definition `{definition.as_posix()}`" in text  # where it really lives, not experiments/
+    assert "![isoflop](isoflop/isoflop.png)" in text and (report.parent / "isoflop" / "isoflop.png").is_file()
+    assert "C2, Loop 1x2 is within 10 points of the iso-FLOP Base 2x1: **" in text
+    assert "| C2 | isoflop |" in text  # the claims table
+
+
+def test_a_preset_the_definition_lacks_is_one_error_line(tmp_path):
+    definition = tmp_path / "isoflop.toml"
+    definition.write_text(worked_example())
+    result = CliRunner().invoke(app, ["sweep", str(definition), "--preset", "cpu", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "unknown preset 'cpu' for isoflop (have smoke)" in result.output
+
+
+def test_a_definition_needs_one_preset_and_its_own_file_name(tmp_path):
+    raw = worked_example()
+    (tmp_path / "isoflop.toml").write_text(raw.split("[presets.smoke]")[0])
+    with pytest.raises(SynthlabError, match="missing key 'presets'"):
+        experiments.load(tmp_path / "isoflop.toml")
+    (tmp_path / "other.toml").write_text(raw)
+    with pytest.raises(SynthlabError, match="does not match the file name"):
+        experiments.load(tmp_path / "other.toml")
+
+
+def test_the_report_names_a_shipped_definition_by_its_place_in_the_repository():
+    assert experiments.shown_path(str(experiments.builtin_dir() / "mano.toml")) == "experiments/mano.toml"
+    assert experiments.shown_path("/elsewhere/checkout/experiments/mano.toml") == "experiments/mano.toml"
+    assert experiments.shown_path("/elsewhere/mine/isoflop.toml") == "/elsewhere/mine/isoflop.toml"
+    assert experiments.shown_path("results/scaling/pilots/scaling.toml") == "results/scaling/pilots/scaling.toml"
