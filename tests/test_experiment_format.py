@@ -79,3 +79,21 @@ def test_the_report_names_a_shipped_definition_by_its_place_in_the_repository():
     assert experiments.shown_path("/elsewhere/checkout/experiments/mano.toml") == "experiments/mano.toml"
     assert experiments.shown_path("/elsewhere/mine/isoflop.toml") == "/elsewhere/mine/isoflop.toml"
     assert experiments.shown_path("results/scaling/pilots/scaling.toml") == "results/scaling/pilots/scaling.toml"
+
+
+def test_kept_definitions_beside_results_reproduce_their_runs():
+    """Pilots and past grids live beside their results (results/<experiment>/...) with the definition
+    they ran under: every such sweep's preset expands to exactly the point ids its table holds."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    checked = 0
+    for info_path in sorted((root / "results").rglob("sweep.json")):
+        info = json.loads(info_path.read_text())
+        definition = root / info.get("definition", "")
+        if not definition.is_relative_to(root / "results") or not definition.is_file():
+            continue
+        ids = {p.point_id for p in experiments.load(definition).points(info["preset"])}
+        assert ids == set(pd.read_csv(info_path.parent / "results.csv")["point_id"]), info_path
+        checked += 1
+    assert checked >= 6  # the five scaling pilots and the one-layer grid
