@@ -178,11 +178,13 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
 
 
 def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = False, notes: Path | None = None,
-                 title: str = "synthlab results") -> Path:
+                 title: str = "synthlab results", index: bool = False) -> Path:
     """Write the Markdown report to `out` (figures beside it); returns its path.
 
     notes: a TOML file of readings (prose beside the computed verdicts), `experiment = "..."`, and an
     optional `preamble = "..."`.
+    index: write `out` as an index and each experiment's section as `<experiment>/README.md` beside
+    it (synthlab.results_index).
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -192,6 +194,11 @@ def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = Fals
         raise SynthlabError(f"cannot parse --notes {notes}: {err}") from None
     sections = [_section(Path(d), out.parent, readings, copy_results) for d in sweep_dirs]
     found = [v for _, vs in sections for v in vs]
+    if index:
+        from synthlab import results_index
+
+        return results_index.write_index([Path(d) for d in sweep_dirs], [s for s, _ in sections], found, out,
+                                         title, readings.get("preamble", ""), _claim_key)
     parts = [f"# {title}", readings.get("preamble", "").strip(), claims_table(found), *(s for s, _ in sections)]
     text = "\n\n".join(p for p in parts if p)
     atomic_write_text(out, text.strip() + "\n")

@@ -56,6 +56,15 @@ def test_the_worked_example_runs_end_to_end_from_its_own_folder(tmp_path):
     assert "C2, Loop 1x2 is within 10 points of the iso-FLOP Base 2x1: **" in text
     assert "| C2 | isoflop |" in text  # the claims table
 
+    index = tmp_path / "site" / "README.md"
+    cli("report", out, "--out", index, "--index")
+    page = (index.parent / "isoflop" / "README.md").read_text()
+    assert page.startswith("[All results](../README.md)") and "![isoflop](isoflop.png)" in page
+    assert "definition `" in page and (index.parent / "isoflop" / "isoflop.png").is_file()
+    head = index.read_text()
+    assert "[isoflop](isoflop/README.md)" in head and "2 seeds (`smoke`)" in head
+    assert "| C2 | Loop 1x2 is within 10 points of the iso-FLOP Base 2x1 | **" in head
+
 
 def test_a_preset_the_definition_lacks_is_one_error_line(tmp_path):
     definition = tmp_path / "isoflop.toml"
@@ -97,3 +106,15 @@ def test_kept_definitions_beside_results_reproduce_their_runs():
         assert ids == set(pd.read_csv(info_path.parent / "results.csv")["point_id"]), info_path
         checked += 1
     assert checked >= 6  # the five scaling pilots and the one-layer grid
+
+
+def test_index_pages_rebase_links_and_state_scale():
+    from synthlab import results_index as ri
+
+    old, new = Path("/r"), Path("/r/scaling")
+    text = "see [pilots](scaling/pilots/README.md), [fig](scaling/a.png), [claims](../docs/claims.md), [web](https://x.org/a)"
+    assert ri.rebase_links(text, old, new) == (
+        "see [pilots](pilots/README.md), [fig](a.png), [claims](../../docs/claims.md), [web](https://x.org/a)")
+    table = pd.DataFrame({"params": [28_500, 409_000, 409_000], "tokens": [1.79e6] * 3, "seed": [0, 1, 2]})
+    assert ri.scale(table) == "28K-410K params, 1.8M tokens, 3 seeds"
+    assert ri.scale(pd.DataFrame({"params": [658_752]})) == "660K params, 1 seed"

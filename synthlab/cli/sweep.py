@@ -143,6 +143,7 @@ def report(
     copy_results: bool = typer.Option(False, "--copy/--no-copy", help="Copy each results.csv beside the report (for results/)."),
     notes: Optional[Path] = typer.Option(None, "--notes", help="TOML file: experiment name -> verdict (Markdown); key 'preamble' -> text under the heading."),
     title: str = typer.Option("synthlab results", "--title", help="The report's heading."),
+    index: bool = typer.Option(False, "--index/--one-file", help="Write OUT as an index (claims table with each verdict's scale, a line per experiment) and each experiment's section as EXPERIMENT/README.md beside it."),
 ) -> None:
     """Write a Markdown report with each sweep's claim, commands, table, figures and verdict."""
     from synthlab import report as reporting
@@ -152,5 +153,5 @@ def report(
     if notes is not None and not notes.is_file():
         raise SynthlabError(f"--notes file not found: {notes}")
     check_writable(out)
-    path = reporting.write_report(sweep_dirs, out, copy_results=copy_results, notes=notes, title=title)
+    path = reporting.write_report(sweep_dirs, out, copy_results=copy_results, notes=notes, title=title, index=index)
     typer.echo(str(path))
