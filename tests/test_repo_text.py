@@ -67,3 +67,25 @@ def test_nothing_points_outside_the_repository():
 
 def test_no_text_speaks_of_how_the_work_was_organised():
     assert hits(WORK_PERIOD) == []
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    """README, docs and results pages link only to files that exist (a claim or result two clicks
+    from the README stays two clicks away)."""
+    link = re.compile(r"\]\(([^)\s]+)\)")
+    broken = []
+    for path in repo_text_files():
+        if path.suffix != ".md":
+            continue
+        for target in link.findall(path.read_text(encoding="utf-8")):
+            if not re.match(r"^[a-z]+:|^#", target) and not (path.parent / target.split("#")[0]).exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert broken == []
+
+
+def test_every_experiment_page_is_two_clicks_from_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    index = (ROOT / "results" / "README.md").read_text()
+    assert "](results/README.md)" in readme and "](docs/claims.md)" in readme
+    pages = sorted(p.parent.name for p in (ROOT / "results").glob("*/README.md") if (p.parent / "sweep.json").is_file())
+    assert pages and all(f"]({name}/README.md)" in index for name in pages)
