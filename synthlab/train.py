@@ -39,7 +39,7 @@ import torch
 
 from synthlab import config as configlib
 from synthlab import distributed
-from synthlab.board import Board, summary_writer
+from synthlab.board import Loggers, check_loggers
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
@@ -197,8 +197,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     device = resolve_device(cfg.device)
     derived["device"] = device.type
     derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
-    if cfg.tensorboard:
-        summary_writer()  # a missing tensorboard package fails before anything is written
+    check_loggers(cfg)  # a missing tensorboard / wandb package fails before anything is written
     # Under torchrun every process gets here; joining the group waits for all, so each has checked
     # the folder above before rank 0 writes into it. Rank 0 alone writes the run's files.
     with distributed.process_group(device) as (world, device):
@@ -347,7 +346,7 @@ class _Trainer:
         self.forward = model_forward(self.parallel, cfg.compile, cfg.activation_checkpointing)
         self.model.train()
         record: dict[str, Any] = {}
-        board = Board(self.run_dir) if cfg.tensorboard and self.world.main else None
+        board = Loggers(self.run_dir, cfg) if self.world.main else None
         window_tokens, window_start = 0, time.perf_counter()
         bar = Progress(total, initial=self.step, enabled=progress and self.world.main, desc=f"train {cfg.task}", unit="step")
         metrics_path = self.run_dir / "metrics.jsonl" if self.world.main else os.devnull  # rank 0 writes the log

@@ -26,6 +26,7 @@ from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_dtype
 from synthlab.hf.data import documents, pack, read_texts, split_heldout
 from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
 from synthlab.hf.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
+from synthlab.progress import Progress
 from synthlab.runs import load_state_file, resolve_device
 
 CHECKPOINT = "trainable.safetensors"
@@ -220,13 +221,12 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
 
 def _eval_rows(run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world,
                fsdp) -> list[dict]:
-    from tqdm import tqdm
-
     load = _base_loader(run["base"], dev, dtype, run["attn"], fsdp)
     base = None if fsdp else load()
     jobs = [(v, [1]) for v in ("truncated", "base")] + [(v, depths) for v in run["variants"]]
     rows = []
-    bar = tqdm(total=sum(len(d) for _, d in jobs) * len(corpora), desc="eval", disable=not (progress and world.main))
+    bar = Progress(sum(len(d) for _, d in jobs) * len(corpora), enabled=progress and world.main, desc="eval",
+                   unit="evaluation")
     for variant, variant_depths in jobs:
         model = build_variant(base if base is not None else load(), config, variant, train_config.seed)
         if variant in LOOPED_VARIANTS:
