@@ -200,7 +200,8 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int = 2, e
             torch.save(state, tmp)
         except RuntimeError as err:  # torch's zip writer reports a full disk as a RuntimeError
             raise SynthlabError(f"cannot write {path} ({str(err).splitlines()[0][:120]}: is the disk full?); the "
-                                f"older checkpoints are kept: free space, then synthlab train --resume {run_dir}") from None
+                                f"older checkpoints are kept: free space, then synthlab train --resume "
+                                f"{run_dir}") from None
         digest.append(sha256_file(tmp))
 
     atomic_write(path, write)

@@ -251,9 +251,8 @@ def _execute_local(units: list[Unit], jobs: int, on_done) -> None:
     import concurrent.futures
     import multiprocessing
 
-    # spawn: a fresh interpreter per worker (fork would copy torch's thread pools and locks).
+    # spawn: a fresh interpreter per worker (fork would copy torch's thread pools and locks); each ends with the driver
     ctx = multiprocessing.get_context("spawn")
-    # Workers end with the driver (killed or not): none goes on training points nobody collects.
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent) as pool:
         futures = [pool.submit(run_unit, unit) for unit in units]
         for future in concurrent.futures.as_completed(futures):
@@ -271,7 +270,7 @@ def ray_resources(unit: Unit, cluster_gpus: float) -> dict[str, float]:
 def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
     import ray
 
-    if not ray.is_initialized():  # run_sweep checked that there is an address
+    if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False)
     remote = ray.remote(run_unit)
     gpus = ray.cluster_resources().get("GPU", 0)
@@ -305,10 +304,6 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: PointRu
         raise SynthlabError(f"nproc_per_node must be >= 0 (0: train in the worker), got {nproc_per_node}")
     if executor not in ("local", "ray"):
         raise SynthlabError(f"--executor must be 'local' or 'ray', got '{executor}'")
-    if executor == "ray" and ray_address is None and not getattr(sys.modules.get("ray"), "is_initialized", bool)():
-        # A local cluster started here would listen on every interface without authentication.
-        raise SynthlabError("--executor ray needs --ray-address of a running cluster (`ray start --head` on a "
-                            "trusted network, then HOST:6379, or 'auto' on its head node); none is started here")
     for path, option in ((out, "--out"), (cache_dir, "--cache"), (runs_dir, "--runs")):
         if path is not None:
             check_writable(path, option)

@@ -124,7 +124,8 @@ def qwen2_base(tmp_path_factory):
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator([" ".join(words)], trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"]))
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+    fast.save_pretrained(folder)
     config = transformers.Qwen2Config(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
                                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32,
                                       tie_word_embeddings=True)
@@ -275,7 +276,8 @@ def test_a_metrics_line_cut_by_a_full_disk_blocks_neither_resume_nor_curves(trai
     result = invoke("train", "--resume", run, "--no-progress")
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["step"], r["loss"]) for r in records] == [(r["step"], r["loss"]) for r in map(json.loads, whole.splitlines())]
+    before = [json.loads(line) for line in whole.splitlines()]
+    assert [(r["step"], r["loss"]) for r in records] == [(r["step"], r["loss"]) for r in before]
 
 
 def test_a_damaged_metrics_line_before_the_last_is_one_error_line(trained, tmp_path):
@@ -513,11 +515,7 @@ def test_sweep_workers_die_with_a_killed_driver(tmp_path):
 
 # --- network ------------------------------------------------------------------------------------
 
-def test_the_ray_executor_never_starts_a_local_cluster(fake_sweep, tmp_path, monkeypatch):
-    import sys
-
-    if "ray" in sys.modules:  # a cluster another test left running would be used, as intended
-        monkeypatch.setattr(sys.modules["ray"], "is_initialized", lambda: False)
+def test_the_ray_executor_never_starts_a_local_cluster(fake_sweep, tmp_path):
     one_error_line(invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", tmp_path / "s", "--executor", "ray"),
                    "--ray-address")
     assert not (tmp_path / "s" / "results.csv").exists()

@@ -38,6 +38,9 @@ def sweep(
         raise SynthlabError(f"--launcher must be 'process' or 'torchrun', got '{launcher}'")
     if nproc_per_node < 1:
         raise SynthlabError(f"--nproc-per-node must be >= 1, got {nproc_per_node}")
+    if executor == "ray" and ray_address is None and not dry_run:  # a cluster started here: open to the network
+        raise SynthlabError("--executor ray needs --ray-address of a running cluster (`ray start --head` on a trusted "
+                            "network, then HOST:6379, or 'auto' on its head node); none is started here")
     exp = experiments.load(name)
     out = out or Path("runs") / f"{exp.name}-{preset}"
     point_runner = engine.load_runner(runner) if runner else stages
