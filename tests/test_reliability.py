@@ -113,6 +113,7 @@ def test_a_run_with_a_config_and_no_checkpoint_resumes_from_step_0(tmp_path, man
     assert losses(killed) == losses(tmp_path / "fresh")  # same seed, same run, each step once
 
 
+@pytest.mark.slow  # a training in a fresh CLI process
 def test_kill_9_before_the_first_checkpoint_then_resume_gives_the_fresh_run(tmp_path, mano):
     args = ["--data", mano, "--steps", 300, "--log-every", 1, "--checkpoint-every", 300, "--threads", 1, *TINY]
     killed = tmp_path / "killed"
@@ -266,7 +267,7 @@ def test_a_token_outside_the_vocabulary_names_its_file_and_line(tmp_path, mano):
     record = json.loads(lines[4])
     lines[4] = json.dumps({**record, "answer": "13"})  # mod 5: no token 13
     (data / "train.jsonl").write_text("\n".join(lines) + "\n")
-    one_error_line(invoke("train", "--data", data, "--out", tmp_path / "run", "--steps", 1, *TINY),
+    one_error_line(invoke("train", "--data", data, "--out", tmp_path / "run", "--steps", 1, "--no-verify", *TINY),
                    f"{data / 'train.jsonl'}:5", "'13'")
 
 

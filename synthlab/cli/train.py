@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
+import tomllib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
+from synthlab.files import warn
+
+VERIFY_HELP = ("Hash the dataset's files against meta.json before use (once per change of size or mtime); "
+               "--no-verify uses them as they are.")
 
 
 def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_flags: dict[str, Any]):
@@ -53,25 +59,34 @@ def _train(**kwargs) -> None:
     from synthlab import config as configlib
     from synthlab.models import ModelConfig
     from synthlab.options import TrainConfig
+    from synthlab.data import unverified_data
     from synthlab.train import train as run_training
 
     out, config, resume = kwargs.pop("out"), kwargs.pop("config"), kwargs.pop("resume")
-    threads, progress = kwargs.pop("threads"), kwargs.pop("progress")
+    threads, progress, verify = kwargs.pop("threads"), kwargs.pop("progress"), kwargs.pop("verify")
+    settings = kwargs.pop("set")
     _set_threads(threads)
     model_flags, train_flags = flags.given(kwargs, ModelConfig), flags.given(kwargs, TrainConfig)
+    for section, key, value in map(_setting, settings or []):
+        given = model_flags if section == "model" else train_flags
+        if key in given:
+            raise SynthlabError(f"{section}.{key} is given twice (a flag and --set); keep one")
+        given[key] = value
     if resume is not None:
         moved = train_flags.pop("data", None)  # the run's dataset at a new place (checked by its sha256s)
         given = [*model_flags, *train_flags] + [k for k, v in {"out": out, "config": config}.items() if v is not None]
         if given:
             raise SynthlabError(f"--resume continues a run as configured; drop --{given[0].replace('_', '-')}")
-        result = run_training(resume, None, progress=progress, data=moved)
+        with unverified_data(not verify):
+            result = run_training(resume, None, progress=progress, data=moved)
         run_dir = resume
     else:
         if out is None:
             raise SynthlabError("--out RUN_DIR is required (or --resume RUN_DIR)")
         file = configlib.load_dict(config) if config else {}
-        run = resolve_run_config(file, model_flags, train_flags)
-        result = run_training(out, run, progress=progress)
+        with unverified_data(not verify):
+            run = resolve_run_config(file, model_flags, train_flags)
+            result = run_training(out, run, progress=progress)
         run_dir = out
     if result.interrupted:
         if result.main:
@@ -79,6 +94,20 @@ def _train(**kwargs) -> None:
         raise typer.Exit(code=130)
     if result.main:
         typer.echo(f"done: {result.step} steps, final loss {result.final_loss:.4f}, run in {run_dir}")
+
+
+def _setting(text: str) -> tuple[str, str, Any]:
+    """--set SECTION.FIELD=VALUE as (section, field, value); VALUE in TOML syntax (32, 1e-3, true,
+    [1, 2], "text"), a bare word as text."""
+    key, sep, raw = text.partition("=")
+    section, dot, field = key.strip().partition(".")
+    if not sep or not dot or section not in ("model", "train") or not field:
+        raise SynthlabError(f"--set takes model.FIELD=VALUE or train.FIELD=VALUE (the run.toml keys), got '{text}'")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return section, field, value
 
 
 def _train_command():
@@ -94,8 +123,13 @@ def _train_command():
                      "Continue the run in this directory from its checkpoint (no other run options)."),
         *flags.dataclass_options(TrainConfig, unset=True),
         *flags.dataclass_options(ModelConfig, unset=True, exclude=("vocab_size",)),
-        flags.option("threads", Optional[int], None, "--threads", "torch CPU threads (default: torch's choice)."),
+        flags.option("set", Optional[List[str]], None, "--set",
+                     "SECTION.FIELD=VALUE, as in a run.toml (model.d_model=32, train.lr=3e-4); repeatable; "
+                     "overrides --config like the field's own flag.", metavar="SECTION.FIELD=VALUE"),
+        flags.option("threads", Optional[int], None, "--threads", "torch CPU threads (default: torch's choice; "
+                     "a warning says when they exceed the idle cores)."),
         flags.option("progress", bool, True, "--progress/--no-progress", "Show the progress bar."),
+        flags.option("verify", bool, True, "--verify/--no-verify", VERIFY_HELP),
     ]
     return flags.with_signature(_train, params, "train",
                                 "Train a model of the looped family on a generated dataset, into a self-describing run directory.")
@@ -105,13 +139,23 @@ train = _train_command()
 
 
 def _set_threads(threads: int | None) -> None:
-    """--threads: torch's CPU threads for this process (None: torch's choice)."""
-    if threads is not None:
-        import torch
+    """--threads: torch's CPU threads for this process (None: torch's choice), with a warning when
+    this machine's processes of the run ask for more threads than it has idle cores."""
+    import torch
 
+    from synthlab.distributed import reporting
+
+    if threads is not None:
         if threads < 1:
             raise SynthlabError(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
+    wanted = torch.get_num_threads() * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun: per machine
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    idle = cores - os.getloadavg()[0]
+    if wanted > max(1.0, idle) and reporting():
+        warn(f"{wanted} torch threads but about {max(0.0, idle):.0f} of {cores} cores are idle (load average "
+             f"{os.getloadavg()[0]:.1f}): threads waiting for busy cores can make training several times slower; "
+             f"consider --threads {max(1, int(idle) // int(os.environ.get('LOCAL_WORLD_SIZE', '1')))}")
 
 
 def evaluate(
@@ -123,14 +167,18 @@ def evaluate(
     batch_size: int = typer.Option(128, help="Examples per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Exact-match accuracy (QA accuracy and loss per attribute for bios) at every recurrent step -> RUN_DIR/eval/*.json."""
+    from synthlab.data import unverified_data
     from synthlab.evaluate import evaluate_run
 
     if steps is not None and steps < 1:
         raise SynthlabError(f"--steps must be >= 1, got {steps}")
     _set_threads(threads)
-    result = evaluate_run(run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size, device=device)
+    with unverified_data(not verify):
+        result = evaluate_run(run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size,
+                              device=device)
     per_step = " ".join(f"{a:.3f}" for a in result["accuracy_per_step"])
     typer.echo(f"{result['task']}: accuracy {result['accuracy']:.4f} on {result['n_examples']} test items; per step: {per_step}")
     held, trained = result["groups"]["heldout"], result["groups"].get("train", {})
@@ -154,13 +202,16 @@ def capacity(
     steps: Optional[int] = typer.Option(None, help="Recurrent steps to read the model at (default: the trained loops)."),
     batch_size: int = typer.Option(64, help="Biographies per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Bits of knowledge stored (Physics of LMs 3.3, Def. 4.3) and bits per parameter -> RUN_DIR/capacity.json."""
     if steps is not None and steps < 1:
         raise SynthlabError(f"--steps must be >= 1, got {steps}")
     from synthlab.capacity import estimate_capacity
+    from synthlab.data import unverified_data
 
-    report = estimate_capacity(run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps)
+    with unverified_data(not verify):
+        report = estimate_capacity(run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
