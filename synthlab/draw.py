@@ -44,6 +44,15 @@ def seed_count(table: pd.DataFrame) -> int:
     return len(table[seeds].drop_duplicates()) if seeds else 1
 
 
+def layer_passes(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with `passes` (layer applications per token, distinct layers x loops: what a
+    model's FLOPs grow with) and `kind` ("looped" for one layer looped, "plain" for k x 1 with
+    k > 1), read from the k x m `model` label (a table without one: one layer, `loops`)."""
+    layers = table["model"].str.extract(r"^(\d+)x")[0].astype(int) if "model" in table else table["loops"] * 0 + 1
+    kind = (layers == 1).map({True: "looped", False: "plain"})
+    return table.assign(passes=layers * table["loops"], kind=kind)
+
+
 def mean_and_seeds(sns, ax, data: pd.DataFrame, x: str, y: str, legend: str | bool = "auto", **kw) -> None:
     """A line through the mean over seeds, a band of +-1 standard error, and every seed as a point
     (`legend` is the line's; the points add none)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from synthlab.draw import bars_and_seeds, mean_and_seeds, pyplot, save, seed_count, seeds_note
+from synthlab.draw import bars_and_seeds, layer_passes, mean_and_seeds, pyplot, save, seed_count, seeds_note
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
 from synthlab import schema
@@ -171,7 +171,7 @@ def reach_distances(table: pd.DataFrame) -> pd.DataFrame:
     """Reach accuracy per row and distance d, both classes pooled (each class's held-out accuracy
     weighted by its count `n_d<d>_<class>`): columns diameter, loops, the seed columns, distance,
     acc (a fraction)."""
-    keep = [c for c in ("diameter", "loops", "seed", "data_seed") if c in table]
+    keep = [c for c in ("diameter", "loops", "passes", "kind", "seed", "data_seed") if c in table]
     parts = []
     for d in sorted({int(m[1]) for m in map(REACH_COLUMN.match, table.columns) if m}):
         classes = [c for c in ("yes", "no") if f"acc_d{d}_{c}" in table]
@@ -184,26 +184,26 @@ def reach_distances(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_reach(table: pd.DataFrame, out: Path) -> list[Path]:
-    """Reachability held-out accuracy vs loops: all queries, one curve per maximum diameter D (left),
-    and per distance d, both classes pooled (right, one panel per D); the band spans the seeds
-    (chance is 50%)."""
+    """Reach accuracy vs layer passes (plain k x 1 at equal FLOPs marked apart): all queries, a curve
+    per diameter D (left); per distance d, classes pooled (a panel per D); bands span seeds."""
     _need(table, "reach", "loops", "accuracy", "diameter")
     plt, sns = pyplot()
+    table = layer_passes(table)
     per_distance = reach_distances(table)
     diameters = sorted(per_distance["diameter"].unique())
     fig, axes = plt.subplots(1, 1 + len(diameters), figsize=(5 * (1 + len(diameters)), 4), squeeze=False)
-    mean_and_seeds(sns, axes[0][0], table.assign(acc=_percent(table)), "loops", "acc", hue="diameter",
-                    palette="viridis")
+    mean_and_seeds(sns, axes[0][0], table.assign(acc=_percent(table)), "passes", "acc", hue="diameter",
+                    style="kind", palette="viridis")
     axes[0][0].set(title="all test queries" + seeds_note(table))
     for ax, D in zip(axes[0][1:], diameters):
         rows = per_distance[per_distance["diameter"] == D]
-        mean_and_seeds(sns, ax, rows.assign(acc=100 * rows["acc"]), "loops", "acc", hue="distance",
-                        palette="rocket_r")
+        mean_and_seeds(sns, ax, rows.assign(acc=100 * rows["acc"]), "passes", "acc", hue="distance",
+                        style="kind", palette="rocket_r")
         ax.set(title=f"per distance d (both classes), D = {D}")
     for ax in axes[0]:
         ax.axhline(50, color="grey", ls=":", label="chance")
-        ax.set(xlabel="loops (recurrent steps)", ylabel="accuracy (%)", ylim=(0, 100),
-               xticks=sorted(table["loops"].unique()))
+        ax.set(xlabel="layer passes (loops x distinct layers; FLOPs)", ylabel="accuracy (%)", ylim=(0, 100),
+               xticks=sorted(table["passes"].unique()))
     return save(fig, out, "reach")
 
 
