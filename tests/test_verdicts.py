@@ -120,14 +120,27 @@ def test_every_outcome_is_reachable(diffs, rule, outcome):
         assert verdict.n == len(diffs)
 
 
-def test_the_interval_is_student_t_over_seeds():
+def test_an_unbounded_statistic_has_one_sided_student_t_bounds_over_seeds():
     diffs = [0.10, 0.12, 0.09, 0.2]
-    v = verdicts.evaluate([_rule(level=0.9)], _paired(diffs), ["seed", "L", "model"])[0]
-    half = stats.t.ppf(0.95, 3) * np.std(diffs, ddof=1) / math.sqrt(4)
+    table = _paired(diffs).rename(columns={"accuracy": "score"})  # not a share: no range to respect
+    v = verdicts.evaluate([_rule(level=0.9, metric="score")], table, ["seed", "L", "model"])[0]
+    half = stats.t.ppf(0.9, 3) * np.std(diffs, ddof=1) / math.sqrt(4)
     assert (v.low, v.high) == pytest.approx((np.mean(diffs) - half, np.mean(diffs) + half))
-    assert "n = 4" in v.summary() and "90% interval above 0" in v.rule.condition()
+    assert "n = 4" in v.summary() and "one-sided 90% lower bound above 0" in v.rule.condition()
     assert v.replicates == pytest.approx(diffs) and v.per_replicate() == "per replicate: +0.1, +0.12, +0.09, +0.2"
     assert v.per_replicate(most=3) == ""
+
+
+def test_an_accuracy_interval_stays_in_range_and_counts_the_test_set():
+    """Three seeds near a ceiling: the bounds stay inside [0, 1]; with the test prompts known
+    (n_test) the interval widens by the test set's binomial noise."""
+    rows = [{"seed": s, "model": "loop", "accuracy": a} for s, a in enumerate([0.99, 0.97, 0.98])]
+    rule = _rule(b=None, threshold=0.9)
+    bare = verdicts.evaluate([rule], pd.DataFrame(rows), ["seed", "model"])[0]
+    counted = verdicts.evaluate([rule], pd.DataFrame(rows).assign(n_test=100), ["seed", "model"])[0]
+    for v in (bare, counted):
+        assert 0 < v.low < v.estimate < v.high < 1
+    assert counted.low < bare.low and counted.high > bare.high
 
 
 def test_one_seed_is_too_few_and_says_n():
@@ -207,9 +220,11 @@ def test_report_prints_the_claims_table_and_means_over_seeds(tmp_path):
     assert result.exit_code == 0, result.output
     text = out.read_text()
     claims = text[text.index("## Claims"):text.index("## paired")]
-    assert "| C2 | paired | loop beats base | reproduced | +0.1033 |" in claims and "| 3 |" in claims
+    condition = "accuracy[model=loop] - accuracy[model=base]: one-sided 95% lower bound above 0"
+    assert f"| C2 | paired | loop beats base: {condition} | reproduced | +0.1033 |" in claims
+    assert "| 3 | not recorded |" in claims  # a sweep.json without the record of its rules
     assert "- C2, loop beats base: **reproduced: +0.1033" in text
-    assert "above 0); per replicate: +0.1, +0.12, +0.09" in text  # in seed order
+    assert "rule fixed: not recorded); per replicate: +0.1, +0.12, +0.09" in text  # in seed order
     # one row per (model, L) cell: the mean and standard error over the three seeds, and n
     cell = table[(table["model"] == "base") & (table["L"] == 2)]["accuracy"]
     assert f"| {cell.mean():.4g} ± {cell.std(ddof=1) / math.sqrt(3):.4g} |" in text
@@ -259,7 +274,8 @@ def test_a_rule_scoped_to_other_presets_is_listed_untested_not_decided():
         {"claim": "C0", "says": "big loop beats big base", "metric": "accuracy", "column": "model", "a": "big",
          "b": "base", "expect": "above", "presets": ["gpu"]}], "test")
     assert rules[0].presets == ("cpu",) and rules[0].applies_to("cpu") and not rules[1].applies_to("cpu")
-    lines, found = _verdict_lines(rules, (), _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], "cpu", Path("."))
+    lines, found = _verdict_lines(rules, (), _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], {"preset": "cpu"},
+                                  Path("."))
     assert [v.rule.says for v in found] == ["loop beats base"] and found[0].outcome == "reproduced"
     assert any("big loop beats big base: not tested by preset `cpu` (the rule is for `gpu`)" in line for line in lines)
 
