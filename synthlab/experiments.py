@@ -168,6 +168,16 @@ def seed_list(value: Any, key: str) -> list[int]:
     return value
 
 
+def with_seeds(experiment: Experiment, preset: str, seeds: Any) -> Experiment:
+    """The experiment with `preset` run over `seeds` (a count or a list, as the `seeds` key takes)
+    instead of the seeds its definition gives (`synthlab sweep --seeds`); seed 0 keeps its ids."""
+    if preset not in experiment.presets:
+        raise SynthlabError(f"unknown preset '{preset}' for {experiment.name} (have {', '.join(experiment.presets)})")
+    spec = {**experiment.presets[preset], "seeds": seeds}
+    _check_seeds(spec, f"{experiment.name}: presets.{preset} with --seeds")
+    return dataclasses.replace(experiment, presets={**experiment.presets, preset: spec})
+
+
 def train_part(config: dict[str, Any]) -> dict[str, Any]:
     """The part of a resolved config that determines the trained model."""
     return {k: config[k] for k in ("task", "data", "model", "train")}

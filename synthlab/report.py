@@ -72,6 +72,8 @@ def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple, tup
         if not definition.is_file() and (experiments.builtin_dir() / definition.name).is_file():
             definition = experiments.builtin_dir() / definition.name  # reported from elsewhere
         experiment = experiments.load(definition)
+        if "seeds" in info:  # the seeds the sweep ran (`synthlab sweep --seeds`)
+            experiment = experiments.with_seeds(experiment, info["preset"], info["seeds"])
         points = experiment.points(info["preset"])
         factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
         axes = [factor_column(a) for a in points[0].factors] if points else []

@@ -4,7 +4,9 @@ Layout of a sweep directory DIR:
 
     DIR/results.csv              one row per finished point (factors, metrics, run_dir)
     DIR/sweep.json               the experiment, preset, the stores outside DIR it uses (a rerun
-                                 without --cache / --runs uses them) and every command run in DIR
+                                 without --cache / --runs uses them), every command run in DIR,
+                                 when its first point started and each rule's fingerprint with
+                                 when it was first seen (a rule changed after the data shows)
     DIR/runs/<train_id>/         one trained model; points that differ only in evaluation share it
                                  (--runs DIR: a store shared by several sweeps)
         points/<point_id>.json   a finished point's metrics (written atomically, then the row)
@@ -33,6 +35,7 @@ and a Ray task asks for K GPUs (and K times its CPUs).
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import json
 import math
@@ -51,6 +54,7 @@ from synthlab.experiments import Experiment, Point
 from synthlab.files import atomic_write_text, check_writable, file_lock, warn
 from synthlab.progress import Progress
 from synthlab.results import RESULTS, append_rows, factor_column, missing_columns, read_rows
+from synthlab.verdicts import fingerprint
 
 
 # --- work units: one trained model and the points evaluated on it --------------------------
@@ -287,7 +291,7 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
     todo = [p for p in points if p.point_id not in finished]
     parsed = parse_points(runner, experiment, preset, todo)  # fail early, in the driver, on a bad grid
     out.mkdir(parents=True, exist_ok=True)
-    _record_invocation(out, experiment, preset, cache_dir, runs_dir)
+    _record_invocation(out, experiment, preset, cache_dir, runs_dir, starting=bool(todo) and not (out / RESULTS).is_file())
     results = out / RESULTS
     if threads is None:  # share this machine's cores among local workers; one core per Ray task
         threads = 1 if executor == "ray" else (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
@@ -349,9 +353,13 @@ def _command_line() -> str | None:
     return None
 
 
-def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir: Path, runs_dir: Path) -> None:
+def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir: Path, runs_dir: Path,
+                       starting: bool = False) -> None:
     """DIR/sweep.json: what this directory holds, the stores it uses outside it, and every command
-    that ran in it (for reports)."""
+    that ran in it (for reports); when its first point starts (`starting`: points to run, none
+    finished) the time (`data_began`); and each verdict / law rule's fingerprint with the time it
+    was first seen here (`rules`), so that a report can tell a rule fixed before the data from
+    one changed after it."""
     path = out / "sweep.json"
     with file_lock(out / "sweep.json.lock"):  # two sweeps may share a directory
         info = read_info(out) or {"commands": []}
@@ -367,6 +375,13 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir
             info["stores"] = outside
         if command:
             info["commands"].append(command)
+        if "seeds" in experiment.presets[preset] or "seeds" in info:  # as run (--seeds may override the preset)
+            info["seeds"] = experiment.presets[preset].get("seeds", 1)
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+        if starting:
+            info.setdefault("data_began", now)
+        for rule in (*experiment.verdicts, *experiment.laws):
+            info.setdefault("rules", {}).setdefault(fingerprint(rule), now)
         atomic_write_text(path, json.dumps(info, indent=1))
 
 

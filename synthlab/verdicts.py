@@ -209,7 +209,8 @@ class Verdict:
         if not needed or not isinstance(self.rule, Rule):
             return ""
         if any(n is None for n in needed):
-            return "no number of seeds decides it (the test set's noise alone is as large as the effect)"
+            return ("no number of seeds on this test set (the noise its prompts share is as large as the observed "
+                    "effect: more test prompts are needed)")
         return "no effect observed to decide" if max(needed) == 0 else f"{max(needed)} seeds"
 
     def summary(self) -> str:

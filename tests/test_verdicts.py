@@ -318,3 +318,66 @@ def test_units_replicate_over_a_column_when_each_value_is_an_independent_run():
     without = dataclasses.replace(rule, units=(), match=("d_model", "checkpoint"))  # one seed: no interval
     assert verdicts.evaluate([without], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0].outcome \
         == "too few seeds"
+
+
+# --- per-cell rules, rule freezing -----------------------------------------------------------
+
+
+def _cells_table(by_L: dict[int, list[float]]) -> pd.DataFrame:
+    """Loop minus base differences per seed at each L (a loss-like score: no range, no test set)."""
+    return pd.DataFrame([{"seed": s, "L": L, "model": m, "score": 1.0 + (d if m == "loop" else 0.0)}
+                         for L, diffs in by_L.items() for s, d in enumerate(diffs) for m in ("loop", "base")])
+
+
+def test_each_decides_per_cell_with_holm_and_names_the_deciding_cell():
+    from synthlab import intervals
+
+    table = _cells_table({2: [0.16, 0.15, 0.17], 3: [0.1, -0.02, 0.06]})
+    pooled, per_cell = verdicts.evaluate([_rule(metric="score", match=("L",)),
+                                          _rule(metric="score", each=("L",), says="loop beats base at each L")],
+                                         table, ["seed", "L", "model"])
+    assert pooled.outcome == "reproduced" and pooled.estimate == pytest.approx(np.mean([0.16, 0.15, 0.17, 0.1, -0.02, 0.06]))
+    assert per_cell.outcome == "inconclusive" and per_cell.decided_by == "L=3"
+    assert per_cell.estimate == pytest.approx(0.14 / 3) and [c.outcome for c in per_cell.cells] == ["reproduced", "inconclusive"]
+    raw = [float(intervals.SeedEstimate.of(np.array(d)).p_above(0.0)) for d in ([0.16, 0.15, 0.17], [0.1, -0.02, 0.06])]
+    assert [c.p for c in per_cell.cells] == pytest.approx(list(intervals.holm(np.array(raw))))
+    assert per_cell.per_cell().startswith("L=2: reproduced +0.16") and per_cell.per_cell().endswith("decided by L=3")
+    assert "in every L (Holm over the cells)" in per_cell.rule.condition()
+    # contradicted if any cell is, whatever the others say
+    worse = verdicts.evaluate([_rule(metric="score", each=("L",))], _cells_table(
+        {2: [0.16, 0.15, 0.17], 3: [-0.2, -0.22, -0.21]}), ["seed", "L", "model"])[0]
+    assert worse.outcome == "contradicted" and worse.decided_by == "L=3"
+
+
+def test_a_rule_that_says_each_must_name_its_cells():
+    with pytest.raises(SynthlabError, match="say which with `each`"):
+        _rule(says="loop beats base at each diameter")
+    with pytest.raises(SynthlabError, match="`each` columns cannot"):
+        _rule(each=("model",))
+
+
+def test_the_fingerprint_ignores_the_wording_and_defaults_and_sees_every_test_field():
+    base = verdicts.fingerprint(_rule())
+    assert verdicts.fingerprint(_rule(says="other words")) == base
+    assert verdicts.fingerprint(_rule(threshold=0)) == base == verdicts.table_fingerprint(verdicts.Rule, {
+        "claim": "C0", "says": "x", "metric": "accuracy", "column": "model", "a": "loop", "b": "base",
+        "expect": "above", "threshold": 0.0, "each": []})
+    assert len({base, verdicts.fingerprint(_rule(threshold=0.1)), verdicts.fingerprint(_rule(each=("L",))),
+                verdicts.fingerprint(_rule(expect="below"))}) == 4
+
+
+@pytest.mark.parametrize("info, expected", [
+    ({}, ("not recorded", False)),
+    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-02T00:00:00+00:00"}}, ("2026-01-02", False)),
+    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-03T00:00:00+00:00"}}, ("2026-01-03", True)),
+    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {}}, ("after the data", True)),
+    # dated from git: a rule first committed with its data was written after the runs began
+    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-02T00:00:00+00:00"},
+      "rules_from": "git history"}, ("2026-01-02", True)),
+    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-01T09:00:00+00:00"},
+      "rules_from": "git history"}, ("2026-01-01", False)),
+])
+def test_a_rule_changed_after_its_data_is_exploratory(info, expected):
+    rule = _rule()
+    info = json.loads(json.dumps(info).replace("RULE", verdicts.fingerprint(rule)))
+    assert verdicts.frozen(info, rule) == expected
