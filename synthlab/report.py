@@ -124,8 +124,9 @@ def _verdict_lines(rules, laws, table: pd.DataFrame, factors: list[str], info: d
     lines = [f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}**{' (exploratory: rule changed after the data)' if v.exploratory else ''}"
              f" ({v.rule.condition()}; rule fixed: {v.fixed})"
              + "".join(f"; {extra}" for extra in (v.per_cell(), v.per_replicate()) if extra)
-             + (f"; needed for a decisive interval at the observed effect and spread: {v.seeds_needed()}"
+             + (f"; seeds for a decisive interval at the observed effect and spread: {v.seeds_needed()}"
                 if v.seeds_needed() else "") for v in found]
+    lines += [SEEDS_NEEDED] if any(v.seeds_needed() for v in found) else []
     lines += [f"- {r.claim}, {r.says}: not tested by preset `{preset}` (the rule is for "
               f"{', '.join(f'`{p}`' for p in r.presets)})" for r in rules if not r.applies_to(preset)]
     return (["", "Verdicts (the definition's rules, over seeds):", "", *lines] if lines else
@@ -221,6 +222,11 @@ def compute_line(table: pd.DataFrame) -> str:
     shared = f", {extra / 60:.1f} min of it training {reused} model(s) reused from another sweep" if reused else ""
     return f"Compute: {(total + extra) / 60:.1f} min in all (sum of run wall times{shared})."
 
+
+SEEDS_NEEDED = ("\n\"Seeds for a decisive interval\": the fewest seeds at which, if the per-seed spread and the effect "
+                "are what these seeds show, the rule's one-sided test at its level (Bonferroni over cells) decides with "
+                "80% power; \"none on this test set\": the noise the test prompts share bounds the interval from below "
+                "at more than the effect, so only more test prompts decide it.")
 
 CLAIMS_HEADER = (
     "Each verdict comes from the rule stated in the experiment's definition (`[[verdicts]]`), decided by `synthlab "

@@ -199,19 +199,22 @@ class Verdict:
         if not self.decided_by:
             return ""
         parts = [f"{c.label}: {c.outcome} {c.estimate:+.3g}" + ("" if math.isnan(c.low) else
-                 f" [{c.low:.3g}, {c.high:.3g}] p {c.p:.2g}") for c in self.cells]
+                 f" [{c.low:.3g}, {c.high:.3g}] Holm p {c.p:.2g}") for c in self.cells]
         return "; ".join(parts) + f"; decided by {self.decided_by}"
 
     def seeds_needed(self) -> str:
-        """The seeds the observed spread says a decisive interval at the observed effect needs
-        (the most over the cells), in words."""
-        needed = [c.seeds_needed for c in self.cells if c.n >= 2]
-        if not needed or not isinstance(self.rule, Rule):
+        """The seeds the observed spread says a decisive interval at the observed effect needs, per
+        cell: "3", "L=2: 3; L=3: none on this test set" (its shared noise alone is as large as the
+        effect), "no effect observed"; empty for a law or without an interval."""
+        def words(n: int | None) -> str:
+            return "none on this test set" if n is None else "no effect observed" if n == 0 else str(n)
+
+        cells = [c for c in self.cells if c.n >= 2 and not math.isnan(c.low)]
+        if not cells or not isinstance(self.rule, Rule):
             return ""
-        if any(n is None for n in needed):
-            return ("no number of seeds on this test set (the noise its prompts share is as large as the observed "
-                    "effect: more test prompts are needed)")
-        return "no effect observed to decide" if max(needed) == 0 else f"{max(needed)} seeds"
+        if len(cells) == 1:
+            return words(cells[0].seeds_needed)
+        return "; ".join(f"{c.label}: {words(c.seeds_needed)}" for c in cells)
 
     def summary(self) -> str:
         """"reproduced: +0.12 [0.05, 0.19], n = 3", "too few seeds (n = 1 < 3): +0.12"."""
@@ -271,7 +274,7 @@ def seed_statistics(rule: Rule, table, factors: list[str]) -> list[float]:
     return [s.value for s in seed_values(rule, table, factors)]
 
 
-def _cell(rule: Rule, label: str, values: list) -> tuple[Cell, Any]:
+def _cell(rule: Rule, label: str, values: list, family: int) -> tuple[Cell, Any]:
     """A cell before Holm: its Cell (outcome "", p the raw p's) and its SeedEstimate (None with too few)."""
     import numpy as np
 
@@ -287,7 +290,7 @@ def _cell(rule: Rule, label: str, values: list) -> tuple[Cell, Any]:
     est = intervals.SeedEstimate.of(stats, test_var, bounds(rule), prompts)
     low, high = float(est.bound(rule.level, "low")), float(est.bound(rule.level, "high"))
     needed = intervals.seeds_needed(stats, test_var, bounds(rule), rule.expect, rule.threshold, rule.margin,
-                                    1 - rule.level, prompts=prompts)
+                                    (1 - rule.level) / family, prompts=prompts)  # Bonferroni over the cells
     return Cell(label, "", estimate, low, high, len(values), math.nan, replicates, needed), est
 
 
@@ -300,7 +303,7 @@ def decide(rule: Rule, by_cell: dict[str, list]) -> Verdict:
     by_cell = {k: v for k, v in by_cell.items() if v}
     if not by_cell:
         return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0)
-    made = [_cell(rule, label, values) for label, values in by_cell.items()]
+    made = [_cell(rule, label, values, len(by_cell)) for label, values in by_cell.items()]
     tested = [(i, est) for i, (_, est) in enumerate(made) if est is not None]
     cells = [c for c, _ in made]
     if tested:
