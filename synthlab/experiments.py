@@ -41,8 +41,8 @@ finished runs) of its seed-0 points. A grid axis may not set a field a seed key 
 aggregates over both: mean, standard error and n per remaining grid cell.
 
 Verdicts: `[[verdicts]]` tables state, per claim, the rule that decides it from the results
-(synthlab.verdicts: paired differences over seeds, their confidence interval against 0 or a
-margin); `[[laws]]` tables, a claim that the loss follows a law, decided from the fit `synthlab fit
+(synthlab.verdicts: paired differences over seeds, per cell with `each`, their one-sided bounds
+against a threshold or a margin; `synthlab sweep --seeds N` overrides a preset's seeds, `with_seeds`); `[[laws]]` tables, a claim that the loss follows a law, decided from the fit `synthlab fit
 --save` wrote (its convergence, bootstrap, R^2 and hold-out R^2). `synthlab report` prints each one
 in its claims table.
 
