@@ -22,11 +22,10 @@ import pandas as pd
 from synthlab.draw import bars_and_seeds, mean_and_seeds, pyplot, save, seed_count, seeds_note
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
-from synthlab.results import RESULTS, factor_column, read_rows
+from synthlab import schema
+from synthlab.results import RESULTS, check_numbers, factor_column, read_rows
 
-STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
-DEPTH_COLUMN = re.compile(r"^loss_depth_(\d+)$")
-AGREE_COLUMN = re.compile(r"^agree_(\d+)_(\d+)$")
+STEP_COLUMN, DEPTH_COLUMN, AGREE_COLUMN = schema.ACC_STEP.regex, schema.LOSS_DEPTH.regex, schema.AGREE.regex
 LENGTH_COLUMN = re.compile(r"^(train_)?acc_l(\d+)$")  # Mano per-length accuracy (synthlab.evaluate.group_columns)
 HOP_COLUMN = re.compile(r"^acc_h(\d+)$")  # multihop held-out accuracy per hop count
 
@@ -45,7 +44,7 @@ def read_results(sweep_dir: str | Path) -> pd.DataFrame:
     writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    table = pd.read_csv(io.StringIO(text.getvalue()))  # pandas infers each column's type as from the file
+    table = check_numbers(pd.read_csv(io.StringIO(text.getvalue())), path)  # types inferred as from the file
     table = table.drop(columns=[c for c in table if factor_column(c) != c and factor_column(c) in table])
     table = table.rename(columns={c: factor_column(c) for c in table})
     table.attrs["sweep_dir"] = str(sweep_dir)  # where a plotter finds the sweep's saved fits (fit_looplm.json)
@@ -444,7 +443,7 @@ PLOTTERS: dict[str, Callable[[pd.DataFrame, Path], list[Path]]] = {
 
 def plot(kind: str, table: pd.DataFrame, out: str | Path) -> list[Path]:
     if kind not in PLOTTERS:
-        raise SynthlabError(f"unknown plot kind '{kind}' (have {', '.join(PLOTTERS)})")
+        raise SynthlabError(f"unknown plot kind '{kind}' (have {', '.join(PLOTTERS)}; a definition without `plot` gets the generic figure)")
     if table.empty:
         raise SynthlabError("results.csv has no rows to plot")
     return PLOTTERS[kind](table, Path(out))

@@ -85,7 +85,7 @@ def table_fingerprint(kind: type, table: dict) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    claim: str  # the MISSION.md claim id
+    claim: str  # the claim id (docs/claims.md)
     says: str  # the claim as this rule tests it (one line)
     metric: str  # a results column, or "col1 - col2"
     expect: str  # above / below / within
