@@ -231,6 +231,23 @@ class Verdict:
         return f"{self.outcome}: {self.estimate:+.4g} [{self.low:.4g}, {self.high:.4g}], n = {self.n}"
 
 
+def record_rules(info: dict, experiment, preset: str, starting: bool) -> None:
+    """Into a sweep.json dict: the seeds run (a preset's `seeds`, or `--seeds`), the time the first
+    point starts (`data_began`, when `starting`: points to run and no results yet) and each rule's
+    fingerprint with the time it was first seen (`rules`), so that a report can tell a rule fixed
+    before the data from one changed after it."""
+    import datetime
+
+    if "seeds" in experiment.presets[preset] or "seeds" in info:
+        info["seeds"] = experiment.presets[preset].get("seeds", 1)
+
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+    if starting:
+        info.setdefault("data_began", now)
+    for rule in (*experiment.verdicts, *experiment.laws):
+        info.setdefault("rules", {}).setdefault(fingerprint(rule), now)
+
+
 def frozen(info: dict, rule) -> tuple[str, bool]:
     """(the date the rule was fixed, whether it changed after its data began) from a sweep.json:
     its `data_began` and the time each rule fingerprint was first seen (`rules`, recorded by the
