@@ -42,8 +42,8 @@ finished runs) of its seed-0 points. A grid axis may not set a field a seed key 
 aggregates over both: mean, standard error and n per remaining grid cell.
 
 Verdicts: `[[verdicts]]` tables state, per claim, the rule that decides it from the results
-(synthlab.verdicts: paired differences over seeds, their confidence interval against 0 or a
-margin); `[[laws]]` tables, a claim that the loss follows a law, decided from the fit `synthlab fit
+(synthlab.verdicts: paired differences over seeds, per cell with `each`, their one-sided bounds
+against a threshold or a margin; `synthlab sweep --seeds N` overrides a preset's seeds, `with_seeds`); `[[laws]]` tables, a claim that the loss follows a law, decided from the fit `synthlab fit
 --save` wrote (its convergence, bootstrap, R^2 and hold-out R^2). `synthlab report` prints each one
 in its claims table.
 
@@ -166,6 +166,16 @@ def seed_list(value: Any, key: str) -> list[int]:
             or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value)):
         raise SynthlabError(f"{key} must be a count or a list of distinct integers >= 0, got {value!r}")
     return value
+
+
+def with_seeds(experiment: Experiment, preset: str, seeds: Any) -> Experiment:
+    """The experiment with `preset` run over `seeds` (a count or a list, as the `seeds` key takes)
+    instead of the seeds its definition gives (`synthlab sweep --seeds`); seed 0 keeps its ids."""
+    if preset not in experiment.presets:
+        raise SynthlabError(f"unknown preset '{preset}' for {experiment.name} (have {', '.join(experiment.presets)})")
+    spec = {**experiment.presets[preset], "seeds": seeds}
+    _check_seeds(spec, f"{experiment.name}: presets.{preset} with --seeds")
+    return dataclasses.replace(experiment, presets={**experiment.presets, preset: spec})
 
 
 def train_part(config: dict[str, Any]) -> dict[str, Any]:

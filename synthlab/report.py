@@ -69,6 +69,8 @@ def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple, tup
     factors, the definition's verdict rules, its law rules), from the sweep's definition."""
     try:
         experiment = experiments.load_recorded(info["definition"])
+        if "seeds" in info:  # the seeds the sweep ran (`synthlab sweep --seeds`)
+            experiment = experiments.with_seeds(experiment, info["preset"], info["seeds"])
         points = experiment.points(info["preset"])
         factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
         axes = [factor_column(a) for a in points[0].factors] if points else []
@@ -107,14 +109,21 @@ def law_verdict(rule: verdicts.LawRule, sweep_dir: Path) -> verdicts.Verdict:
     return law_verdicts.decide_law(rule, saved, digest)
 
 
-def _verdict_lines(rules, laws, table: pd.DataFrame, factors: list[str], preset: str, sweep_dir: Path
+def _verdict_lines(rules, laws, table: pd.DataFrame, factors: list[str], info: dict, sweep_dir: Path
                    ) -> tuple[list[str], list[verdicts.Verdict]]:
     """The rules' verdicts as report lines; a rule scoped to other presets is listed as untested."""
+    preset = info["preset"]
     found = verdicts.evaluate([r for r in rules if r.applies_to(preset)], table, factors)
     found += [law_verdict(r, sweep_dir) for r in laws if r.applies_to(preset)]
+    found = [dataclasses.replace(v, fixed=fixed, exploratory=changed) for v in found
+             for fixed, changed in [verdicts.frozen(info, v.rule)]]
     rules = [*rules, *laws]
-    lines = [f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}** ({v.rule.condition()})"
-             + (f"; {v.per_replicate()}" if v.per_replicate() else "") for v in found]
+    lines = [f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}**{' (exploratory: rule changed after the data)' if v.exploratory else ''}"
+             f" ({v.rule.condition()}; rule fixed: {v.fixed})"
+             + "".join(f"; {extra}" for extra in (v.per_cell(), v.per_replicate()) if extra)
+             + (f"; seeds for a decisive interval at the observed effect and spread: {v.seeds_needed()}"
+                if v.seeds_needed() else "") for v in found]
+    lines += [SEEDS_NEEDED] if any(v.seeds_needed() for v in found) else []
     lines += [f"- {r.claim}, {r.says}: not tested by preset `{preset}` (the rule is for "
               f"{', '.join(f'`{p}`' for p in r.presets)})" for r in rules if not r.applies_to(preset)]
     return (["", "Verdicts (the definition's rules, over seeds):", "", *lines] if lines else
@@ -143,7 +152,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         lines += ["", " ".join(info["notes"].split())]
     if info.get("commands"):
         lines += ["", "Commands:", "", "```", *dict.fromkeys(info["commands"]), "```"]
-    verdict_lines, found = _verdict_lines(rules, laws, table, factors, info["preset"], sweep_dir)
+    verdict_lines, found = _verdict_lines(rules, laws, table, factors, info, sweep_dir)
     lines += verdict_lines
     if name in notes:
         lines += ["", f"Reading: {notes[name].strip()}"]
@@ -231,22 +240,48 @@ def compute_line(table: pd.DataFrame) -> str:
     return f"Compute: {(total + extra) / 60:.1f} min in all (sum of run wall times{shared})."
 
 
+SEEDS_NEEDED = ("\n\"Seeds for a decisive interval\": the fewest seeds at which, if the per-seed spread and the effect "
+                "are what these seeds show, the rule's one-sided test at its level (Bonferroni over cells) decides with "
+                "80% power; \"none on this test set\": the noise the test prompts share bounds the interval from below "
+                "at more than the effect, so only more test prompts decide it.")
+
+CLAIMS_HEADER = (
+    "Each verdict comes from the rule stated in the experiment's definition (`[[verdicts]]`), decided by `synthlab "
+    "report` over training seeds; \"claim as tested\" is the rule's one-line wording followed by what it computes, "
+    "generated from its fields. The interval is the pair of one-sided bounds at the rule's level (95%: a 90% two-sided "
+    "interval); for an accuracy or agreement it is taken on the logit scale of the statistic's range, so it stays "
+    "inside it, and it adds the test set's binomial noise, which every seed shares, to the seeds' spread "
+    "(`synthlab.intervals`). A rule that speaks of each cell (`each`: each L, diameter, fraction, model) is decided "
+    "per cell: reproduced only if every cell is, contradicted if any is; the line under the verdict gives each cell "
+    "and the cell that decided it. Multiplicity is controlled within a rule: Holm's adjustment over its cells keeps "
+    "the chance of any false per-cell statement at 5%; the rows are separate claims, each at its own level, not "
+    "corrected against each other (with 30 rows, one or two false calls are to be expected if no claim held). With "
+    "fewer seeds than the rule needs it says so instead of guessing, and where a compared model has not learned what "
+    "the claim builds on (the rule's `requires`) it says \"not tested\" and shows the estimate anyway. \"rule fixed\" "
+    "is when the rule's exact fields were first recorded (by `synthlab sweep` when the first point starts, or for "
+    "sweeps that predate that record from the git history, `scripts/rule_dates.py`); a rule fixed after its runs "
+    "began is marked exploratory. A law (`[[laws]]`) is decided from its saved fit: the estimate is its R^2, n the "
+    "rows fitted, \"contradicted\" first where a lack-of-fit test over runs says the law's form departs from the "
+    "data by more than seed noise, and \"not identified\" means the data cannot decide it.")
+
+
 def claims_table(found: list) -> str:
     """The claims table: one row per (experiment, rule) with its verdict, estimate, interval and n."""
     if not found:
         return ""
-    rows = [(v.rule.claim, name, v.rule.says, v.outcome + (f" ({v.why})" if v.why else ""), "" if math.isnan(v.estimate) else f"{v.estimate:+.4g}",
-             "" if math.isnan(v.low) else f"[{v.low:.4g}, {v.high:.4g}]", v.n, v.rule.condition())
+
+    def verdict(v) -> str:
+        text = v.outcome + (f" ({v.why})" if v.why else "")
+        text += " (exploratory: rule changed after the data)" if v.exploratory else ""
+        return text + (f"<br>{v.per_cell()}" if v.per_cell() else "")
+
+    rows = [(v.rule.claim, name, f"{v.rule.says}: {v.rule.condition()}", verdict(v),
+             "" if math.isnan(v.estimate) else f"{v.estimate:+.4g}",
+             "" if math.isnan(v.low) else f"[{v.low:.4g}, {v.high:.4g}]", v.n, v.fixed)
             for name, v in sorted(found, key=lambda f: _claim_key(f[1].rule.claim))]
     table = pd.DataFrame(rows, columns=["claim", "experiment", "claim as tested", "verdict", "estimate",
-                                        "interval", "n", "rule"])
-    return ("## Claims\n\nEach verdict comes from the rule stated in the experiment's definition "
-            "(`[[verdicts]]`), decided by `synthlab report` over training seeds; with fewer seeds than the "
-            "rule needs it says so instead of guessing, and where a compared model has not learned what the claim "
-            "builds on (the rule's `requires`) it says \"not tested\" and shows the estimate anyway. A law "
-            "(`[[laws]]`) is decided from its saved fit: the estimate is its R^2, n the rows fitted, \"contradicted\" "
-            "first where a lack-of-fit test over runs says the law's form departs from the data by more than "
-            "seed noise, and \"not identified\" means the data cannot decide it.\n\n" + markdown_table(table))
+                                        "interval", "n", "rule fixed"])
+    return "## Claims\n\n" + CLAIMS_HEADER + "\n\n" + markdown_table(table)
 
 
 def _claim_key(claim: str) -> tuple:

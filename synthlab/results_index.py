@@ -81,8 +81,9 @@ def claims_lines(found: list, scales: dict[str, str], claim_key) -> list[str]:
         else:
             shown = ("" if math.isnan(v.estimate) else f" {v.estimate:+.3g}") + (
                 "" if math.isnan(v.low) else f" [{v.low:.3g}, {v.high:.3g}]")
-        verdict = f"**{v.outcome}**{shown}"
-        said = v.rule.says.replace("|", "\\|")
+        verdict = f"**{v.outcome}**{shown}" + (" (exploratory: rule changed after the data)" if v.exploratory else "")
+        verdict += (f"; rule fixed {v.fixed}" if v.fixed else "") + (f"<br>{v.per_cell()}" if v.per_cell() else "")
+        said = f"{v.rule.says}: {v.rule.condition()}".replace("|", "\\|")
         lines.append(f"| {v.rule.claim} | {said} | {verdict} | {scales.get(name, '')} | [{name}]({name}/README.md) |")
     return lines
 

@@ -4,7 +4,7 @@ Layout of a sweep directory DIR:
 
     DIR/results.csv              one row per finished point (factors, metrics, run_dir)
     DIR/sweep.json               the experiment, preset, the stores outside DIR it uses (a rerun
-                                 without --cache / --runs uses them) and every command run in DIR
+                                 without --cache / --runs uses them), every command, rule fingerprints
     DIR/runs/<train_id>/         one trained model; points that differ only in evaluation share it
                                  (--runs DIR: a store shared by several sweeps)
         points/<point_id>.json   a finished point's metrics (written atomically, then the row)
@@ -18,14 +18,12 @@ file lock, skipping point ids already present. So results.csv is always a whole,
 table; a point killed before its metrics file exists reruns (its training resumes from the last
 checkpoint in its run dir); a point killed after it gets its row on the next run without rerunning.
 
-The engine does not know what a point does: a point runner (`PointRunner`, a module) does the
-work; the lab's is `synthlab.stages` (generate, train, evaluate); tests pass a cheap one. Workers
-(spawn processes, Ray tasks) import the runner module by name.
+The engine does not know what a point does: a point runner (`PointRunner`, a module) does the work; the lab's is
+`synthlab.stages` (generate, train, evaluate), tests pass a cheap one; workers import the runner module by name.
 Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), or Ray tasks (`executor="ray"`);
-the rows are always added by the driver, as each model's points finish. With `nproc_per_node` K
-a worker trains its point as a torchrun job of K processes (the runner's `run_point(..., nproc=K)`),
-and a Ray task asks for K GPUs (and K times its CPUs).
-"""
+the rows are always added by the driver, as each model's points finish. With `nproc_per_node` K a worker trains its
+point as a torchrun job of K processes (the runner's `run_point(..., nproc=K)`), and a Ray task asks for K GPUs (and
+K times its CPUs)."""
 
 from __future__ import annotations
 
@@ -46,6 +44,7 @@ from synthlab.experiments import Experiment, Point
 from synthlab.files import atomic_write_text, check_writable, die_with_parent, file_lock, warn
 from synthlab.progress import Progress
 from synthlab.results import RESULTS, append_rows, cell_number, factor_column, missing_columns, read_rows
+from synthlab.verdicts import record_rules
 
 
 # --- work units: one trained model and the points evaluated on it --------------------------
@@ -383,7 +382,7 @@ def _command_line() -> str | None:
 
 def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir: Path, runs_dir: Path) -> None:
     """DIR/sweep.json: what this directory holds, the stores it uses outside it, and every command
-    that ran in it (for reports)."""
+    that ran in it (for reports); its rules' fingerprints (`verdicts.record_rules`)."""
     path = out / "sweep.json"
     with file_lock(out / "sweep.json.lock"):  # two sweeps may share a directory
         info = read_info(out) or {"commands": []}
@@ -399,6 +398,7 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir
             info["stores"] = outside
         if command:
             info["commands"].append(command)
+        record_rules(info, experiment, preset, starting=not (out / RESULTS).is_file())  # no results: all to run
         atomic_write_text(path, json.dumps(info, indent=1))
 
 

@@ -9,7 +9,7 @@ An experiment definition states its rules as `[[verdicts]]` tables (fields: `Rul
     column = "model"                     # the compared column (a grid factor or a descriptor) ...
     a = "1x3"                            # ... the statistic is a - b
     b = "1x1"
-    match = ["L"]                        # a and b rows are paired on these columns
+    each = ["L"]                         # optional: the claim holds in every cell of these columns
     expect = "above"                     # above / below threshold, or within threshold +- margin
     presets = ["gpu"]                    # optional: only these presets' grids test it
     requires = ["train_acc_l1 >= 0.99"]  # optional: what every compared row must have learned
@@ -17,19 +17,28 @@ An experiment definition states its rules as `[[verdicts]]` tables (fields: `Rul
 
 The statistic is computed once per seed (the unit of replication: the `seed` and `data_seed`
 columns; a table without them is one seed; with `units`, once per seed and value of those columns
-too, e.g. once per model size when a scaling grid has one seed per size): the mean over the matched cells of mean(a) - mean(b)
-(divided by |mean(b)| with `relative`), or the mean of a's rows alone without `b`; with `x`, b's
-rows are a curve along column x, read at each a row's x by linear interpolation (accuracy against
-mean exit step). Over the n seeds: the mean and its Student-t interval at `level`. The outcome:
-- "reproduced": the interval lies on the expected side of `threshold` (inside threshold +- margin
-  for `within`);
-- "contradicted": it lies wholly on the other side (wholly outside the band for `within`);
-- "inconclusive": it straddles;
-- "too few seeds": n < min_seeds (the estimate is shown, no interval is claimed);
+too, e.g. once per model size when a scaling grid has one seed per size) and per cell of `each`
+(one cell without it): the mean over the matched rows (`match`, default the grid factors both arms
+span alike) of mean(a) - mean(b) (divided by |mean(b)| with `relative`), or the mean of a's rows
+alone without `b`; with `x`, b's rows are a curve along column x, read at each a row's x by linear
+interpolation (accuracy against mean exit step). Over the n seeds of a cell: the mean and its
+one-sided bounds at `level` (`synthlab.intervals`: on the logit scale of an accuracy's range, with
+the test set's noise; Student-t otherwise). Per cell, with Holm's adjustment over the rule's cells
+(the family whose error is controlled):
+- "reproduced": the claim's one-sided test rejects its null (the bound lies on the expected side
+  of `threshold`; for `within`, both bounds inside threshold +- margin: two one-sided tests);
+- "contradicted": the opposite test rejects (the bound lies wholly on the other side; for
+  `within`, wholly outside the band);
+- "inconclusive": neither.
+The rule is "reproduced" only if every cell is, "contradicted" if any cell is, else
+"inconclusive"; the cell that decided it is named. Also:
+- "too few seeds": a cell has n < min_seeds (the estimate is shown, no interval is claimed);
 - "no data": no row (or no pair) the rule can use;
 - "not tested": a compared row fails a `requires` condition: the models did not learn what the
   claim builds on (e.g. the single operations, the attribute values), so neither "reproduced" nor
   "contradicted" would mean anything; the estimate and interval are still shown.
+The row's text is generated from these fields (`Rule.condition`) after its one-line `says`, and a
+`says` that speaks of "each" cell without `each` is refused, so the words and the test agree.
 
 A claim that the loss follows a law is stated as a `[[laws]]` table (fields: `LawRule`) and decided
 from the fit `synthlab fit ... --save` wrote beside the results table (`synthlab.law_verdicts`).
@@ -38,18 +47,40 @@ from the fit `synthlab fit ... --save` wrote beside the results table (`synthlab
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
-import operator
 import re
 from typing import Any
 
 from synthlab.errors import SynthlabError
+from synthlab.rule_data import REQUIREMENT, SEED_COLUMNS, cells, seed_values, unmet_requirements
 
 EXPECT = ("above", "below", "within")
-SEED_COLUMNS = ("seed", "data_seed")
 OUTCOMES = ("reproduced", "contradicted", "inconclusive", "too few seeds", "no data", "not tested", "not identified")
-COMPARE = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
-REQUIREMENT = re.compile(r"^\s*([\w.]+)\s*(>=|<=|>|<)\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?)\s*$")
+EACH_WORDS = re.compile(r"\beach\b|\bat l = L\b")  # a `says` with these claims a result per cell
+
+
+def fingerprint(rule) -> str:
+    """A short hash of what decides a rule (`Rule` or `LawRule`): see `table_fingerprint`."""
+    return table_fingerprint(type(rule), {f.name: getattr(rule, f.name) for f in dataclasses.fields(rule)})
+
+
+def table_fingerprint(kind: type, table: dict) -> str:
+    """The hash of a rule's fields as written (a `[[verdicts]]` / `[[laws]]` table, parsed or not):
+    every field but its wording `says`; fields at their default are left out, so that adding a
+    field to the rule type changes no existing rule's hash; 1.0 and 1, a tuple and a list alike."""
+    def canon(value):
+        if isinstance(value, (list, tuple)):
+            return [canon(v) for v in value]
+        if isinstance(value, dict):
+            return {k: canon(v) for k, v in value.items()}
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
+    defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                for f in dataclasses.fields(kind)}
+    kept = {k: canon(v) for k, v in table.items() if k in defaults and k != "says" and canon(v) != canon(defaults[k])}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +108,7 @@ class Rule:
     # e.g. "train_acc_l1 >= 0.99": what the models must have learned for the claim to be tested
     units: tuple[str, ...] = ()  # columns whose values are further independent replicates (the
     # statistic once per seed and value): independent training runs that are not seeds
+    each: tuple[str, ...] = ()  # the claim holds in every cell of these columns: decided per cell
 
     def applies_to(self, preset: str) -> bool:
         return not self.presets or preset in self.presets
@@ -95,39 +127,94 @@ class Rule:
             raise SynthlabError(f"verdict '{self.says}': `requires` entries look like 'column >= 0.99', got {bad}")
         if self.min_seeds < 2 or not 0 < self.level < 1 or self.margin < 0:
             raise SynthlabError(f"verdict '{self.says}': need min_seeds >= 2, 0 < level < 1, margin >= 0")
+        if EACH_WORDS.search(self.says) and not self.each:
+            raise SynthlabError(f"verdict '{self.says}': it speaks of each cell; say which with `each`")
+        if set(self.each) & {self.column, self.x, *(self.match or ()), *self.units}:
+            raise SynthlabError(f"verdict '{self.says}': `each` columns cannot also be compared, matched or units")
 
     def condition(self) -> str:
-        """The rule in words: "accuracy[model=1x3] - accuracy[model=1x1], 95% interval above 0"."""
+        """The rule in words, from its fields: "accuracy[model=1x3] - accuracy[model=1x1], in every
+        L (Holm over the cells), one-sided 95% bound above 0"."""
         arm = lambda v: f"{self.metric}[{self.column}={v}]" if self.column else self.metric  # noqa: E731
         stat = arm(self.a) if self.b is None else f"{arm(self.a)} - {arm(self.b)}"
         if self.relative:
             stat = f"({stat}) / |{arm(self.b)}|"
         if self.x:
             stat += f" along {self.x}"
+        if self.where:
+            stat += " where " + ", ".join(f"{k} = {v}" for k, v in self.where.items())
+        if self.match:
+            stat += f", paired on {', '.join(self.match)}"
         if self.units:
             stat += f", one replicate per {' x '.join(('seed', *self.units))}"
-        bound = f"inside {self.threshold:g} +- {self.margin:g}" if self.expect == "within" else \
-            f"{self.expect} {self.threshold:g}"
-        return f"{stat}, {round(100 * self.level)}% interval {bound}"
+        if self.each:
+            stat += f", in every {' x '.join(self.each)} (Holm over the cells)"
+        level = f"{round(100 * self.level)}%"
+        bound = (f"both one-sided {level} bounds inside {self.threshold:g} +- {self.margin:g}"
+                 if self.expect == "within" else
+                 f"one-sided {level} {'lower' if self.expect == 'above' else 'upper'} bound {self.expect} {self.threshold:g}")
+        needs = f"; every compared row {' and '.join(self.requires)}" if self.requires else ""
+        return f"{stat}: {bound}{needs}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One cell of a rule's `each` (the whole table without it), decided with Holm's adjustment."""
+    label: str  # "L=2" ("" without `each`)
+    outcome: str
+    estimate: float
+    low: float  # the one-sided lower / upper bounds at the rule's level (NaN with too few seeds)
+    high: float
+    n: int
+    p: float  # Holm-adjusted p of the test that decided it (the claim's, or its opposite's if contradicted)
+    replicates: tuple[float, ...] = ()
+    seeds_needed: int | None = 0  # for a decisive interval at the observed effect (None: no number)
 
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     rule: Rule | LawRule
     outcome: str
-    estimate: float  # the mean over seeds (NaN without data); for a law, its (lowest) in-sample R^2
-    low: float  # the interval (NaN without one, and for a law)
+    estimate: float  # the deciding cell's mean over seeds (NaN without data); for a law, its (lowest) in-sample R^2
+    low: float  # the deciding cell's bounds (NaN without one, and for a law)
     high: float
     n: int  # replicates: seeds (times the values of the rule's `units`); for a law, the rows fitted
     why: str = ""  # for "no data": what the table lacks; "not tested": the unmet requirement; a law:
     # what decided it
-    replicates: tuple[float, ...] = ()  # the statistic per replicate, in seed (then `units`) order
+    replicates: tuple[float, ...] = ()  # the deciding cell's statistic per replicate, in seed order
+    cells: tuple[Cell, ...] = ()
+    decided_by: str = ""  # the deciding cell's label ("" without `each`)
+    fixed: str = ""  # when the rule was fixed (`frozen`)
+    exploratory: bool = False  # the rule was not fixed before its data
 
     def per_replicate(self, most: int = 12) -> str:
         """"per replicate: -0.27, -0.19, -0.03" (empty for one replicate, a law, or more than `most`)."""
         if not 1 < len(self.replicates) <= most:
             return ""
         return "per replicate: " + ", ".join(f"{s:+.3g}" for s in self.replicates)
+
+    def per_cell(self) -> str:
+        """"L=2: reproduced +0.161 [0.14, 0.18] p 0.002; L=3: inconclusive ...; decided by L=3"
+        (empty without `each`)."""
+        if not self.decided_by:
+            return ""
+        parts = [f"{c.label}: {c.outcome} {c.estimate:+.3g}" + ("" if math.isnan(c.low) else
+                 f" [{c.low:.3g}, {c.high:.3g}] Holm p {c.p:.2g}") for c in self.cells]
+        return "; ".join(parts) + f"; decided by {self.decided_by}"
+
+    def seeds_needed(self) -> str:
+        """The seeds the observed spread says a decisive interval at the observed effect needs, per
+        cell: "3", "L=2: 3; L=3: none on this test set" (its shared noise alone is as large as the
+        effect), "no effect observed"; empty for a law or without an interval."""
+        def words(n: int | None) -> str:
+            return "none on this test set" if n is None else "no effect observed" if n == 0 else str(n)
+
+        cells = [c for c in self.cells if c.n >= 2 and not math.isnan(c.low)]
+        if not cells or not isinstance(self.rule, Rule):
+            return ""
+        if len(cells) == 1:
+            return words(cells[0].seeds_needed)
+        return "; ".join(f"{c.label}: {words(c.seeds_needed)}" for c in cells)
 
     def summary(self) -> str:
         """"reproduced: +0.12 [0.05, 0.19], n = 3", "too few seeds (n = 1 < 3): +0.12"."""
@@ -142,6 +229,41 @@ class Verdict:
         if self.outcome == "too few seeds":
             return f"too few seeds (n = {self.n} < {self.rule.min_seeds}): estimate {self.estimate:+.4g}"
         return f"{self.outcome}: {self.estimate:+.4g} [{self.low:.4g}, {self.high:.4g}], n = {self.n}"
+
+
+def record_rules(info: dict, experiment, preset: str, starting: bool) -> None:
+    """Into a sweep.json dict: the seeds run (a preset's `seeds`, or `--seeds`), the time the first
+    point starts (`data_began`, when `starting`: points to run and no results yet) and each rule's
+    fingerprint with the time it was first seen (`rules`), so that a report can tell a rule fixed
+    before the data from one changed after it."""
+    import datetime
+
+    if "seeds" in experiment.presets[preset] or "seeds" in info:
+        info["seeds"] = experiment.presets[preset].get("seeds", 1)
+
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+    if starting:
+        info.setdefault("data_began", now)
+    for rule in (*experiment.verdicts, *experiment.laws):
+        info.setdefault("rules", {}).setdefault(fingerprint(rule), now)
+
+
+def frozen(info: dict, rule) -> tuple[str, bool]:
+    """(the date the rule was fixed, whether it changed after its data began) from a sweep.json:
+    its `data_began` and the time each rule fingerprint was first seen (`rules`, recorded by the
+    sweep, or dated from git with `rules_from`: there a rule first committed with the data counts
+    as after it, since runs come before their commit)."""
+    import datetime
+
+    began, seen = info.get("data_began"), info.get("rules")
+    if not began or seen is None:
+        return "not recorded", False
+    fixed = seen.get(fingerprint(rule))
+    if fixed is None:
+        return "after the data", True
+    when = datetime.datetime.fromisoformat
+    after = when(fixed) >= when(began) if info.get("rules_from") else when(fixed) > when(began)
+    return fixed[:10], after
 
 
 def parse_rules(raw: Any, where: str) -> tuple[Rule, ...]:
@@ -164,133 +286,70 @@ def parse_rules(raw: Any, where: str) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-def _same(series, value):
-    """Rows of `series` equal to `value` (numbers compared as numbers, anything else as text)."""
-    import pandas as pd
-
-    values = value if isinstance(value, list) else [value]
-    numeric = pd.to_numeric(series, errors="coerce")
-    mask = pd.Series(False, index=series.index)
-    for v in values:
-        try:
-            mask |= numeric == float(v)
-        except (TypeError, ValueError):
-            pass
-        mask |= series.astype(str) == str(v)
-    return mask
-
-
-def _metric(table, metric: str):
-    left, sep, right = metric.partition(" - ")
-    columns = [left, right] if sep else [left]
-    missing = [c for c in columns if c not in table]
-    if missing:
-        return None
-    values = table[left].astype(float)
-    return values - table[right].astype(float) if sep else values
-
-
-def _where(rule: Rule, table):
-    """The rows the rule's `where` keeps (None when the table lacks one of its columns)."""
-    for column, value in rule.where.items():
-        if column not in table:
-            return None
-        table = table[_same(table[column], value)]
-    return table
-
-
 def seed_statistics(rule: Rule, table, factors: list[str]) -> list[float]:
-    """The rule's statistic once per seed (seeds without a usable row or pair are left out)."""
+    """The rule's statistic once per seed, over the whole table (`each` aside)."""
+    return [s.value for s in seed_values(rule, table, factors)]
+
+
+def _cell(rule: Rule, label: str, values: list, family: int) -> tuple[Cell, Any]:
+    """A cell before Holm: its Cell (outcome "", p the raw p's) and its SeedEstimate (None with too few)."""
     import numpy as np
-    import pandas as pd
 
-    table = _where(rule, table.copy())  # a copy: one block, a wide results table is fragmented
-    if table is None:
-        return []
-    value = _metric(table, rule.metric)
-    if value is None or (rule.column is not None and rule.column not in table):
-        return []
-    table = table.assign(_value=value).dropna(subset=["_value"])
-    replicates = [c for c in (*SEED_COLUMNS, *rule.units) if c in table]
-    if any(u not in table for u in rule.units):
-        return []
-    table = table.assign(_unit=table[replicates].map(str).agg("/".join, axis=1) if replicates else "all")
-    a_rows = table[_same(table[rule.column], rule.a)] if rule.column else table
-    b_rows = table[_same(table[rule.column], rule.b)] if rule.b is not None else a_rows
-    match = list(rule.match) if rule.match is not None else [  # the factors both arms span alike
-        f for f in factors if f in table and f not in (rule.column, rule.x, *SEED_COLUMNS, *rule.units)
-        and set(a_rows[f].astype(str)) == set(b_rows[f].astype(str))]
-    if any(m not in table for m in match) or (rule.x and rule.x not in table):
-        return []
-    a_rows, b_rows = (rows.assign(**{m: rows[m].map(str) for m in match}) for rows in (a_rows, b_rows))
-    out = []
-    for unit in (a_rows.sort_values(replicates)["_unit"].unique() if replicates else ["all"]):  # seed order, numeric
-        a_unit = a_rows[a_rows["_unit"] == unit]
-        if rule.b is None:
-            out.append(float(a_unit["_value"].mean()))
-            continue
-        b_unit = b_rows[b_rows["_unit"] == unit]
-        diffs = []
-        cells = a_unit.groupby(match, dropna=False) if match else [((), a_unit)]
-        for key, a_cell in cells:
-            key = key if isinstance(key, tuple) else (key,)
-            b_cell = b_unit
-            for m, v in zip(match, key):
-                b_cell = b_cell[b_cell[m] == v]
-            if b_cell.empty:
-                continue
-            if rule.x:
-                curve = b_cell.groupby(rule.x)["_value"].mean().sort_index()
-                xs = pd.to_numeric(a_cell[rule.x]).to_numpy(float)
-                inside = (xs >= curve.index.min()) & (xs <= curve.index.max())
-                if not inside.any():
-                    continue
-                base = np.interp(xs[inside], curve.index.to_numpy(float), curve.to_numpy(float))
-                a_vals = a_cell["_value"].to_numpy(float)[inside]
-                diff = float(np.mean(a_vals - base))
-                ref = float(np.mean(base))
-            else:
-                ref = float(b_cell["_value"].mean())
-                diff = float(a_cell["_value"].mean()) - ref
-            if rule.relative:
-                if ref == 0:
-                    continue
-                diff /= abs(ref)
-            diffs.append(diff)
-        if diffs:
-            out.append(float(np.mean(diffs)))
-    return out
+    from synthlab import intervals
+    from synthlab.rule_data import bounds
+
+    stats = np.array([v.value for v in values])
+    estimate, replicates = float(stats.mean()), tuple(float(s) for s in stats)
+    if len(values) < rule.min_seeds:
+        return Cell(label, "too few seeds", estimate, math.nan, math.nan, len(values), math.nan, replicates), None
+    test_var = float(np.nanmean([v.test_var for v in values])) if any(v.test_var == v.test_var for v in values) else 0.0
+    prompts = float(np.nanmin([v.prompts for v in values])) if any(v.prompts == v.prompts for v in values) else 1000.0
+    est = intervals.SeedEstimate.of(stats, test_var, bounds(rule), prompts)
+    low, high = float(est.bound(rule.level, "low")), float(est.bound(rule.level, "high"))
+    needed = intervals.seeds_needed(stats, test_var, bounds(rule), rule.expect, rule.threshold, rule.margin,
+                                    (1 - rule.level) / family, prompts=prompts)  # Bonferroni over the cells
+    return Cell(label, "", estimate, low, high, len(values), math.nan, replicates, needed), est
 
 
-def decide(rule: Rule, statistics: list[float]) -> Verdict:
-    """The outcome of `rule` from its per-seed statistics."""
+def decide(rule: Rule, by_cell: dict[str, list]) -> Verdict:
+    """The outcome of `rule` from its per-seed values (`rule_data.SeedValue`) in each cell."""
     import numpy as np
-    from scipy import stats
 
-    n = len(statistics)
-    if n == 0:
+    from synthlab import intervals
+
+    by_cell = {k: v for k, v in by_cell.items() if v}
+    if not by_cell:
         return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0)
-    estimate, replicates = float(np.mean(statistics)), tuple(statistics)
-    if n < rule.min_seeds:
-        return Verdict(rule, "too few seeds", estimate, math.nan, math.nan, n, replicates=replicates)
-    half = float(stats.t.ppf((1 + rule.level) / 2, n - 1) * np.std(statistics, ddof=1) / math.sqrt(n))
-    low, high = estimate - half, estimate + half
-    t, m = rule.threshold, rule.margin
-    if rule.expect == "within":
-        inside, outside = t - m <= low and high <= t + m, high < t - m or low > t + m
+    made = [_cell(rule, label, values, len(by_cell)) for label, values in by_cell.items()]
+    tested = [(i, est) for i, (_, est) in enumerate(made) if est is not None]
+    cells = [c for c, _ in made]
+    if tested:
+        alpha = 1 - rule.level
+        p = np.array([intervals.p_values(est, rule.expect, rule.threshold, rule.margin) for _, est in tested], float)
+        claim, against = intervals.holm(p[:, 0]), intervals.holm(p[:, 1])
+        for (i, _), pc, pa in zip(tested, claim, against):
+            outcome = "reproduced" if pc <= alpha else "contradicted" if pa <= alpha else "inconclusive"
+            cells[i] = dataclasses.replace(cells[i], outcome=outcome, p=float(pa if outcome == "contradicted" else pc))
+    outcomes = [c.outcome for c in cells]
+    if "contradicted" in outcomes:
+        decider = min((c for c in cells if c.outcome == "contradicted"), key=lambda c: c.p)
+    elif "too few seeds" in outcomes:
+        decider = next(c for c in cells if c.outcome == "too few seeds")
     else:
-        inside, outside = (low > t, high < t) if rule.expect == "above" else (high < t, low > t)
-    outcome = "reproduced" if inside else "contradicted" if outside else "inconclusive"
-    return Verdict(rule, outcome, estimate, low, high, n, replicates=replicates)
+        decider = max((c for c in cells if c.outcome != "reproduced"), key=lambda c: c.p, default=None) or \
+            max(cells, key=lambda c: c.p)
+    return Verdict(rule, decider.outcome, decider.estimate, decider.low, decider.high, decider.n,
+                   replicates=decider.replicates, cells=tuple(cells), decided_by=decider.label)
 
 
 def evaluate(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) -> list[Verdict]:
     """Every rule's verdict on a results table (`factors`: its grid factor columns)."""
     out = []
     for rule in rules:
-        verdict = decide(rule, seed_statistics(rule, table, factors))
+        split = cells(rule, table)
+        verdict = decide(rule, {} if split is None else {k: seed_values(rule, rows, factors) for k, rows in split.items()})
         if verdict.outcome == "no data":
-            needed = [*rule.metric.split(" - "), rule.column, rule.x, *(rule.match or ()), *rule.where]
+            needed = [*rule.metric.split(" - "), rule.column, rule.x, *(rule.match or ()), *rule.where, *rule.each]
             missing = [c for c in dict.fromkeys(needed) if c is not None and c not in table]
             why = f"results.csv has no {', '.join(missing)}" if missing else "no row or pair the rule can use"
             verdict = dataclasses.replace(verdict, why=why)
@@ -299,33 +358,6 @@ def evaluate(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) ->
             verdict = dataclasses.replace(verdict, outcome="not tested", why=unmet)
         out.append(verdict)
     return out
-
-
-def unmet_requirements(rule: Rule, table) -> str:
-    """What the rule's compared rows fail of its `requires` ("" when every row meets every one)."""
-    import pandas as pd
-
-    table = _where(rule, table)
-    if table is None:
-        return ""
-    if rule.column is not None and rule.column in table:
-        arms = _same(table[rule.column], rule.a)
-        if rule.b is not None:
-            arms |= _same(table[rule.column], rule.b)
-        table = table[arms]
-    failed = []
-    for requirement in rule.requires:
-        column, op, number = REQUIREMENT.match(requirement).groups()
-        if column not in table:
-            failed.append(f"requires {requirement}: results.csv has no {column}")
-            continue
-        values = pd.to_numeric(table[column], errors="coerce")
-        bad = ~values.map(lambda v: COMPARE[op](v, float(number)) if v == v else False)
-        if bad.any():
-            worst = values[bad].min() if op in (">=", ">") else values[bad].max()
-            failed.append(f"requires {requirement}: {int(bad.sum())} of {len(values)} compared rows fail, "
-                          f"{'lowest' if op in ('>=', '>') else 'highest'} {worst:.4g}")
-    return "; ".join(failed)
 
 
 def aggregate(table, factors: list[str], metrics: list[str]):

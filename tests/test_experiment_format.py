@@ -63,7 +63,7 @@ def test_the_worked_example_runs_end_to_end_from_its_own_folder(tmp_path):
     assert "definition `" in page and (index.parent / "isoflop" / "isoflop.png").is_file()
     head = index.read_text()
     assert "[isoflop](isoflop/README.md)" in head and "2 seeds (`smoke`)" in head
-    assert "| C2 | Loop 1x2 is within 10 points of the iso-FLOP Base 2x1 | **" in head
+    assert "| C2 | Loop 1x2 is within 10 points of the iso-FLOP Base 2x1: accuracy[" in head
 
 
 def test_a_preset_the_definition_lacks_is_one_error_line(tmp_path):

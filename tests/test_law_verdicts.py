@@ -175,5 +175,6 @@ def test_the_report_puts_a_law_in_the_claims_table(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["report", str(tmp_path), "--out", str(out), "--copy"])
     assert result.exit_code == 0, result.output
     text = out.read_text()
-    assert "| C5 | lawful | the law holds | reproduced (" in text and "| 64 |" in text
+    assert "| C5 | lawful | the law holds: fit_looplm.json: " in text and "| 64 | not recorded |" in text
+    assert "test R^2 >= 0.8 | reproduced (" in text
     assert (out.parent / "lawful" / "fit_looplm.json").is_file()  # --copy takes the saved fit along

@@ -7,6 +7,7 @@ must end with exactly the table of an uninterrupted one.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, files, stages, sweep
+from synthlab import experiments, files, stages, sweep, verdicts
 from synthlab import results as results_table
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
@@ -290,3 +291,31 @@ def test_reevaluate_runs_every_finished_point_again_on_its_model(tmp_path, monke
     assert all(after[p]["accuracy"] == before[p]["accuracy"] for p in before)  # the same models
     logs = [(d / "starts.log").read_text().split() for d in (out / "runs").iterdir()]
     assert all(log[0] == "0" and set(log[1:]) == {"5"} for log in logs)  # trained once: every rerun found step 5
+
+
+def test_the_first_start_records_when_the_data_began_and_every_rule_then(tmp_path):
+    exp = dataclasses.replace(experiments.load(FAKE), verdicts=verdicts.parse_rules(
+        [{"claim": "C0", "says": "b beats a", "metric": "accuracy", "column": "arch", "a": "b", "b": "a",
+          "expect": "above"}], "test"))
+    sweep.run_sweep(exp, "gpu", tmp_path, runner=RUNNER, progress=False)
+    info = sweep.read_info(tmp_path)
+    fixed = verdicts.fingerprint(exp.verdicts[0])
+    assert info["rules"] == {fixed: info["data_began"]} and verdicts.frozen(info, exp.verdicts[0])[1] is False
+    changed = dataclasses.replace(exp, verdicts=(dataclasses.replace(exp.verdicts[0], threshold=0.1),))
+    sweep.run_sweep(changed, "gpu", tmp_path, runner=RUNNER, progress=False)  # nothing left to run
+    info = sweep.read_info(tmp_path)
+    assert info["rules"][fixed] == info["data_began"] and len(info["rules"]) == 2
+    assert verdicts.frozen(info, changed.verdicts[0])[1] is True  # first seen after the data began
+
+
+def test_seeds_overrides_the_presets_seeds_in_the_run_and_the_dry_run(tmp_path):
+    exp = experiments.with_seeds(experiments.load(FAKE), "gpu", 3)
+    assert [p.factors["seed"] for p in exp.points("gpu")] == [0, 1, 2]
+    assert exp.points("gpu")[0].point_id == experiments.load(FAKE).points("gpu")[0].point_id  # seed 0 keeps its id
+    result = CliRunner().invoke(app, ["sweep", str(FAKE), "--preset", "cpu", "--runner", RUNNER.__name__,
+                                      "--out", str(tmp_path), "--dry-run", "--seeds", "2"])
+    assert result.exit_code == 0 and "8 points, 8 to run" in result.output, result.output
+    with pytest.raises(SynthlabError, match="unknown preset"):
+        experiments.with_seeds(experiments.load(FAKE), "huge", 3)
+    sweep.run_sweep(exp, "gpu", tmp_path / "run", runner=RUNNER, progress=False)
+    assert sweep.read_info(tmp_path / "run")["seeds"] == 3

@@ -120,14 +120,27 @@ def test_every_outcome_is_reachable(diffs, rule, outcome):
         assert verdict.n == len(diffs)
 
 
-def test_the_interval_is_student_t_over_seeds():
+def test_an_unbounded_statistic_has_one_sided_student_t_bounds_over_seeds():
     diffs = [0.10, 0.12, 0.09, 0.2]
-    v = verdicts.evaluate([_rule(level=0.9)], _paired(diffs), ["seed", "L", "model"])[0]
-    half = stats.t.ppf(0.95, 3) * np.std(diffs, ddof=1) / math.sqrt(4)
+    table = _paired(diffs).rename(columns={"accuracy": "score"})  # not a share: no range to respect
+    v = verdicts.evaluate([_rule(level=0.9, metric="score")], table, ["seed", "L", "model"])[0]
+    half = stats.t.ppf(0.9, 3) * np.std(diffs, ddof=1) / math.sqrt(4)
     assert (v.low, v.high) == pytest.approx((np.mean(diffs) - half, np.mean(diffs) + half))
-    assert "n = 4" in v.summary() and "90% interval above 0" in v.rule.condition()
+    assert "n = 4" in v.summary() and "one-sided 90% lower bound above 0" in v.rule.condition()
     assert v.replicates == pytest.approx(diffs) and v.per_replicate() == "per replicate: +0.1, +0.12, +0.09, +0.2"
     assert v.per_replicate(most=3) == ""
+
+
+def test_an_accuracy_interval_stays_in_range_and_counts_the_test_set():
+    """Three seeds near a ceiling: the bounds stay inside [0, 1]; with the test prompts known
+    (n_test) the interval widens by the test set's binomial noise."""
+    rows = [{"seed": s, "model": "loop", "accuracy": a} for s, a in enumerate([0.99, 0.97, 0.98])]
+    rule = _rule(b=None, threshold=0.9)
+    bare = verdicts.evaluate([rule], pd.DataFrame(rows), ["seed", "model"])[0]
+    counted = verdicts.evaluate([rule], pd.DataFrame(rows).assign(n_test=100), ["seed", "model"])[0]
+    for v in (bare, counted):
+        assert 0 < v.low < v.estimate < v.high < 1
+    assert counted.low < bare.low and counted.high > bare.high
 
 
 def test_one_seed_is_too_few_and_says_n():
@@ -207,9 +220,11 @@ def test_report_prints_the_claims_table_and_means_over_seeds(tmp_path):
     assert result.exit_code == 0, result.output
     text = out.read_text()
     claims = text[text.index("## Claims"):text.index("## paired")]
-    assert "| C2 | paired | loop beats base | reproduced | +0.1033 |" in claims and "| 3 |" in claims
+    condition = "accuracy[model=loop] - accuracy[model=base]: one-sided 95% lower bound above 0"
+    assert f"| C2 | paired | loop beats base: {condition} | reproduced | +0.1033 |" in claims
+    assert "| 3 | not recorded |" in claims  # a sweep.json without the record of its rules
     assert "- C2, loop beats base: **reproduced: +0.1033" in text
-    assert "above 0); per replicate: +0.1, +0.12, +0.09" in text  # in seed order
+    assert "rule fixed: not recorded); per replicate: +0.1, +0.12, +0.09" in text  # in seed order
     # one row per (model, L) cell: the mean and standard error over the three seeds, and n
     cell = table[(table["model"] == "base") & (table["L"] == 2)]["accuracy"]
     assert f"| {cell.mean():.4g} ± {cell.std(ddof=1) / math.sqrt(3):.4g} |" in text
@@ -259,7 +274,8 @@ def test_a_rule_scoped_to_other_presets_is_listed_untested_not_decided():
         {"claim": "C0", "says": "big loop beats big base", "metric": "accuracy", "column": "model", "a": "big",
          "b": "base", "expect": "above", "presets": ["gpu"]}], "test")
     assert rules[0].presets == ("cpu",) and rules[0].applies_to("cpu") and not rules[1].applies_to("cpu")
-    lines, found = _verdict_lines(rules, (), _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], "cpu", Path("."))
+    lines, found = _verdict_lines(rules, (), _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], {"preset": "cpu"},
+                                  Path("."))
     assert [v.rule.says for v in found] == ["loop beats base"] and found[0].outcome == "reproduced"
     assert any("big loop beats big base: not tested by preset `cpu` (the rule is for `gpu`)" in line for line in lines)
 
@@ -302,3 +318,66 @@ def test_units_replicate_over_a_column_when_each_value_is_an_independent_run():
     without = dataclasses.replace(rule, units=(), match=("d_model", "checkpoint"))  # one seed: no interval
     assert verdicts.evaluate([without], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0].outcome \
         == "too few seeds"
+
+
+# --- per-cell rules, rule freezing -----------------------------------------------------------
+
+
+def _cells_table(by_L: dict[int, list[float]]) -> pd.DataFrame:
+    """Loop minus base differences per seed at each L (a loss-like score: no range, no test set)."""
+    return pd.DataFrame([{"seed": s, "L": L, "model": m, "score": 1.0 + (d if m == "loop" else 0.0)}
+                         for L, diffs in by_L.items() for s, d in enumerate(diffs) for m in ("loop", "base")])
+
+
+def test_each_decides_per_cell_with_holm_and_names_the_deciding_cell():
+    from synthlab import intervals
+
+    table = _cells_table({2: [0.16, 0.15, 0.17], 3: [0.1, -0.02, 0.06]})
+    pooled, per_cell = verdicts.evaluate([_rule(metric="score", match=("L",)),
+                                          _rule(metric="score", each=("L",), says="loop beats base at each L")],
+                                         table, ["seed", "L", "model"])
+    assert pooled.outcome == "reproduced" and pooled.estimate == pytest.approx(np.mean([0.16, 0.15, 0.17, 0.1, -0.02, 0.06]))
+    assert per_cell.outcome == "inconclusive" and per_cell.decided_by == "L=3"
+    assert per_cell.estimate == pytest.approx(0.14 / 3) and [c.outcome for c in per_cell.cells] == ["reproduced", "inconclusive"]
+    raw = [float(intervals.SeedEstimate.of(np.array(d)).p_above(0.0)) for d in ([0.16, 0.15, 0.17], [0.1, -0.02, 0.06])]
+    assert [c.p for c in per_cell.cells] == pytest.approx(list(intervals.holm(np.array(raw))))
+    assert per_cell.per_cell().startswith("L=2: reproduced +0.16") and per_cell.per_cell().endswith("decided by L=3")
+    assert "in every L (Holm over the cells)" in per_cell.rule.condition()
+    # contradicted if any cell is, whatever the others say
+    worse = verdicts.evaluate([_rule(metric="score", each=("L",))], _cells_table(
+        {2: [0.16, 0.15, 0.17], 3: [-0.2, -0.22, -0.21]}), ["seed", "L", "model"])[0]
+    assert worse.outcome == "contradicted" and worse.decided_by == "L=3"
+
+
+def test_a_rule_that_says_each_must_name_its_cells():
+    with pytest.raises(SynthlabError, match="say which with `each`"):
+        _rule(says="loop beats base at each diameter")
+    with pytest.raises(SynthlabError, match="`each` columns cannot"):
+        _rule(each=("model",))
+
+
+def test_the_fingerprint_ignores_the_wording_and_defaults_and_sees_every_test_field():
+    base = verdicts.fingerprint(_rule())
+    assert verdicts.fingerprint(_rule(says="other words")) == base
+    assert verdicts.fingerprint(_rule(threshold=0)) == base == verdicts.table_fingerprint(verdicts.Rule, {
+        "claim": "C0", "says": "x", "metric": "accuracy", "column": "model", "a": "loop", "b": "base",
+        "expect": "above", "threshold": 0.0, "each": []})
+    assert len({base, verdicts.fingerprint(_rule(threshold=0.1)), verdicts.fingerprint(_rule(each=("L",))),
+                verdicts.fingerprint(_rule(expect="below"))}) == 4
+
+
+@pytest.mark.parametrize("info, expected", [
+    ({}, ("not recorded", False)),
+    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-02T00:00:00+00:00"}}, ("2026-01-02", False)),
+    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-03T00:00:00+00:00"}}, ("2026-01-03", True)),
+    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {}}, ("after the data", True)),
+    # dated from git: a rule first committed with its data was written after the runs began
+    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-02T00:00:00+00:00"},
+      "rules_from": "git history"}, ("2026-01-02", True)),
+    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-01T09:00:00+00:00"},
+      "rules_from": "git history"}, ("2026-01-01", False)),
+])
+def test_a_rule_changed_after_its_data_is_exploratory(info, expected):
+    rule = _rule()
+    info = json.loads(json.dumps(info).replace("RULE", verdicts.fingerprint(rule)))
+    assert verdicts.frozen(info, rule) == expected

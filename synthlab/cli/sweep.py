@@ -28,6 +28,8 @@ def sweep(
     runner: Optional[str] = typer.Option(None, "--runner", help="A point runner module (parse, run_point) (default: synthlab.stages, the lab's own)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid with each point's status and cost; run nothing. "
                                                           "For a gpu preset: tokens, FLOPs, memory and hours on one H200."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Run every point over training seeds 0..N-1 "
+                                        "instead of the preset's `seeds` (seed 0 keeps its point ids); default: the preset's."),
     reevaluate: bool = typer.Option(False, "--reevaluate", help="Run the finished points again too, on their trained models "
                                     "(after an evaluator change); each new row replaces the old, its time added."),
 ) -> None:
@@ -42,11 +44,15 @@ def sweep(
         raise SynthlabError("--executor ray needs --ray-address of a running cluster (`ray start --head` on a trusted "
                             "network, then HOST:6379, or 'auto' on its head node); none is started here")
     exp = experiments.load(name)
+    if seeds is not None:
+        exp = experiments.with_seeds(exp, preset, seeds)
     out = out or Path("runs") / f"{exp.name}-{preset}"
     point_runner = engine.load_runner(runner) if runner else stages
     if dry_run:
         rows = engine.plan(exp, preset, out, runner=point_runner, runs_dir=runs, gpu=preset == "gpu")
         _print_plan(rows)
+        typer.echo(f"seeds per point: {exp.presets[preset].get('seeds', 1)} "
+                   f"({'--seeds' if seeds is not None else 'the preset'}; the cost above counts every seed)")
         return
     results = engine.run_sweep(exp, preset, out, runner=point_runner, jobs=jobs, executor=executor,
                                ray_address=ray_address, cache_dir=cache, runs_dir=runs, threads=threads,

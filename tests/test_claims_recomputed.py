@@ -1,0 +1,74 @@
+"""The claims table recomputed independently of the verdict engine from committed results.csv files:
+plain pandas per seed and cell, the interval written out from its definition (synthlab.intervals'
+docstring), compared with what `synthlab report` decides."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from synthlab import experiments, verdicts
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def _logit_bounds(values, test_var, lo, hi, prompts, level=0.95):
+    """Mean of per-seed values; one-sided bounds on the logit scale of [lo, hi] with the shared
+    test-set variance added (delta method at the mean), back-transformed."""
+    u = ((np.asarray(values) - lo) / (hi - lo) * prompts + 0.5) / (prompts + 1)
+    z = np.log(u / (1 - u))
+    ubar = u.mean()
+    se = math.sqrt(z.var(ddof=1) / len(z) + test_var / (ubar * (1 - ubar) * (hi - lo)) ** 2)
+    t = stats.t.ppf(level, len(z) - 1)
+    back = lambda x: lo + (hi - lo) / (1 + math.exp(-x))  # noqa: E731
+    return float(np.mean(values)), back(z.mean() - t * se), back(z.mean() + t * se)
+
+
+def _verdict(name: str, says_start: str):
+    exp = experiments.load(name)
+    table = pd.read_csv(RESULTS / name / "results.csv")
+    rule = next(r for r in exp.verdicts if r.says.startswith(says_start))
+    return rule, table, verdicts.evaluate([rule], table, ["seed", "L", "model"])[0]
+
+
+def test_c2_per_length_cells_match_a_recomputation():
+    rule, table, verdict = _verdict("mano", "Loop 1x3 beats Base 1x1")
+    for cell in verdict.cells:
+        L = int(cell.label.split("=")[1])
+        rows = table[table["L"] == L].set_index(["seed", "model"])
+        a, b = rows.xs("1x3", level="model"), rows.xs("1x1", level="model")
+        diff = (a["accuracy"] - b["accuracy"]).sort_index()
+        test_var = float((a["accuracy"] * (1 - a["accuracy"]) / a["n_test"]
+                          + b["accuracy"] * (1 - b["accuracy"]) / b["n_test"]).mean())
+        estimate, low, high = _logit_bounds(diff.to_numpy(), test_var, -1.0, 1.0, 500)
+        assert (cell.estimate, cell.low, cell.high) == pytest.approx((estimate, low, high), rel=1e-9)
+    assert verdict.decided_by == "L=3" and verdict.outcome in ("inconclusive", "not tested")
+
+
+def test_c9_level_near_a_ceiling_matches_a_recomputation_and_stays_below_one():
+    exp = experiments.load("faithfulness")
+    rule = next(r for r in exp.verdicts if r.metric == "agree_7_8")
+    table = pd.read_csv(RESULTS / "faithfulness" / "results.csv")
+    verdict = verdicts.evaluate([rule], table, ["seed", "train.loss"])[0]
+    rows = table[table["train.loss"] == "mean"].sort_values("seed")
+    p = rows["agree_7_8"]
+    estimate, low, high = _logit_bounds(p.to_numpy(), float((p * (1 - p) / rows["n_test"]).mean()), 0.0, 1.0,
+                                        float(rows["n_test"].min()))
+    assert (verdict.estimate, verdict.low, verdict.high) == pytest.approx((estimate, low, high), rel=1e-9)
+    assert verdict.high < 1
+
+
+def test_c11_loss_difference_keeps_the_plain_one_sided_student_t():
+    exp = experiments.load("ouroboros")
+    rule = next(r for r in exp.verdicts if r.metric == "loss_depth_8" and r.b == "static")
+    table = pd.read_csv(RESULTS / "ouroboros" / "results.csv")
+    verdict = verdicts.evaluate([rule], table, ["seed", "variant"])[0]
+    rows = table.set_index(["seed", "variant"])["loss_depth_8"]
+    diff = (rows.xs("controller", level="variant") - rows.xs("static", level="variant")).sort_index().to_numpy()
+    half = stats.t.ppf(0.95, len(diff) - 1) * diff.std(ddof=1) / math.sqrt(len(diff))
+    assert (verdict.low, verdict.high) == pytest.approx((diff.mean() - half, diff.mean() + half), rel=1e-9)
