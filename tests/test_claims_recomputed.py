@@ -29,25 +29,28 @@ def _logit_bounds(values, test_var, lo, hi, prompts, level=0.95):
     return float(np.mean(values)), back(z.mean() - t * se), back(z.mean() + t * se)
 
 
-def _verdict(name: str, says_start: str):
+def _verdicts(name: str, says_start: str):
     exp = experiments.load(name)
     table = pd.read_csv(RESULTS / name / "results.csv")
-    rule = next(r for r in exp.verdicts if r.says.startswith(says_start))
-    return rule, table, verdicts.evaluate([rule], table, ["seed", "L", "model"])[0]
+    rules = [r for r in exp.verdicts if r.says.startswith(says_start)]
+    return table, verdicts.evaluate(rules, table, ["seed", "L", "model"])
 
 
 def test_c2_per_length_cells_match_a_recomputation():
-    rule, table, verdict = _verdict("mano", "Loop 1x3 beats Base 1x1")
-    for cell in verdict.cells:
-        L = int(cell.label.split("=")[1])
-        rows = table[table["L"] == L].set_index(["seed", "model"])
-        a, b = rows.xs("1x3", level="model"), rows.xs("1x1", level="model")
-        diff = (a["accuracy"] - b["accuracy"]).sort_index()
-        test_var = float((a["accuracy"] * (1 - a["accuracy"]) / a["n_test"]
-                          + b["accuracy"] * (1 - b["accuracy"]) / b["n_test"]).mean())
-        estimate, low, high = _logit_bounds(diff.to_numpy(), test_var, -1.0, 1.0, 500)
-        assert (cell.estimate, cell.low, cell.high) == pytest.approx((estimate, low, high), rel=1e-9)
-    assert verdict.decided_by == "L=3" and verdict.outcome in ("inconclusive", "not tested")
+    table, decided = _verdicts("mano", "Loop 1x3 beats Base 1x1")
+    assert {c.label for v in decided for c in v.cells} == {"L=2", "L=3"}
+    for verdict in decided:
+        for cell in verdict.cells:
+            L = int(cell.label.split("=")[1])
+            rows = table[table["L"] == L].set_index(["seed", "model"])
+            a, b = rows.xs("1x3", level="model"), rows.xs("1x1", level="model")
+            diff = (a["accuracy"] - b["accuracy"]).sort_index()
+            test_var = float((a["accuracy"] * (1 - a["accuracy"]) / a["n_test"]
+                              + b["accuracy"] * (1 - b["accuracy"]) / b["n_test"]).mean())
+            estimate, low, high = _logit_bounds(diff.to_numpy(), test_var, -1.0, 1.0, 500)
+            assert (cell.estimate, cell.low, cell.high) == pytest.approx((estimate, low, high), rel=1e-9)
+            if L == 3:  # no model has learned every length below 3 on its training prompts
+                assert verdict.outcome in ("inconclusive", "not tested")
 
 
 def test_c9_level_near_a_ceiling_matches_a_recomputation_and_stays_below_one():
