@@ -9,6 +9,8 @@ A point runner is a module with the functions the sweep engine (synthlab.sweep) 
 - `estimate_seconds(point, *, finished) -> float` (optional): the cost `--dry-run` shows;
 - `gpu_cost(point) -> dict` (optional): tokens, FLOPs, memory and hours on one GPU, the columns
   `--dry-run` of a gpu preset shows (synthlab.cost);
+- `gpu_memory_gib(point) -> float` (optional): its estimated peak GPU memory, by which small
+  points share a GPU (synthlab.devices);
 - `columns(point) -> list[str]` (optional): the columns its finished row fills (else it reruns).
 
 The model is trained in `run_dir/model` (a synthlab.train run directory): an existing checkpoint
@@ -30,7 +32,7 @@ from synthlab.files import cached_dir
 from synthlab.options import PointConfig, parse_point
 from synthlab.results import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
 
-__all__ = ["columns", "estimate_seconds", "gpu_cost", "parse", "run_point"]
+__all__ = ["columns", "estimate_seconds", "gpu_cost", "gpu_memory_gib", "parse", "run_point"]
 
 
 def parse(config: dict[str, Any]) -> PointConfig:
@@ -51,6 +53,12 @@ def parse(config: dict[str, Any]) -> PointConfig:
 # the columns each stage fills in a point's row (training always runs)
 _STAGE_COLUMNS = {"train": ("loss", "params"), "gate": ("gate_loss",), "eval": ("accuracy",), "heldout": ("eval_loss",),
                   "generate": ("accuracy",), "capacity": ("bits",), "export": (), "ouroboros": ("loss_base",)}
+
+
+def gpu_memory_gib(point: PointConfig) -> float:
+    """The point's estimated peak GPU memory (`synthlab.cost.gpu_cost`: dense attention for packed
+    rows, the larger of its training and OUROBOROS stages)."""
+    return float(gpu_cost(point)["peak_gib"])
 
 
 def _given_base(point: PointConfig) -> bool:

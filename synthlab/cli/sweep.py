@@ -16,7 +16,7 @@ def sweep(
     name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...) or path to a TOML definition."),
     preset: str = typer.Option("smoke", "--preset", "-p", help="Grid size: smoke (~1 min), cpu (a 2-core machine: 0.4-2.3 core-hours per experiment), gpu (one H200), or another the definition names; --dry-run prints the cost."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/NAME-PRESET)."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Points run in parallel processes (local executor)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Points run in parallel processes (local executor); default: one per GPU (each on its own GPUs by CUDA_VISIBLE_DEVICES; more jobs than GPUs share them where the points' estimated peak memory fits), else 1."),
     executor: str = typer.Option("local", "--executor", help="Where points run: local or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (default: start a local one)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (Ray: CPUs) per run (default: cores/jobs locally, 1 on Ray)."),
