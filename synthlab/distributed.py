@@ -198,3 +198,19 @@ def any_of(world: World, flag: bool, device: torch.device) -> bool:
     t = torch.tensor([int(flag)], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+def device_rng_state(device: torch.device) -> torch.Tensor | None:
+    """The RNG state of this process's own device (None on the CPU): one state, so that a run
+    resumes on any number of GPUs (the states of every visible GPU would not fit a node with fewer)."""
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def set_device_rng_state(state, device: torch.device) -> None:
+    """Restore `device_rng_state` on this process's device; a checkpoint that kept a list, one state
+    per visible GPU, gives the state of the GPU with this device's index (else its first)."""
+    if device.type != "cuda" or state is None:
+        return
+    if isinstance(state, (list, tuple)):
+        state = state[device.index or 0] if (device.index or 0) < len(state) else state[0]
+    torch.cuda.set_rng_state(state, device)

@@ -185,8 +185,6 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
         run, recorded = load_run(run_dir)
         run.train.data = str(trained_data(run_dir, run, recorded, moved_to=data))
         ckpt = load_checkpoint(run_dir, missing_ok=True)  # None: stopped before its first checkpoint
-    elif run_dir.exists() and any(run_dir.iterdir()):
-        raise SynthlabError(f"--out {run_dir} is not empty; choose a new folder or --resume it")
     check_writable(run_dir)
     if not resume and run.train.init_from is not None:  # a bad --init-from fails before the folder exists
         load_run(run.train.init_from)
@@ -199,9 +197,12 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
     if cfg.tensorboard:
         summary_writer()  # a missing tensorboard package fails before anything is written
-    # Under torchrun every process gets here; joining the group waits for all, so each has checked
-    # the folder above before rank 0 writes into it. Rank 0 alone writes the run's files.
+    # Under torchrun every process gets here. Rank 0 alone looks at the folder, once the group exists
+    # (under NCCL joining it does not wait for the others: a late process would see rank 0's files),
+    # and every process learns its answer in one collective before rank 0 writes anything.
     with distributed.process_group(device) as (world, device):
+        if not resume and distributed.any_of(world, world.main and _not_empty(run_dir), device):
+            raise SynthlabError(f"--out {run_dir} is not empty; choose a new folder or --resume it")
         distributed.check_split(cfg.batch_size, world, cfg.grad_accum)
         derived["processes"] = world.size  # of the run's start (a resumed run may use another number)
         if world.main and not resume:
@@ -217,6 +218,10 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
                     return trainer.run(progress, GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
             finally:
                 trainer.parallel = trainer.forward = None  # DDP is freed as the group closes (see process_group)
+
+
+def _not_empty(run_dir: Path) -> bool:
+    return run_dir.exists() and any(run_dir.iterdir())
 
 
 def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: torch.device,
@@ -268,7 +273,7 @@ class _Trainer:
             "batcher": self.batcher.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "model_rng": self.generator.get_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
+            "cuda_rng": distributed.device_rng_state(self.device),
             "step": self.step,
             "tokens_seen": self.tokens_seen,
         }
@@ -280,8 +285,7 @@ class _Trainer:
         self.batcher.load_state_dict(ckpt["batcher"])
         torch.set_rng_state(ckpt["torch_rng"])
         self.generator.set_state(ckpt["model_rng"])
-        if self.device.type == "cuda" and ckpt.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
+        distributed.set_device_rng_state(ckpt.get("cuda_rng"), self.device)
         self.step, self.tokens_seen = ckpt["step"], ckpt["tokens_seen"]
 
     def kept(self) -> str:

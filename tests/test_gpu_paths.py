@@ -1,0 +1,123 @@
+"""Crash paths of a GPU node, tested on the CPU with faked devices: a run resumed on fewer GPUs,
+the empty --out check under torchrun, and the torch version the code needs."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+
+from synthlab import distributed
+from synthlab.cli.train import resolve_run_config
+from synthlab.data import load_dataset
+from synthlab.errors import SynthlabError
+from synthlab.models import build_model
+from synthlab.train import _Trainer, prepare_run, train
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_MODEL = {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
+
+
+class FakeGpus:
+    """torch.cuda's RNG functions over `n` fake devices (a state is a small tensor per device)."""
+
+    def __init__(self, monkeypatch, n: int):
+        self.n, self.states = n, {i: torch.tensor([i], dtype=torch.uint8) for i in range(n)}
+        for name in ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+
+    def _index(self, device) -> int:
+        index = device if isinstance(device, int) else (torch.device(device).index or 0)
+        if index >= self.n:
+            raise IndexError(f"CUDA device {index} of {self.n}")  # what torch raises in substance
+        return index
+
+    def get_rng_state(self, device="cuda"):
+        return self.states[self._index(device)].clone()
+
+    def set_rng_state(self, state, device="cuda"):
+        self.states[self._index(device)] = state.clone()
+
+    def get_rng_state_all(self):
+        return [self.get_rng_state(i) for i in range(self.n)]
+
+    def set_rng_state_all(self, states):
+        for i, state in enumerate(states):
+            self.set_rng_state(state, i)
+
+
+def _trainer(run_dir: Path, data: Path, device: torch.device) -> _Trainer:
+    run = resolve_run_config({}, TINY_MODEL, {"task": "mano", "data": str(data), "steps": 4, "batch_size": 8})
+    _, batcher = prepare_run(run, load_dataset(run.train.data, "mano"))
+    return _Trainer(run_dir, run.train, 4, build_model(run.model, seed=0), batcher, device, distributed.World())
+
+
+def test_a_run_checkpointed_on_eight_gpus_resumes_on_two(tmp_path, mano, monkeypatch):
+    eight = FakeGpus(monkeypatch, 8)
+    eight.states[0] = torch.tensor([42], dtype=torch.uint8)
+    state = _trainer(tmp_path, mano, torch.device("cuda", 0)).state()
+    two = FakeGpus(monkeypatch, 2)
+    for index in (0, 1):  # rank 0 and rank 1 of a two-GPU job: each restores the saved device's state
+        _trainer(tmp_path, mano, torch.device("cuda", index)).load_state(state)
+        assert int(two.states[index]) == 42
+
+
+def test_a_checkpoint_with_every_gpus_state_still_resumes_on_fewer(monkeypatch):
+    two = FakeGpus(monkeypatch, 2)
+    states = [torch.tensor([10 + i], dtype=torch.uint8) for i in range(8)]  # written before: one per GPU
+    distributed.set_device_rng_state(states, torch.device("cuda", 1))
+    assert int(two.states[1]) == 11
+
+
+def test_a_late_process_does_not_see_rank_0s_files_as_an_occupied_out(tmp_path, mano, monkeypatch):
+    """Under NCCL, joining the group does not wait for the others: rank 0 may have written
+    config.json before rank 1 looks. Rank 1 must not check the folder itself; it learns rank 0's
+    answer in a collective after the group exists (here faked: it reaches that collective)."""
+    run = resolve_run_config({}, TINY_MODEL, {"task": "mano", "data": str(mano), "steps": 4, "batch_size": 8})
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}")  # rank 0 got there first
+    import contextlib
+
+    @contextlib.contextmanager
+    def group(device):
+        yield distributed.World(rank=1, size=2), device
+
+    asked = []
+
+    def any_of(world, flag, device):
+        asked.append((world.rank, flag))
+        raise RuntimeError("reached the collective")
+
+    monkeypatch.setattr(distributed, "process_group", group)
+    monkeypatch.setattr(distributed, "any_of", any_of)
+    with pytest.raises(RuntimeError, match="reached the collective"):
+        train(out, run, progress=False)
+    assert asked == [(1, False)]  # rank 1 passes no verdict of its own
+
+
+def test_rank_0_still_refuses_an_occupied_out(tmp_path, mano):
+    run = resolve_run_config({}, TINY_MODEL, {"task": "mano", "data": str(mano), "steps": 4, "batch_size": 8})
+    (tmp_path / "x").write_text("user file")
+    with pytest.raises(SynthlabError, match="is not empty"):
+        train(tmp_path, run, progress=False)
+    assert (tmp_path / "x").read_text() == "user file"
+
+
+# The newest torch feature each pattern in the code needs (checked in the PyTorch docs of each
+# release): nn.RMSNorm arrived in 2.4, the public torch.distributed.fsdp.fully_shard in 2.6 and
+# its ignored_params in 2.7, torch.nn.attention.flex_attention in 2.5.
+FEATURES = {r"nn\.RMSNorm\(": (2, 4), r"torch\.nn\.attention\.flex_attention": (2, 5),
+            r"from torch\.distributed\.fsdp import fully_shard": (2, 6), r"ignored_params=": (2, 7)}
+
+
+def test_pyproject_asks_for_the_torch_the_code_needs():
+    code = "\n".join(p.read_text() for p in (ROOT / "synthlab").rglob("*.py"))
+    used = [version for pattern, version in FEATURES.items() if re.search(pattern, code)]
+    assert (2, 4) in used and (2, 7) in used  # the patterns still find what the code uses
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    floor = next(re.fullmatch(r"torch>=(\d+)\.(\d+)", d) for d in deps if d.startswith("torch"))
+    assert (int(floor[1]), int(floor[2])) >= max(used)
