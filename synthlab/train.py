@@ -8,7 +8,8 @@ A run directory describes itself:
   and answer loss on fixed samples of held-out and training prompts (`eval/acc_l1`, ...);
 - `checkpoint-<step>.pt` (+ its sha256; `checkpoint.pt` is the newest): model, optimizer,
   scheduler, torch RNG states, data position, step; written atomically (temporary sibling +
-  rename) every `checkpoint_every` steps, at the end, and when SIGINT or SIGTERM arrives; the
+  rename) every `checkpoint_every` steps (or `checkpoints` times over the run), at the end, and
+  when SIGINT or SIGTERM arrives, off the training thread (`synthlab.checkpointer`); the
   newest `keep_checkpoints` are kept (a stop's off-schedule one only until the next is written:
   `synthlab.runs.save_checkpoint`);
 - `model.safetensors`: the weights alone, written at the end (`synthlab.load_model` reads them);
@@ -38,7 +39,7 @@ from typing import Any
 import torch
 
 from synthlab import config as configlib
-from synthlab import distributed
+from synthlab import checkpointer, distributed
 from synthlab.board import Board, summary_writer
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.errors import SynthlabError
@@ -218,6 +219,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
                     return trainer.run(progress, GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
             finally:
                 trainer.parallel = trainer.forward = None  # DDP is freed as the group closes (see process_group)
+                trainer.writer.settle()
 
 
 def _not_empty(run_dir: Path) -> bool:
@@ -264,6 +266,9 @@ class _Trainer:
         self.optimizer = build_optimizer(model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg, total)
         self.step, self.tokens_seen = 0, 0
+        self.every = checkpointer.every(total, cfg.checkpoint_every, cfg.checkpoints)
+        self.writer = checkpointer.Writer(lambda state: save_checkpoint(run_dir, state, keep=cfg.keep_checkpoints,
+                                                                        every=self.every))
 
     def state(self) -> dict[str, Any]:
         return {
@@ -292,7 +297,7 @@ class _Trainer:
         """What a stopped run leaves behind, for its error line."""
         if checkpoint_files(self.run_dir):
             return f"the last good checkpoint in {self.run_dir} is kept"
-        return f"no checkpoint in {self.run_dir} yet (the first was due at step {self.cfg.checkpoint_every})"
+        return f"no checkpoint in {self.run_dir} yet (the first was due at step {self.every})"
 
     def save(self) -> None:
         """Checkpoint the state, unless the last update left non-finite weights (then stop, keeping
@@ -301,8 +306,7 @@ class _Trainer:
             raise SynthlabError(f"training diverged at step {self.step}: the weights are not finite "
                                 f"(lr {self.cfg.lr}); {self.kept()}")
         if self.world.main:
-            save_checkpoint(self.run_dir, self.state(), keep=self.cfg.keep_checkpoints,
-                            every=self.cfg.checkpoint_every)
+            self.writer.submit(self.state())
 
     def train_step(self, log_now: bool, check: bool) -> tuple[torch.Tensor, torch.Tensor, int, float]:
         """One optimizer step: (objective, per-step losses, real tokens in the batch, lr used).
@@ -368,7 +372,7 @@ class _Trainer:
                 done = self.step + 1
                 eval_now = probe is not None and done % cfg.eval_every == 0
                 log_now = done % cfg.log_every == 0 or done == total or eval_now
-                save_now = done % cfg.checkpoint_every == 0 or done == total
+                save_now = done % self.every == 0 or done == total
                 objective, per_step, batch_tokens, lr = self.train_step(log_now, log_now or save_now)
                 window_tokens += batch_tokens
                 bar.update(1)
@@ -391,6 +395,7 @@ class _Trainer:
                     self.save()
             if self.step < total:  # stopped by a signal
                 self.save()
+            self.writer.close()
         bar.close()
         if board is not None:
             board.close()
