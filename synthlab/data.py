@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from synthlab.errors import SynthlabError
+from synthlab.packing import EpochsAhead
 from synthlab.tokenizer import WordTokenizer
 from synthlab_generators import TASKS
 
@@ -266,6 +267,8 @@ class Batcher:
         self._rows_epoch, self._rows = -1, None
         if not pack:  # one padded row per example, built once; epochs only permute them
             self._all = pad_rows(examples, np.arange(len(examples)), seq_len, pad_id)
+        else:  # each epoch packed in its own order, the next one in the background (synthlab.packing)
+            self._packed = EpochsAhead(lambda epoch: pack_rows(examples, self.order(epoch), seq_len, pad_id))
 
     def order(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
@@ -273,8 +276,7 @@ class Batcher:
     def rows(self, epoch: int) -> Rows:
         """All rows of an epoch, in training order (cached for the current epoch)."""
         if self._rows_epoch != epoch:
-            order = self.order(epoch)
-            self._rows = pack_rows(self.examples, order, self.seq_len, self.pad_id) if self.pack else self._all.take(order)
+            self._rows = self._packed.get(epoch) if self.pack else self._all.take(self.order(epoch))
             self._rows_epoch = epoch
         return self._rows
 

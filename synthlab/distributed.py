@@ -191,6 +191,19 @@ def most_held(world: World, params, device: torch.device) -> int:
     return int(t.item())
 
 
+# Steps between the processes' polls of a stop signal: a poll is an all-reduce and a host sync, which
+# every step would cost the GPUs their lead over the host; a stop then waits up to this many steps.
+STOP_POLL = 16
+
+
+def stop_now(world: World, signalled: bool, step: int, device: torch.device) -> bool:
+    """Whether the run stops before `step` (a signal reached this process: `signalled`): in one
+    process at once; across processes every STOP_POLL steps, all of them at the same step."""
+    if world.size == 1:
+        return signalled
+    return step % STOP_POLL == 0 and any_of(world, signalled, device)
+
+
 def any_of(world: World, flag: bool, device: torch.device) -> bool:
     """True on every process when `flag` is true on any (e.g. a stop signal reached one of them)."""
     if world.size == 1:

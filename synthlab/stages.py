@@ -188,7 +188,7 @@ def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
     return False
 
 
-def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path) -> dict[str, Any]:
+def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path, device: str = "cpu") -> dict[str, Any]:
     """The held-out loss columns of the point's model (or its eval.checkpoint) on a fresh dataset:
     the same generator parameters under the data seed + HELDOUT_SEED_OFFSET."""
     from synthlab.heldout import HELDOUT_SEED_OFFSET, heldout_loss
@@ -197,7 +197,7 @@ def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path) -> dic
     fresh = dataclasses.replace(point, data_seed=seed, data_key={**point.data_key, "seed": seed})
     result = heldout_loss(model_dir, dataset(fresh, cache_dir), rows=point.eval.heldout_rows,
                           checkpoint=point.eval.checkpoint, batch_size=min(point.eval.batch_size, 16),
-                          train_dir=dataset(point, cache_dir))
+                          train_dir=dataset(point, cache_dir), device=device)
     return heldout_columns(result)
 
 
@@ -231,20 +231,22 @@ def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int 
     model_dir = Path(run_dir) / "model"
     metrics = {**describe(point), **train_model(point, data_dir, model_dir, nproc)}
     metrics.update(size_metrics(json.loads((model_dir / "config.json").read_text())))
+    # every stage on the device the model trained on (a GPU's run is evaluated on the GPU)
+    device = json.loads((model_dir / "config.json").read_text())["derived"].get("device", "cpu")
     options = point.eval
     if "gate" in point.stages:  # evaluate the stage II model from here on
         model_dir, gate_metrics = train_gate(point, model_dir, Path(run_dir), nproc)
         metrics.update(gate_metrics)
     if "eval" in point.stages:
         result = evaluate_run(model_dir, steps=options.steps, exit_rule=options.exit, kv=options.kv,
-                              batch_size=options.batch_size)
+                              batch_size=options.batch_size, device=device)
         metrics.update(eval_metrics(result, options))
     if "heldout" in point.stages:
-        metrics.update(heldout_metrics(point, model_dir, cache_dir))
+        metrics.update(heldout_metrics(point, model_dir, cache_dir, device))
     if "generate" in point.stages:
-        metrics.update(biography_generation(model_dir, kv=options.kv or "full", steps=options.steps))
+        metrics.update(biography_generation(model_dir, kv=options.kv or "full", steps=options.steps, device=device))
     if "capacity" in point.stages:
-        metrics.update(capacity_metrics(estimate_capacity(model_dir)))
+        metrics.update(capacity_metrics(estimate_capacity(model_dir, device=device)))
     if "export" in point.stages:  # once per trained model: the points on it share the folder
         from synthlab.hf.export import export_run
 

@@ -368,7 +368,8 @@ class _Trainer:
         metrics_path = self.run_dir / "metrics.jsonl" if self.world.main else os.devnull  # rank 0 writes the log
         with _StopOnSignal() as stop, open(metrics_path, "a") as metrics:
             # a signal reaching any process stops all of them at the same step
-            while self.step < total and not distributed.any_of(self.world, stop.signum is not None, self.device):
+            while self.step < total and not distributed.stop_now(self.world, stop.signum is not None, self.step,
+                                                                 self.device):
                 done = self.step + 1
                 eval_now = probe is not None and done % cfg.eval_every == 0
                 log_now = done % cfg.log_every == 0 or done == total or eval_now

@@ -15,7 +15,7 @@ FLOORS = [
     ("synthlab.errors", 1), ("synthlab.config", 1), ("synthlab.files", 1), ("synthlab.tokenizer", 1),
     ("synthlab.models", 2),
     ("synthlab.scaling", 3),
-    ("synthlab.optim", 4), ("synthlab.options", 4), ("synthlab.runs", 4), ("synthlab.board", 4), ("synthlab.data", 4), ("synthlab.distributed", 4), ("synthlab.checkpointer", 4),
+    ("synthlab.optim", 4), ("synthlab.options", 4), ("synthlab.runs", 4), ("synthlab.board", 4), ("synthlab.data", 4), ("synthlab.distributed", 4), ("synthlab.checkpointer", 4), ("synthlab.packing", 4),
     ("synthlab.train", 5), ("synthlab.evaluate", 5), ("synthlab.heldout", 5), ("synthlab.capacity", 5), ("synthlab.hf", 5),
     ("synthlab.results", 6), ("synthlab.cost", 6), ("synthlab.stages", 6), ("synthlab.experiments", 6),
     ("synthlab.sweep", 6), ("synthlab.devices", 6), ("synthlab.plots", 6), ("synthlab.curves", 6), ("synthlab.report", 6),

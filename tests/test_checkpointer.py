@@ -85,3 +85,35 @@ def test_a_run_writes_its_checkpoints_off_the_training_thread(tmp_path, mano, mo
     assert [p.name for p in checkpoint_files(tmp_path / "run")] == ["checkpoint-12.pt", "checkpoint-8.pt", "checkpoint-4.pt"]
     assert load_checkpoint(tmp_path / "run")["step"] == 12
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["checkpoints"] == 3
+
+
+def test_epochs_packed_ahead_are_the_epochs_packed_on_demand(mano):
+    """The batcher packs the next epoch in the background; its batches are exactly those of
+    packing each epoch when it is needed (the order is a function of seed and epoch)."""
+    import numpy as np
+
+    from synthlab.data import Batcher, load_dataset, pack_rows, training_examples
+
+    examples = training_examples(load_dataset(mano, "mano"))
+    batcher = Batcher(examples, batch_size=64, seq_len=48, pack=True, pad_id=0, seed=3)
+    seen = [batcher.next_batch() for _ in range(3 * batcher.rows_per_epoch // 64 + 2)]
+    expected = np.concatenate([pack_rows(examples, batcher.order(e), 48, 0).inputs for e in range(batcher.epoch + 1)])
+    got = np.concatenate([rows.inputs for rows in seen])
+    assert batcher.epoch >= 3 and np.array_equal(got, expected[: len(got)])
+    resumed = Batcher(examples, batch_size=64, seq_len=48, pack=True, pad_id=0, seed=3)
+    resumed.load_state_dict(batcher.state_dict())  # a jump to a later epoch packs it on demand
+    assert np.array_equal(resumed.next_batch().inputs, batcher.next_batch().inputs)
+
+
+def test_a_packing_error_reaches_the_caller():
+    from synthlab.packing import EpochsAhead
+
+    def make(epoch):
+        if epoch == 1:
+            raise ValueError("bad example")
+        return epoch
+
+    ahead = EpochsAhead(make)
+    assert ahead.get(0) == 0
+    with pytest.raises(ValueError, match="bad example"):
+        ahead.get(1)

@@ -121,3 +121,43 @@ def test_pyproject_asks_for_the_torch_the_code_needs():
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     floor = next(re.fullmatch(r"torch>=(\d+)\.(\d+)", d) for d in deps if d.startswith("torch"))
     assert (int(floor[1]), int(floor[2])) >= max(used)
+
+
+def test_sweep_stages_run_on_the_device_the_model_trained_on(tmp_path, monkeypatch):
+    """A model trained on a GPU is evaluated there (it was evaluated on the CPU: ~26 h of one thread
+    for the scaling preset's held-out work). Faked: the run's config says it trained on cuda."""
+    import json
+
+    import synthlab.evaluate
+    from synthlab import experiments, stages
+
+    real_train = stages.train_model
+
+    def trained_on_cuda(point, data_dir, model_dir, nproc=0):
+        metrics = real_train(point, data_dir, model_dir, nproc)
+        config = json.loads((model_dir / "config.json").read_text())
+        config["derived"]["device"] = "cuda"
+        (model_dir / "config.json").write_text(json.dumps(config))
+        return metrics
+
+    class Reached(Exception):
+        pass
+
+    def evaluate_run(run_dir, *, device="auto", **options):
+        raise Reached(device)
+
+    monkeypatch.setattr(stages, "train_model", trained_on_cuda)
+    monkeypatch.setattr(synthlab.evaluate, "evaluate_run", evaluate_run)
+    point = experiments.load("mano").points("smoke")[0]
+    with pytest.raises(Reached, match="cuda"):
+        stages.run_point(stages.parse(point.config), tmp_path / "run", cache_dir=tmp_path / "cache")
+
+
+def test_processes_poll_for_a_stop_without_a_host_sync_every_step(monkeypatch):
+    calls = []
+    monkeypatch.setattr(distributed, "any_of", lambda world, flag, device: calls.append(flag) or flag)
+    world = distributed.World(rank=0, size=2)
+    stops = [distributed.stop_now(world, step >= 20, step, torch.device("cpu")) for step in range(64)]
+    assert len(calls) == 64 // distributed.STOP_POLL  # one collective every STOP_POLL steps, not 64
+    assert stops.index(True) == 32  # the first poll after the signal; every process stops there
+    assert distributed.stop_now(distributed.World(), True, 5, torch.device("cpu"))  # one process: at once
