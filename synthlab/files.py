@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import shutil
 import sys
@@ -18,23 +17,15 @@ from typing import Any
 
 from synthlab.config import content_hash
 from synthlab.errors import SynthlabError
-from synthlab_generators.writer import check_writable
+from synthlab_generators.writer import check_out, check_writable, make_temp_sibling, replace_dir, sha256_file
 
-__all__ = ["atomic_write", "atomic_write_text", "cached_dir", "check_writable", "file_lock", "sha256_file", "warn"]
+__all__ = ["atomic_write", "atomic_write_text", "cached_dir", "check_out", "check_writable", "file_lock", "make_temp_sibling",
+           "replace_dir", "sha256_file", "warn"]
 
 
 def warn(message: str) -> None:
     """One `warning: ...` line on stderr (a damaged file skipped, a fallback taken)."""
     print(f"warning: {message}", file=sys.stderr, flush=True)
-
-
-def sha256_file(path: str | Path) -> str:
-    """The hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:

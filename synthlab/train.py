@@ -52,7 +52,7 @@ from synthlab.optim import adamw, lr_factor
 from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
 from synthlab.runs import (RunConfig, autocast, checkpoint_files, float32_matmul, load_checkpoint, load_run, load_weights,
-                           resolve_device, save_checkpoint, save_weights, data_sha256, trained_data)
+                           resolve_device, save_checkpoint, save_weights, data_sha256, trained_data, trim_metrics)
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -243,15 +243,8 @@ def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: 
     if ckpt is not None:
         trainer.load_state(ckpt)
     if world.main:  # lines logged after the checkpoint, or (resumed from step 0) all of them
-        _truncate_metrics(run_dir / "metrics.jsonl", trainer.step)
+        trim_metrics(run_dir, trainer.step)
     return trainer
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop lines logged after the checkpoint (the resumed run logs them again)."""
-    if path.is_file():
-        lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 class _Trainer:

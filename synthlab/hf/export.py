@@ -20,12 +20,14 @@ model over whitespace-split words, decoded by joining with single spaces.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import torch
 
 from synthlab.errors import SynthlabError
+from synthlab.files import check_out, make_temp_sibling, replace_dir
 from synthlab.hf.checkpoint import without_progress_bars
 from synthlab.models import ModelConfig
 from synthlab.runs import load_run, open_run, trained_data
@@ -33,6 +35,7 @@ from synthlab.tokenizer import WordTokenizer
 
 FORMATS = ("qwen2",)
 RMS_EPS = 1e-5  # synthlab.models.layers.make_norm's
+MARKER = "synthlab_export.json"  # the files an export wrote: a rerun may replace exactly those
 
 
 def qwen2_refusal(c: ModelConfig) -> str | None:
@@ -106,9 +109,10 @@ def hf_tokenizer(tokenizer: WordTokenizer):
                                    extra_special_tokens=extra, **special)
 
 
-def export_model(model, tokenizer: WordTokenizer, out: str | Path) -> Path:
+def export_model(model, tokenizer: WordTokenizer, out: str | Path, overwrite: bool = False) -> Path:
     """Write a synthlab `model` and its vocabulary to `out` as a Qwen2 checkpoint folder (written
-    beside `out` and renamed into place at the end); refuses a model Qwen2 cannot express."""
+    beside `out` and swapped into place at the end); refuses a model Qwen2 cannot express, and an
+    `out` holding anything but an earlier export unless `overwrite` (`check_out`)."""
     from transformers import Qwen2ForCausalLM
 
     why = qwen2_refusal(model.config)
@@ -120,25 +124,42 @@ def export_model(model, tokenizer: WordTokenizer, out: str | Path) -> Path:
     if unexpected or set(missing) - {"lm_head.weight"} or (missing and not model.config.tie_head):
         raise SynthlabError(f"export: weights do not map onto Qwen2 (missing {missing}, unexpected {unexpected})")
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    with without_progress_bars():
-        hf.eval().save_pretrained(tmp)
-    hf_tokenizer(tokenizer).save_pretrained(tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    check_out(out, overwrite, own=is_export)
+    tmp = make_temp_sibling(out)
+    try:
+        with without_progress_bars():
+            hf.eval().save_pretrained(tmp)
+        hf_tokenizer(tokenizer).save_pretrained(tmp)
+        files = sorted(p.name for p in tmp.iterdir())  # what a later export may replace without --overwrite
+        (tmp / MARKER).write_text(json.dumps({"format": "qwen2", "files": files}, indent=1) + "\n")
+        replace_dir(tmp, out)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError):  # a full disk: one line, the earlier export untouched
+            raise SynthlabError(f"cannot write --out {out}: {err.strerror or err}") from None
+        raise
     return out
 
 
-def export_run(run_dir: str | Path, out: str | Path, fmt: str = "qwen2", data: str | Path | None = None) -> Path:
+def is_export(folder: Path) -> bool:
+    """Whether `folder` holds an earlier export and nothing else (its marker lists every file)."""
+    try:
+        listed = set(json.loads((folder / MARKER).read_text())["files"]) | {MARKER}
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return {p.name for p in folder.iterdir()} <= listed
+
+
+def export_run(run_dir: str | Path, out: str | Path, fmt: str = "qwen2", data: str | Path | None = None,
+               overwrite: bool = False) -> Path:
     """The trained model of `run_dir`, with its dataset's vocabulary (`data`: the dataset's new
     place if it moved), exported to `out` in format `fmt`."""
     if fmt not in FORMATS:
         raise SynthlabError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
+    check_out(Path(out), overwrite, own=is_export, source=Path(run_dir))
     run, derived = load_run(run_dir)
     why = qwen2_refusal(run.model)  # before reading any weights
     if why is not None:
         raise SynthlabError(why)
     tokenizer = WordTokenizer.from_file(trained_data(run_dir, run, derived, data))
-    return export_model(open_run(run_dir)[0], tokenizer, out)
+    return export_model(open_run(run_dir)[0], tokenizer, out, overwrite)

@@ -26,7 +26,7 @@ from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_dtype
 from synthlab.hf.data import documents, pack, read_texts, split_heldout
 from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
 from synthlab.hf.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
-from synthlab.runs import resolve_device
+from synthlab.runs import load_state_file, resolve_device
 
 CHECKPOINT = "trainable.safetensors"
 STATE = "state.pt"
@@ -52,10 +52,23 @@ def save_trainable(model: OuroborosLM, path: Path) -> None:
     atomic_write(path, lambda tmp: save_file(state, str(tmp)))
 
 
+def read_state(path: Path) -> dict:
+    """A variant's saved training state (tensors and plain values only: nothing in it runs)."""
+    try:
+        return load_state_file(path)
+    except ValueError as why:
+        raise SynthlabError(f"damaged training state {path} ({why}); delete {path.parent} to train "
+                            f"{path.parent.name} again") from None
+
+
 def load_trainable(model: OuroborosLM, path: Path) -> None:
     from safetensors.torch import load_file
 
-    state = load_file(str(path))
+    try:
+        state = load_file(str(path))
+    except Exception as err:  # safetensors raises its own error types for a damaged file
+        raise SynthlabError(f"damaged weights {path} ({type(err).__name__}); train {path.parent.name} again "
+                            f"(delete {path.parent})") from None
     expected = set(model.trainable_state())
     if set(state) != expected:
         raise SynthlabError(f"{path}: parameters {sorted(set(state) ^ expected)} do not match this variant")
@@ -137,7 +150,7 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
             folder.mkdir(exist_ok=True)
         # on the CPU: under torchrun every process reads the file rank 0 wrote from its own device
         state = folder / STATE
-        resume = torch.load(state, map_location="cpu", weights_only=True) if state.is_file() else None
+        resume = read_state(state) if state.is_file() else None
 
         def checkpoint(state, m=model, f=folder):
             save_trainable(m, f / CHECKPOINT)
