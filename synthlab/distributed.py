@@ -178,6 +178,25 @@ def shard(model: torch.nn.Module, units: list[torch.nn.Module], keep: list[torch
         p.data = p.data.to(device)
 
 
+def fill_from_rank0(module: torch.nn.Module, full: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                    world: World, device: torch.device) -> None:
+    """Give `module`, built on the meta device and sharded by `shard`, its weights from rank 0: rank 0
+    passes the whole state dict `full` and the module's `buffers` (host tensors), the others pass
+    {}; each parameter is broadcast in turn and every process keeps its own shard, so no process
+    but rank 0 ever holds the whole module, and rank 0 only in host memory (read once per run).
+    Buffers (the non-persistent rotary tables are in no state dict) are broadcast whole."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    module.to_empty(device=device)
+    set_model_state_dict(module, full if world.main else {},
+                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for name, buffer in list(module.named_buffers()):
+        value = buffers[name].to(device) if world.main else torch.empty_like(buffer, device=device)
+        dist.broadcast(value, 0)
+        owner, _, leaf = name.rpartition(".")
+        module.get_submodule(owner)._buffers[leaf] = value
+
+
 def most_held(world: World, params, device: torch.device) -> int:
     """The largest number of parameter elements of `params` that one process holds (of a sharded
     parameter, its own shard)."""
