@@ -161,3 +161,20 @@ def test_processes_poll_for_a_stop_without_a_host_sync_every_step(monkeypatch):
     assert len(calls) == 64 // distributed.STOP_POLL  # one collective every STOP_POLL steps, not 64
     assert stops.index(True) == 32  # the first poll after the signal; every process stops there
     assert distributed.stop_now(distributed.World(), True, 5, torch.device("cpu"))  # one process: at once
+
+
+def test_the_gpu_dry_run_counts_the_hosts_work():
+    """Packing (every epoch of a packed task), checkpoints (20 per gpu point) and evaluation appear
+    beside the GPU hours, at host rates measured on this machine; what the GPU waits for is in gpu_h."""
+    from synthlab import cost, experiments, stages
+
+    capacity = stages.parse(experiments.load("capacity").points("gpu")[-1].config)
+    mano = stages.parse(experiments.load("mano").points("gpu")[-1].config)
+    packed, unpacked = cost.gpu_cost(capacity), cost.gpu_cost(mano)
+    assert packed["pack_h"] > 0 and unpacked["pack_h"] == 0
+    assert packed["ckpt_n"] == unpacked["ckpt_n"] == 20 and unpacked["ckpt_h"] > 0
+    assert unpacked["eval_h"] > 0
+    rates = cost.host_rates()
+    assert all(v > 0 for v in rates.values())
+    # the stall is in the point's hours: the same point with no host work costs that much less
+    assert packed["gpu_h_shared"] >= packed["stall_h"]

@@ -83,7 +83,10 @@ def _print_plan(rows: list[dict]) -> None:
                    "micro-batch (packed rows: fused/dense attention); act_gib = all activations kept, without/with "
                    "activation checkpointing; peak_gib = weights, gradients, AdamW, activations (dense for packed "
                    "rows) and logits, as configured; OUROBOROS points: from the Qwen2.5-3B step times and "
-                   "memory measured on one H200 (results/gpu)")
+                   "memory measured on one H200 (results/gpu); host, at rates measured on this machine: "
+                   "pack_h = packing every epoch and ckpt_h = writing ckpt_n checkpoints (both off the training "
+                   "thread), stall_h = what of the host's work the GPU waits for (in gpu_h), eval_h = the "
+                   "evaluation stages on the GPU (a forward over the training records each; in gpu_h)")
 
 
 def _duration(seconds: float) -> str:
