@@ -153,9 +153,11 @@ def gpu_cost(point) -> dict[str, Any]:
         return (kept + recomputed) * micro / GIB
 
     layer = {dense: layer_activation_bytes(model, seq, masked=pack, dense=dense) * micro / 2**20 for dense in (False, True)}
-    mfu = ASSUMED_MFU[train.compile]
+    mfu = calibrated_mfu(model, train.compile, pack)
     peak = peak_gib(model, seq, micro, all_steps=all_steps, masked=pack, dense=pack,
                     checkpoint=train.activation_checkpointing)
+    if _calibration.get("memory_measured_over_predicted"):
+        peak *= max(1.0, _calibration["memory_measured_over_predicted"])
     shared = work / (mfu * GPU_PEAK_FLOPS) / 3600
     host = host_cost(point, shared)
     shared += host["stall_h"]  # the host's part on the critical path
@@ -228,3 +230,44 @@ def host_cost(point, gpu_h: float) -> dict[str, Any]:
     stall_h = snapshot_h + max(0.0, pack_h - gpu_h) + max(0.0, write_h - gpu_h)
     return {"pack_h": round(pack_h, 3), "ckpt_n": count, "ckpt_h": round(write_h, 3), "eval_h": round(eval_h, 3),
             "stall_h": round(stall_h, 3)}
+
+
+# --- recalibration from the GPU check (benchmarks/gpu_calibrate.py -> cost_calibration.json) ------
+_calibration: dict[str, Any] = {}
+
+
+def load_calibration(path) -> dict[str, Any]:
+    """The calibration file the GPU check writes (OUT/cost_calibration.json), checked: one measured
+    on a GPU (a --dry-run's, measured on the CPU at tiny sizes, calibrates nothing)."""
+    import json
+    from pathlib import Path
+
+    from synthlab.errors import SynthlabError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise SynthlabError(f"--calibration {path}: cannot read it ({err})") from None
+    if not isinstance(data, dict) or "compiled_mfu_packed" not in data:
+        raise SynthlabError(f"--calibration {path}: not a cost_calibration.json of benchmarks/gpu_check.sh")
+    if data.get("dry_run"):
+        raise SynthlabError(f"--calibration {path}: written by a --dry-run on the CPU; run the check on a GPU")
+    return data
+
+
+def use_calibration(data: dict[str, Any] | None) -> None:
+    """From now on `gpu_cost` uses these measurements (None: the assumed constants again)."""
+    _calibration.clear()
+    _calibration.update(data or {})
+
+
+def calibrated_mfu(model: ModelConfig, compile: bool, packed: bool) -> float:
+    """The MFU a point's training reaches: measured compiled MFU on packed rows at the nearest d
+    (interpolated in d; the shape's attention kind) times the real trainer's share of a bare loop,
+    when a calibration is in use and the point compiles and packs; else ASSUMED_MFU."""
+    measured = _calibration.get("compiled_mfu_packed", {}).get(model.attention, {})
+    measured = {int(d): v for d, v in measured.items() if v}
+    if not (compile and packed and measured):
+        return ASSUMED_MFU[compile]
+    ds = sorted(measured)
+    return float(np.interp(model.d_model, ds, [measured[d] for d in ds])) * (_calibration.get("trainer_vs_bare") or 1.0)

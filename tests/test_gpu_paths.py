@@ -178,3 +178,32 @@ def test_the_gpu_dry_run_counts_the_hosts_work():
     assert all(v > 0 for v in rates.values())
     # the stall is in the point's hours: the same point with no host work costs that much less
     assert packed["gpu_h_shared"] >= packed["stall_h"]
+
+
+def test_a_gpu_checks_calibration_recosts_the_presets(tmp_path):
+    """cost.py reads the file benchmarks/gpu_calibrate.py writes: measured MFU (interpolated in d)
+    times the trainer's share of a bare loop, and the memory ratio; a dry run's file is refused."""
+    import json
+
+    from synthlab import cost, experiments, stages
+
+    point = stages.parse(experiments.load("capacity").points("gpu")[-1].config)
+    point = type(point)(**{**vars(point), "train": type(point.train)(**{**vars(point.train), "compile": True})})
+    assumed = cost.gpu_cost(point)
+    path = tmp_path / "cost_calibration.json"
+    measured = {"device": "H200", "dry_run": False, "compiled_mfu_packed": {"sdpa": {"128": 0.10, "384": 0.30}},
+                "memory_measured_over_predicted": 1.2, "trainer_vs_bare": 0.5, "checkpoint_s": 0.1}
+    path.write_text(json.dumps(measured))
+    cost.use_calibration(cost.load_calibration(path))
+    try:
+        at = cost.gpu_cost(point)
+        d = point.model.d_model
+        expected = 0.5 * (0.10 + (min(max(d, 128), 384) - 128) / 256 * 0.20)
+        assert at["mfu"] == pytest.approx(expected)
+        assert at["peak_gib"] == pytest.approx(assumed["peak_gib"] * 1.2, rel=0.01)
+    finally:
+        cost.use_calibration(None)
+    assert cost.gpu_cost(point)["mfu"] == assumed["mfu"]
+    path.write_text(json.dumps({**measured, "dry_run": True}))
+    with pytest.raises(SynthlabError, match="dry-run"):
+        cost.load_calibration(path)

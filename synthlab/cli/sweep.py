@@ -27,6 +27,9 @@ def sweep(
     runner: Optional[str] = typer.Option(None, "--runner", help="A point runner module (parse, run_point) (default: synthlab.stages, the lab's own)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid with each point's status and cost; run nothing. "
                                                           "For a gpu preset: tokens, FLOPs, memory and hours on one H200."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="With --dry-run of a gpu preset: the "
+                                               "cost_calibration.json a GPU check wrote (benchmarks/gpu_check.sh): "
+                                               "measured MFU, memory and trainer overhead instead of the assumed ones."),
     reevaluate: bool = typer.Option(False, "--reevaluate", help="Run the finished points again too, on their trained models "
                                     "(after an evaluator change); each new row replaces the old, its time added."),
 ) -> None:
@@ -41,8 +44,12 @@ def sweep(
     out = out or Path("runs") / f"{exp.name}-{preset}"
     point_runner = engine.load_runner(runner) if runner else stages
     if dry_run:
+        if calibration is not None:
+            from synthlab import cost
+
+            cost.use_calibration(cost.load_calibration(calibration))
         rows = engine.plan(exp, preset, out, runner=point_runner, runs_dir=runs, gpu=preset == "gpu")
-        _print_plan(rows)
+        _print_plan(rows, calibration)
         return
     results = engine.run_sweep(exp, preset, out, runner=point_runner, jobs=jobs, executor=executor,
                                ray_address=ray_address, cache_dir=cache, runs_dir=runs, threads=threads,
@@ -55,7 +62,7 @@ def sweep(
     typer.echo(f"results: {results}")
 
 
-def _print_plan(rows: list[dict]) -> None:
+def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:
     import pandas as pd
 
     table = pd.DataFrame(rows)
@@ -75,10 +82,12 @@ def _print_plan(rows: list[dict]) -> None:
         from synthlab import cost
 
         mfu = ", ".join(f"{m:.0%}" for m in sorted(set(table["mfu"].dropna()), reverse=True)) or "-"
-        typer.echo(f"gpu cost on one {cost.GPU}: {total / 3600:.1f} h at an assumed MFU of {mfu} of "
-                   f"{cost.GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s (35% compiled, 25% eager: just under the 38.6% / 25.7% "
-                   f"measured in results/gpu; small shapes run below it); largest peak {table['peak_gib'].max():.1f} GiB "
-                   f"of {cost.GPU_MEMORY_GIB:.0f}.")
+        source = (f"measured by the GPU check in {calibration} (compiled packed points; the others assumed)"
+                  if calibration else "assumed: 35% compiled, 25% eager, just under the 38.6% / 25.7% measured in "
+                                      "results/gpu; small shapes run below it (--calibration FILE: measured)")
+        typer.echo(f"gpu cost on one {cost.GPU}: {total / 3600:.1f} h at an MFU of {mfu} of "
+                   f"{cost.GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s ({source}); host work included (stall_h, eval_h); "
+                   f"largest peak {table['peak_gib'].max():.1f} GiB of {cost.GPU_MEMORY_GIB:.0f}.")
         typer.echo("columns: pflop = training FLOPs / 1e15; layer_mib = activations of one layer application on one "
                    "micro-batch (packed rows: fused/dense attention); act_gib = all activations kept, without/with "
                    "activation checkpointing; peak_gib = weights, gradients, AdamW, activations (dense for packed "
