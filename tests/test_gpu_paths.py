@@ -170,14 +170,21 @@ def test_the_gpu_dry_run_counts_the_hosts_work():
 
     capacity = stages.parse(experiments.load("capacity").points("gpu")[-1].config)
     mano = stages.parse(experiments.load("mano").points("gpu")[-1].config)
-    packed, unpacked = cost.gpu_cost(capacity), cost.gpu_cost(mano)
+    assert "pack_h" not in cost.gpu_cost(mano)  # no host rates in use: the GPU's hours alone
+    bare = cost.gpu_cost(capacity)
+    rates = cost.host_rates(repeats=1)
+    assert all(0 < v < 1e-3 for v in rates.values())
+    cost.use_host_rates({"pack_s_per_example": 1e-6, "write_s_per_byte": 1e-9, "snapshot_s_per_byte": 1e-10})
+    try:
+        packed, unpacked = cost.gpu_cost(capacity), cost.gpu_cost(mano)
+    finally:
+        cost.use_host_rates(None)
     assert packed["pack_h"] > 0 and unpacked["pack_h"] == 0
     assert packed["ckpt_n"] == unpacked["ckpt_n"] == 20 and unpacked["ckpt_h"] > 0
     assert unpacked["eval_h"] > 0
-    rates = cost.host_rates()
-    assert all(v > 0 for v in rates.values())
-    # the stall is in the point's hours: the same point with no host work costs that much less
-    assert packed["gpu_h_shared"] >= packed["stall_h"]
+    # what the GPU waits for is in the point's hours, the evaluation in its own share
+    assert packed["gpu_h_shared"] == pytest.approx(bare["gpu_h_shared"] + packed["stall_h"], abs=0.011)
+    assert packed["gpu_h"] == pytest.approx(packed["gpu_h_shared"] + packed["eval_h"], abs=0.011)
 
 
 def test_a_gpu_checks_calibration_recosts_the_presets(tmp_path):

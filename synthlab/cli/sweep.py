@@ -44,10 +44,12 @@ def sweep(
     out = out or Path("runs") / f"{exp.name}-{preset}"
     point_runner = engine.load_runner(runner) if runner else stages
     if dry_run:
-        if calibration is not None:
+        if preset == "gpu":
             from synthlab import cost
 
-            cost.use_calibration(cost.load_calibration(calibration))
+            cost.use_host_rates(cost.host_rates())  # measured on this machine
+            if calibration is not None:
+                cost.use_calibration(cost.load_calibration(calibration))
         rows = engine.plan(exp, preset, out, runner=point_runner, runs_dir=runs, gpu=preset == "gpu")
         _print_plan(rows, calibration)
         return
