@@ -176,7 +176,7 @@ def gpu_cost(point) -> dict[str, Any]:
 # them to `use_host_rates`): next-fit packing per example, writing a checkpoint (torch.save and its
 # sha256, off the training thread) and the host copy of the training thread's snapshot, per byte.
 STATE_BYTES_PER_PARAM = 12  # a checkpoint: float32 weights and AdamW's two moments
-_host_rates: dict[str, float] = {}
+_host_rates: dict[str, float] = {}  # in use (read by the dry run's summary)
 
 
 def host_rates(repeats: int = 3) -> dict[str, float]:

@@ -273,14 +273,14 @@ def pack_rows(examples: Examples, order: np.ndarray, seq_len: int, pad_id: int) 
     row = np.empty(len(order), dtype=np.int64)
     start = np.empty(len(order), dtype=np.int64)
     doc = np.empty(len(order), dtype=np.int64)
-    r = used = d = 0
-    for k, n in enumerate(occupied.tolist()):  # sequential by nature; ~1 us per example
-        if used + n > seq_len:
-            r, used, d = r + 1, 0, 0
-        row[k], start[k], doc[k] = r, used, d
-        used += n
-        d += 1
-    n_rows = r + 1
+    ends = np.concatenate([[0], np.cumsum(occupied)])  # ends[k]: positions taken by the examples before k
+    first = r = 0
+    while first < len(order):  # sequential by nature, one row at a time: a row takes what fits whole
+        last = int(np.searchsorted(ends, ends[first] + seq_len, side="right")) - 1  # examples first..last-1
+        row[first:last], doc[first:last] = r, np.arange(last - first)
+        start[first:last] = ends[first:last] - ends[first]
+        first, r = last, r + 1
+    n_rows = max(r, 1)
     rows = _scatter(examples, order, row, start, n_rows, seq_len, pad_id)
     doc_ids = np.full(n_rows * seq_len, -1, dtype=np.int64)
     flat = np.repeat(row, occupied) * seq_len + np.repeat(start, occupied) + (

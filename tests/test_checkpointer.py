@@ -117,3 +117,32 @@ def test_a_packing_error_reaches_the_caller():
     assert ahead.get(0) == 0
     with pytest.raises(ValueError, match="bad example"):
         ahead.get(1)
+
+
+def test_packing_a_row_at_a_time_is_next_fit():
+    """pack_rows fills a row at a time (a search over cumulative lengths, not a loop over examples):
+    the rows of next-fit example by example, the reference written out here."""
+    import numpy as np
+
+    from synthlab.data import Examples, pack_rows
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(2, 30, size=500)
+    examples = Examples.from_lists([list(rng.integers(3, 50, size=n)) for n in lengths], [1] * len(lengths))
+    order = rng.permutation(len(lengths))
+    seq_len = 40
+    rows, used, placed = [[]], 0, []
+    for k in order:  # next-fit: an example that does not fit opens a new row
+        n = lengths[k] - 1
+        if used + n > seq_len:
+            rows.append([])
+            used = 0
+        placed.append((len(rows) - 1, used, len(rows[-1])))
+        rows[-1].append(k)
+        used += n
+    packed = pack_rows(examples, order, seq_len, 0)
+    assert len(packed) == len(rows)
+    for (r, start, doc), k in zip(placed, order):
+        n = lengths[k] - 1
+        assert list(packed.inputs[r, start:start + n]) == list(examples.tokens[examples.offsets[k]:][:n])
+        assert set(packed.doc_ids[r, start:start + n]) == {doc}

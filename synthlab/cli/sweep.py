@@ -90,6 +90,11 @@ def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:
         typer.echo(f"gpu cost on one {cost.GPU}: {total / 3600:.1f} h at an MFU of {mfu} of "
                    f"{cost.GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s ({source}); host work included (stall_h, eval_h); "
                    f"largest peak {table['peak_gib'].max():.1f} GiB of {cost.GPU_MEMORY_GIB:.0f}.")
+        rates = cost._host_rates
+        if rates:
+            typer.echo(f"host rates measured here (best of three): packing {rates['pack_s_per_example'] * 1e6:.1f} us "
+                       f"per example, checkpoints written at {1e-9 / rates['write_s_per_byte']:.2f} GB/s, snapshots "
+                       f"copied at {1e-9 / rates['snapshot_s_per_byte']:.2f} GB/s (a busy machine measures slower rates)")
         typer.echo("columns: pflop = training FLOPs / 1e15; layer_mib = activations of one layer application on one "
                    "micro-batch (packed rows: fused/dense attention); act_gib = all activations kept, without/with "
                    "activation checkpointing; peak_gib = weights, gradients, AdamW, activations (dense for packed "
