@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, SynthlabError, TaskParams,
+from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, TaskError, TaskParams,
                                          TaskShape, TaskSpec, chunked, json_line, param)
 
 MAX_TRIES = 1_000  # rejection-sampling tries per query before giving up
@@ -265,7 +265,7 @@ def _query(graph: _Graph, params: ReachParams, yes: bool, d: int, draws: _Draws)
                 "prompt": f"<bos> can n{source} reach n{target} ? {_listed(edges)} . <ans>",
                 "answer": answer, "source": source, "target": target, "decoy_source": decoy,
                 "distance": d, "path": path, "group": f"d{d}_{answer}", "context_edges": edges}
-    raise SynthlabError(f"--nodes {params.nodes}: could not build a query in {MAX_TRIES} tries; "
+    raise TaskError(f"--nodes {params.nodes}: could not build a query in {MAX_TRIES} tries; "
                         f"use more nodes or fewer --context-edges")
 
 
@@ -285,7 +285,7 @@ def _queries(graph: _Graph, params: ReachParams, split: str, avoid: set[str],
             if query["prompt"] in seen:
                 repeats += 1
                 if repeats == MAX_TRIES:
-                    raise SynthlabError(
+                    raise TaskError(
                         f"--n-train/--n-test: too few distinct {query['group']} queries exist "
                         f"with --nodes {params.nodes} and --max-diameter {params.max_diameter}")
                 continue
@@ -326,7 +326,7 @@ def _lookups(train_queries: list[dict], count: int, rng: np.random.Generator) ->
             out.append({"kind": "lookup", "prompt": prompt, "answer": f"n{v}", "source": u,
                         "context_edges": edges, "group": "lookup"})
     if len(out) < count:
-        raise SynthlabError(f"--lookup-queries {count}: only {len(out)} training contexts list a "
+        raise TaskError(f"--lookup-queries {count}: only {len(out)} training contexts list a "
                             f"source with one out-edge; use fewer")
     return out
 

@@ -176,3 +176,19 @@ def run_on_gpus(units: list, gpus_gib: list[float], jobs: int, work, on_done) ->
         return future
 
     run_placed(units, [u.demand for u in units], Gpus(list(gpus_gib)), jobs, start, on_done)
+
+
+def run_on_ray(units: list, address: str | None, work, on_done) -> None:
+    """`work(unit)` of each sweep unit as a Ray task asking `ray_resources` (of the driver's GPU
+    memory, else RAY_GPU_GIB); `on_done(result)` as each finishes."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False)
+    remote = ray.remote(work)
+    gpus = ray.cluster_resources().get("GPU", 0)
+    gib = min(local_gpus() or [RAY_GPU_GIB])
+    pending = [remote.options(**ray_resources(unit, gpus, gib)).remote(unit) for unit in units]
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        on_done(ray.get(ready[0]))

@@ -60,7 +60,6 @@ import copy
 import dataclasses
 import importlib.resources
 import itertools
-import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,6 @@ SECTIONS = ("data", "model", "train", "eval", "gate", "ouroboros")
 # section kind never changes the content hash (the id) of existing points.
 ALWAYS_SECTIONS = ("data", "model", "train", "eval")
 PRESETS = ("smoke", "cpu", "gpu")
-STAGES = ("train", "gate", "eval", "heldout", "generate", "capacity", "export", "ouroboros")
 _TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets", "verdicts", "laws"}
 # seed keys of a preset -> (factor name, the section.field each value sets)
 SEED_KEYS = {"seeds": ("seed", "train.seed"), "data_seeds": ("data_seed", "data.seed")}
@@ -222,10 +220,12 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
             raise SynthlabError(f"{where}: missing key '{key}'")
     if source.endswith(".toml") and Path(source).stem != raw["name"]:
         raise SynthlabError(f"{where}: name '{raw['name']}' does not match the file name")
+    from synthlab.stages import STAGES
+
     stages = tuple(raw["stages"])
     bad = [s for s in stages if s not in STAGES]
     if bad or "train" not in stages:
-        raise SynthlabError(f"{where}: stages must include 'train' and be among {STAGES}, got {list(stages)}")
+        raise SynthlabError(f"{where}: stages must include 'train' and be among {tuple(STAGES)}, got {list(stages)}")
     base = raw.get("base", {})
     _check_sections(base, set(SECTIONS), f"{where}: base")
     if "gate" not in stages and ("gate" in base or any("gate" in p for p in raw["presets"].values())):

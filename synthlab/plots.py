@@ -22,11 +22,10 @@ import pandas as pd
 from synthlab.draw import bars_and_seeds, mean_and_seeds, pyplot, save, seed_count, seeds_note
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
+from synthlab import schema
 from synthlab.results import RESULTS, factor_column, read_rows
 
-STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
-DEPTH_COLUMN = re.compile(r"^loss_depth_(\d+)$")
-AGREE_COLUMN = re.compile(r"^agree_(\d+)_(\d+)$")
+STEP_COLUMN, DEPTH_COLUMN, AGREE_COLUMN = schema.ACC_STEP.regex, schema.LOSS_DEPTH.regex, schema.AGREE.regex
 LENGTH_COLUMN = re.compile(r"^(train_)?acc_l(\d+)$")  # Mano per-length accuracy (synthlab.evaluate.group_columns)
 HOP_COLUMN = re.compile(r"^acc_h(\d+)$")  # multihop held-out accuracy per hop count
 

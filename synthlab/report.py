@@ -24,7 +24,8 @@ import pandas as pd
 from synthlab import law_verdicts, plots, verdicts
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
-from synthlab.results import DESCRIPTORS, factor_column
+from synthlab.results import factor_column
+from synthlab.schema import DESCRIPTORS
 from synthlab.sweep import read_info
 
 # Columns that identify a run, or repeat another column, or matter only for bookkeeping: in

@@ -4,7 +4,7 @@ A run directory (written by `synthlab.train`) describes itself:
 - `config.json`: the resolved `RunConfig` (model + train) and what was derived from the data
   (vocabulary size, row length, packing, total steps, device) under "derived";
 - `metrics.jsonl`: one JSON line per logged step;
-- `checkpoint-<step>.pt`: the training state (model, optimizer, scheduler, RNG states, data
+- `checkpoint-<step>.pt`: the training state (model, optimizer, step, RNG states, data
   position), the newest `keep_checkpoints`, each with its sha256 in `checkpoint-<step>.pt.sha256`;
   `checkpoint.pt` is the newest under a fixed name; readers fall back from a damaged one;
 - `model.safetensors`: the weights alone, written when training finished (`load_model` reads them);

@@ -18,20 +18,13 @@ file lock, skipping point ids already present. So results.csv is always a whole,
 table; a point killed before its metrics file exists reruns (its training resumes from the last
 checkpoint in its run dir); a point killed after it gets its row on the next run without rerunning.
 
-The engine does not know what a point does: a runner module does the work. It defines
-`parse(config: dict) -> point` (check and type a point's resolved config; called once per point,
-in the driver, so a bad grid fails before anything runs), `run_point(point, run_dir: Path, *,
-cache_dir: Path[, nproc: int]) -> dict[str, float | str]` (nproc only with nproc_per_node), optionally `estimate_seconds(point, *, finished)`
-for `--dry-run` and `columns(point)`, the columns a finished row of the point fills (a row that
-misses one, or is not whole, counts as unfinished: the point runs again). The lab's runner is `synthlab.stages` (generate, train, evaluate); tests pass a
-cheap one. Workers (spawn processes, Ray tasks) import the runner module by name.
-Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), a fresh process per model on
-the GPUs it is given (a node with GPUs: `synthlab.devices`), or Ray tasks (`executor="ray"`);
-the rows are always added by the driver, as each model's points finish. With `nproc_per_node` K
-a worker trains its point as a torchrun job of K processes (the runner's `run_point(..., nproc=K)`)
-on K GPUs of its own, and a Ray task asks for K GPUs (and K times its CPUs); a point trained in
-its worker asks Ray for the share of a GPU its estimated peak memory needs (the runner's optional
-`gpu_memory_gib(point)`).
+The engine does not know what a point does: a point runner (`PointRunner`, a module) does the
+work; the lab's is `synthlab.stages` (generate, train, evaluate); tests pass a cheap one. Workers
+(spawn processes, Ray tasks) import the runner module by name.
+Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), a process per model on its
+GPUs, or Ray tasks (`executor="ray"`): GPUs as `synthlab.devices` assigns them. The driver adds
+the rows as each model's points finish. With `nproc_per_node` K a worker trains its point as a
+torchrun job of K processes (the runner's `run_point(..., nproc=K)`).
 """
 
 from __future__ import annotations
@@ -46,8 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from synthlab import devices
 from synthlab.errors import SynthlabError
@@ -73,24 +65,62 @@ class Unit:
     gib: float | None = None  # estimated peak GPU memory of its largest point (None: not estimated)
     cuda_visible: str | None = None  # CUDA_VISIBLE_DEVICES of the worker (None: inherited)
 
-    @property
-    def demand(self) -> devices.Demand:
-        return devices.Demand(max(1, self.nproc), self.gib)
+    demand = property(lambda self: devices.Demand(max(1, self.nproc), self.gib))
 
 
-def load_runner(name: str) -> ModuleType:
+@runtime_checkable
+class PointRunner(Protocol):
+    """What a point runner module defines (its optional functions: `RunnerHooks`)."""
+
+    def parse(self, config: dict[str, Any]) -> Any:
+        """Check and type a point's resolved config; called once per point, in the driver, so a bad
+        grid fails before anything runs (raises SynthlabError)."""
+
+    def run_point(self, point: Any, run_dir: Path, *, cache_dir: Path, nproc: int = 0) -> dict[str, Any]:
+        """Do the point's work in run_dir (data cached in cache_dir); return its row's metrics
+        (float or str values). nproc >= 1: train as a torchrun job of that many processes."""
+
+
+class RunnerHooks(Protocol):
+    """What a point runner may define besides; the engine uses each where the runner has it (`hook`)."""
+
+    def estimate_seconds(self, point: Any, *, finished: bool) -> float:
+        """The point's cost in seconds, for --dry-run."""
+
+    def gpu_cost(self, point: Any) -> dict[str, Any]:
+        """Tokens, FLOPs, memory and hours on one GPU: the --dry-run columns of a gpu preset."""
+
+    def columns(self, point: Any) -> list[str]:
+        """The columns a finished row of the point fills (a row that misses one, or is not whole,
+        counts as unfinished: the point runs again)."""
+
+    def changed_since(self, point: Any, run_dir: Path) -> str:
+        """Why the model in run_dir is not the one the point asks for now ("" when it is)."""
+
+    def gpu_memory_gib(self, point: Any) -> float:
+        """The point's estimated peak GPU memory: small points share a GPU by it (synthlab.devices)."""
+
+
+def hook(runner: PointRunner, name: str) -> Callable | None:
+    """The runner's optional function `name` (one of `RunnerHooks`), None when it has none."""
+    if not callable(getattr(RunnerHooks, name, None)):
+        raise AttributeError(f"{name} is not a point runner hook")
+    return getattr(runner, name, None)
+
+
+def load_runner(name: str) -> PointRunner:
     """The runner module `name`; it must define parse and run_point."""
     try:
         module = importlib.import_module(name)
     except ImportError as err:
         raise SynthlabError(f"--runner '{name}' cannot be imported: {err}") from None
     missing = [f for f in ("parse", "run_point") if not callable(getattr(module, f, None))]
-    if missing:
+    if missing or not isinstance(module, PointRunner):
         raise SynthlabError(f"--runner '{name}' is not a point runner: it defines no {missing[0]}()")
     return module
 
 
-def parse_points(runner: ModuleType, experiment: Experiment, preset: str, points: list[Point]) -> list[Any]:
+def parse_points(runner: PointRunner, experiment: Experiment, preset: str, points: list[Point]) -> list[Any]:
     """Every point's config checked and typed by the runner, once; an error names the point."""
     parsed = []
     for point in points:
@@ -101,13 +131,13 @@ def parse_points(runner: ModuleType, experiment: Experiment, preset: str, points
     return parsed
 
 
-def finished_points(runner: ModuleType, experiment: Experiment, preset: str, points: list[Point],
+def finished_points(runner: PointRunner, experiment: Experiment, preset: str, points: list[Point],
                     path: Path) -> tuple[set[str], set[str]]:
     """(ids of the points with a whole row in the table, ids of those whose row misses a column the
     runner's optional `columns(point)` names: they run again, with a warning, and their new row
     replaces the old one)."""
     rows = {r["point_id"]: r for r in read_rows(path)}
-    columns = getattr(runner, "columns", None)
+    columns = hook(runner, "columns")
     listed = [p for p in points if p.point_id in rows]
     stale = set()
     for point, typed in zip(listed, parse_points(runner, experiment, preset, listed) if columns else []):
@@ -118,11 +148,11 @@ def finished_points(runner: ModuleType, experiment: Experiment, preset: str, poi
     return set(rows) - stale, stale
 
 
-def changed_points(runner: ModuleType, experiment: Experiment, preset: str, points: list[Point],
+def changed_points(runner: PointRunner, experiment: Experiment, preset: str, points: list[Point],
                    runs_dir: Path) -> dict[str, str]:
     """{point id: why} for the points whose trained model no longer matches what the point asks for
     (the runner's optional `changed_since(point, run_dir)`)."""
-    changed_since = getattr(runner, "changed_since", None)
+    changed_since = hook(runner, "changed_since")
     if changed_since is None:
         return {}
     typed = parse_points(runner, experiment, preset, points)
@@ -202,13 +232,13 @@ def timed(path: Path, work: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def make_units(experiment: Experiment, preset: str, points: list[Point], parsed: list[Any], runs_dir: Path,
-               runner: ModuleType, cache_dir: Path, threads: int, nproc: int = 0,
+               runner: PointRunner, cache_dir: Path, threads: int, nproc: int = 0,
                rerun: set[str] = frozenset(), gpus: bool = False) -> list[Unit]:
     """Group points by trained model, keeping grid order; the points in `rerun` run again even where
     their point record is whole. gpus: each unit's `gib` is the largest of its points' estimates
     (the runner's optional `gpu_memory_gib(point)`)."""
     units: dict[str, Unit] = {}
-    estimate = getattr(runner, "gpu_memory_gib", None) if gpus else None
+    estimate = hook(runner, "gpu_memory_gib") if gpus else None
     for point, typed in zip(points, parsed):
         unit = units.setdefault(
             point.train_id,
@@ -217,7 +247,7 @@ def make_units(experiment: Experiment, preset: str, points: list[Point], parsed:
         )
         unit.points.append({"point_id": point.point_id, "factors": point.factors, "point": typed,
                             "experiment": experiment.name, "preset": preset,
-                            "columns": list(runner.columns(typed)) if hasattr(runner, "columns") else [],
+                            "columns": list(hook(runner, "columns")(typed)) if hook(runner, "columns") else [],
                             "rerun": point.point_id in rerun})
         if estimate is not None:
             unit.gib = max(unit.gib or 0.0, float(estimate(typed)))
@@ -228,8 +258,7 @@ def make_units(experiment: Experiment, preset: str, points: list[Point], parsed:
 
 
 def _execute_local(units: list[Unit], jobs: int, on_done, gpus: list[float] = ()) -> None:
-    """Run the units here: in this process (jobs 1, no GPU), else in spawn processes; with `gpus`
-    (each GPU's GiB) every unit in a fresh process on the GPUs `devices.run_placed` gives it."""
+    """In this process (jobs 1, no GPU), spawn processes, or on `gpus` (GiB each: devices.run_on_gpus)."""
     if gpus:
         devices.run_on_gpus(units, gpus, jobs, run_unit, on_done)
         return
@@ -248,21 +277,7 @@ def _execute_local(units: list[Unit], jobs: int, on_done, gpus: list[float] = ()
             on_done(future.result())
 
 
-def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False)
-    remote = ray.remote(run_unit)
-    gpus = ray.cluster_resources().get("GPU", 0)
-    gib = min(devices.local_gpus() or [devices.RAY_GPU_GIB])
-    pending = [remote.options(**devices.ray_resources(unit, gpus, gib)).remote(unit) for unit in units]
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        on_done(ray.get(ready[0]))
-
-
-def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType, jobs: int | None = None,
+def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: PointRunner, jobs: int | None = None,
               executor: str = "local", ray_address: str | None = None, cache_dir: Path | None = None,
               runs_dir: Path | None = None, threads: int | None = None, nproc_per_node: int = 0,
               progress: bool = True, reevaluate: bool = False, gpus: list[float] | None = None) -> Path:
@@ -271,9 +286,8 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
     cache_dir: datasets (default OUT/datasets); runs_dir: trained models (default OUT/runs). Sweeps
     that share them generate each dataset and train each model once (a model is keyed by its
     config: e.g. depth's 1 x 4 model is faithfulness's).
-    jobs: local workers at once; default one per GPU this process sees (each worker its own GPUs by
-    CUDA_VISIBLE_DEVICES; more jobs than GPUs share them where the points' estimated peak memory
-    fits: synthlab.devices), else 1. `gpus`: each GPU's GiB (default: the ones this process sees).
+    jobs: local workers at once; default one per GPU (synthlab.devices), else 1. `gpus`: each GPU's
+    GiB (default: those this process sees); more jobs than GPUs share them where memory allows.
     threads: torch threads (and Ray CPUs) per run; default: cores / jobs locally, 1 on Ray.
     nproc_per_node: >= 1: each point's training runs as a torchrun job of that many processes
     (data-parallel; one GPU each on CUDA), started by the worker that runs the point (the runner's
@@ -322,7 +336,7 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleT
 
     try:
         if executor == "ray":
-            _execute_ray(units, ray_address, on_done)
+            devices.run_on_ray(units, ray_address, run_unit, on_done)
         else:
             _execute_local(units, jobs, on_done, gpus)
     finally:
@@ -392,7 +406,7 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir
 # --- dry run ---------------------------------------------------------------------------------
 
 
-def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
+def plan(experiment: Experiment, preset: str, out: Path, *, runner: PointRunner,
          runs_dir: Path | None = None, gpu: bool = False) -> list[dict[str, Any]]:
     """The grid as rows: factors, status (done / partial / todo), measured or estimated cost and the
     run directory in the trained-model store that the point's model is (or would be) trained into.
@@ -406,10 +420,10 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
     out = Path(out)
     runs_dir = store(out, "runs", runs_dir)
     done = {r["point_id"]: r for r in read_rows(out / RESULTS)}
-    estimate = getattr(runner, "estimate_seconds", None)
-    gpu_cost = getattr(runner, "gpu_cost", None) if gpu else None
+    estimate = hook(runner, "estimate_seconds")
+    gpu_cost = hook(runner, "gpu_cost") if gpu else None
     points = experiment.points(preset)
-    changed_since = getattr(runner, "changed_since", None)
+    changed_since = hook(runner, "changed_since")
     rows, trained = [], set()
     for point, typed in zip(points, parse_points(runner, experiment, preset, points)):
         run_dir = runs_dir / point.train_id
@@ -428,10 +442,8 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
             row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=own * 3600, cost="shared model")
         else:
             row["status"] = "partial" if run_dir.is_dir() else "todo"
-            if gpu_cost is not None:
-                seconds = row["gpu_h"] * 3600
-            else:
-                seconds = estimate(typed, finished=list(done.values())) if estimate else math.nan
+            seconds = (row["gpu_h"] * 3600 if gpu_cost is not None else
+                       estimate(typed, finished=list(done.values())) if estimate else math.nan)
             row.update(cost_s=seconds, cost="estimated")
         rows.append(row)
     return rows

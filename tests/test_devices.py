@@ -105,6 +105,7 @@ def test_jobs_default_to_one_per_gpu():
     assert devices.default_jobs(8) == 8 and devices.default_jobs(0) == 1
 
 
+@pytest.mark.slow  # spawns worker processes
 def test_a_sweep_on_faked_gpus_gives_each_worker_its_own(tmp_path):
     """Three models (estimates 100, 50 and 50 GiB) on two faked 140 GiB GPUs, three jobs: each
     worker saw one GPU of the parent's list; the 100 GiB one had its GPU to itself while it ran,

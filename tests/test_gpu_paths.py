@@ -12,10 +12,8 @@ import torch
 
 from synthlab import distributed
 from synthlab.cli.train import resolve_run_config
-from synthlab.data import load_dataset
 from synthlab.errors import SynthlabError
-from synthlab.models import build_model
-from synthlab.train import _Trainer, prepare_run, train
+from synthlab.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
@@ -49,20 +47,19 @@ class FakeGpus:
             self.set_rng_state(state, i)
 
 
-def _trainer(run_dir: Path, data: Path, device: torch.device) -> _Trainer:
-    run = resolve_run_config({}, TINY_MODEL, {"task": "mano", "data": str(data), "steps": 4, "batch_size": 8})
-    _, batcher = prepare_run(run, load_dataset(run.train.data, "mano"))
-    return _Trainer(run_dir, run.train, 4, build_model(run.model, seed=0), batcher, device, distributed.World())
-
-
-def test_a_run_checkpointed_on_eight_gpus_resumes_on_two(tmp_path, mano, monkeypatch):
+def test_a_run_checkpointed_on_eight_gpus_resumes_on_two(monkeypatch):
+    """A checkpoint keeps the RNG state of the process's own GPU (synthlab.engine.TrainState through
+    distributed.device_rng_state), which any process of a job on fewer GPUs can restore; the state
+    of every visible GPU (get_rng_state_all) could not be restored on a node with fewer."""
     eight = FakeGpus(monkeypatch, 8)
     eight.states[0] = torch.tensor([42], dtype=torch.uint8)
-    state = _trainer(tmp_path, mano, torch.device("cuda", 0)).state()
+    saved = distributed.device_rng_state(torch.device("cuda", 0))
     two = FakeGpus(monkeypatch, 2)
     for index in (0, 1):  # rank 0 and rank 1 of a two-GPU job: each restores the saved device's state
-        _trainer(tmp_path, mano, torch.device("cuda", index)).load_state(state)
+        distributed.set_device_rng_state(saved, torch.device("cuda", index))
         assert int(two.states[index]) == 42
+    with pytest.raises(IndexError):  # what a checkpoint of every GPU's state did
+        two.set_rng_state_all(eight.get_rng_state_all())
 
 
 def test_a_checkpoint_with_every_gpus_state_still_resumes_on_fewer(monkeypatch):

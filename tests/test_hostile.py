@@ -99,7 +99,7 @@ def test_a_crafted_checkpoint_is_refused_in_every_load_path(command, run_copy, b
 
 def test_the_labs_own_checkpoints_load_with_weights_only(trained):
     ckpt = torch.load(trained / "checkpoint.pt", weights_only=True)
-    assert ckpt["step"] == 2 and {"model", "optimizer", "scheduler", "batcher", "torch_rng"} <= ckpt.keys()
+    assert ckpt["step"] == 2 and {"model", "optimizer", "batcher", "torch_rng", "model_rng"} <= ckpt.keys()
 
 
 def test_a_crafted_newest_checkpoint_falls_back_to_an_intact_older_one(run_copy, tmp_path):

@@ -24,6 +24,7 @@ def smoke(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # the smoke sweep: trains, exports and trains OUROBOROS variants
 def test_smoke_preset_runs_every_variant_and_seed_on_one_base(smoke):
     table = plots.read_results(smoke)
     assert sorted(zip(table["variant"], table["seed"])) == sorted(
@@ -44,6 +45,7 @@ def test_smoke_preset_runs_every_variant_and_seed_on_one_base(smoke):
     assert sizes["nogate"] < sizes["static"] < sizes["controller"]
 
 
+@pytest.mark.slow  # the smoke sweep: trains, exports and trains OUROBOROS variants
 def test_rerun_has_nothing_to_do_and_the_plot_shows_seeds(smoke, monkeypatch):
     before = (smoke / "results.csv").read_text()
     monkeypatch.setattr(stages, "run_point", lambda *a, **k: pytest.fail("a finished point ran again"))

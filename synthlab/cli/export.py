@@ -21,9 +21,10 @@ def export(
                                                               "export (never the run, the working directory or a "
                                                               "folder holding either)."),
 ) -> None:
-    """Write the model as a Qwen2ForCausalLM folder with a WordLevel tokenizer (transformers loads both)."""
+    """Write the model as a Qwen2ForCausalLM folder with its tokenizer and a model card (README.md):
+    AutoModelForCausalLM and AutoTokenizer load it with the lab's logits and token ids."""
     from synthlab.hf.export import export_run
 
     check_writable(out)
     path = export_run(run_dir, out, fmt, data, overwrite)
-    typer.echo(f"{run_dir} -> {path} ({fmt}: AutoModelForCausalLM / PreTrainedTokenizerFast.from_pretrained)")
+    typer.echo(f"{run_dir} -> {path} ({fmt}: AutoModelForCausalLM / AutoTokenizer.from_pretrained)")

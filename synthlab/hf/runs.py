@@ -26,6 +26,7 @@ from synthlab.hf.checkpoint import empty_base, load_base, load_tokenizer, resolv
 from synthlab.hf.data import documents, pack, read_texts, split_heldout
 from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
 from synthlab.hf.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
+from synthlab.progress import Progress
 from synthlab.runs import load_state_file, resolve_device
 
 CHECKPOINT = "trainable.safetensors"
@@ -175,13 +176,17 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
         # on the CPU: under torchrun every process reads the file rank 0 wrote from its own device
         state = folder / STATE
         resume = read_state(state) if state.is_file() else None
+        if resume is not None and "data" not in resume:
+            raise SynthlabError(f"{state} holds a training state of an earlier layout; remove it to train {variant} "
+                                f"again from its first step")
 
         def checkpoint(state, m=model, f=folder):
             save_trainable(m, f / CHECKPOINT)
             atomic_write(f / STATE, lambda tmp: torch.save(state, tmp))
 
-        where = (lambda v=variant, f=folder: f"while training {v}; the last checkpoint in {f} is kept "
-                                               f"(rerun the same command to resume)")
+        def where(v=variant, f=folder) -> str:
+            return f"while training {v}; the last checkpoint in {f} is kept (rerun the same command to resume)"
+
         with distributed.peers_lost_as_error(world, where):
             log = train(model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume,
                         world=world)
@@ -244,12 +249,11 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
 
 def _eval_rows(run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world,
                fsdp) -> list[dict]:
-    from tqdm import tqdm
-
     base = _Base(run["base"], dev, dtype, run["attn"], fsdp, world)
     jobs = [(v, [1]) for v in ("truncated", "base")] + [(v, depths) for v in run["variants"]]
     rows = []
-    bar = tqdm(total=sum(len(d) for _, d in jobs) * len(corpora), desc="eval", disable=not (progress and world.main))
+    bar = Progress(sum(len(d) for _, d in jobs) * len(corpora), enabled=progress and world.main, desc="eval",
+                   unit="evaluation")
     for variant, variant_depths in jobs:
         model = build_variant(base.get(), config, variant, train_config.seed)
         if variant in LOOPED_VARIANTS:
