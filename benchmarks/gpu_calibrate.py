@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from gpu_check import Part, device_of, sync, time_steps
 
 
@@ -83,8 +82,15 @@ def memory(args, part: Part, device: torch.device) -> None:
         pack = train.pack if train.pack is not None else point.spec.pack
         for checkpoint in (False, True):
             name = f"{point.task}_d{model_cfg.d_model}_{'ckpt' if checkpoint else 'plain'}"
-            predicted = cost.peak_gib(model_cfg, seq, rows * seq, all_steps=train.loss != "last", masked=pack,
-                                      dense=pack, checkpoint=checkpoint)
+            predicted = cost.peak_gib(
+                model_cfg,
+                seq,
+                rows * seq,
+                all_steps=train.loss != "last",
+                masked=pack,
+                dense=pack,
+                checkpoint=checkpoint,
+            )
             try:
                 model = build_model(model_cfg, seed=0).to(device).train()
                 g = torch.Generator().manual_seed(0)
@@ -95,10 +101,19 @@ def memory(args, part: Part, device: torch.device) -> None:
                 train_step(model, train, inputs, inputs, doc_ids, checkpoint)()
                 sync(device)
                 measured = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-                part.record(name, {"rows": rows, "seq": seq, "predicted_gib": round(predicted, 2),
-                                   "measured_gib": None if measured is None else round(measured, 2)})
+                part.record(
+                    name,
+                    {
+                        "rows": rows,
+                        "seq": seq,
+                        "predicted_gib": round(predicted, 2),
+                        "measured_gib": None if measured is None else round(measured, 2),
+                    },
+                )
             except torch.OutOfMemoryError:
-                part.record(name, {"rows": rows, "seq": seq, "predicted_gib": round(predicted, 2), "measured_gib": "oom"})
+                part.record(
+                    name, {"rows": rows, "seq": seq, "predicted_gib": round(predicted, 2), "measured_gib": "oom"}
+                )
             finally:
                 model = None
                 if device.type == "cuda":
@@ -123,9 +138,16 @@ def packed(args, part: Part, device: torch.device) -> None:
             step = train_step(model, point.train, inputs, inputs, doc_ids, False, compile=not args.dry_run)
             seconds = time_steps(step, device, 1 if args.dry_run else 3, 1 if args.dry_run else 10)
             flops = 3 * flops_per_token(cfg, seq, all_steps=point.train.loss != "last") * rows * seq
-            part.record(f"d{d}_{kind}", {"rows": rows, "seq": seq, "step_ms": round(seconds * 1e3, 3),
-                                         "tokens_per_s": round(rows * seq / seconds),
-                                         "mfu": None if peak is None else round(flops / seconds / peak, 4)})
+            part.record(
+                f"d{d}_{kind}",
+                {
+                    "rows": rows,
+                    "seq": seq,
+                    "step_ms": round(seconds * 1e3, 3),
+                    "tokens_per_s": round(rows * seq / seconds),
+                    "mfu": None if peak is None else round(flops / seconds / peak, 4),
+                },
+            )
             model = None
 
 
@@ -136,22 +158,45 @@ def trainer(args, part: Part, device: torch.device) -> None:
     from synthlab_generators import TASKS, write_dataset
 
     steps = 30 if args.dry_run else 300
-    model = {"d_model": 32 if args.dry_run else 256, "n_heads": 2 if args.dry_run else 4, "n_layers": 2, "loops": 2,
-             "max_seq_len": 64}
+    model = {
+        "d_model": 32 if args.dry_run else 256,
+        "n_heads": 2 if args.dry_run else 4,
+        "n_layers": 2,
+        "loops": 2,
+        "max_seq_len": 64,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         spec = TASKS["mano"]
         data = write_dataset(spec, spec.params_cls(L=2, n_train=5000, n_test=50, mod=7), 0, Path(tmp) / "data")
         walls = {}
         for label, extra in (("none", {"checkpoint_every": 10**9}), ("ten", {"checkpoints": 10})):
-            run = resolve_run_config({}, model, {"task": "mano", "data": str(data), "steps": steps, "batch_size": 64,
-                                                 "log_every": steps, "device": device.type, **extra})
+            run = resolve_run_config(
+                {},
+                model,
+                {
+                    "task": "mano",
+                    "data": str(data),
+                    "steps": steps,
+                    "batch_size": 64,
+                    "log_every": steps,
+                    "device": device.type,
+                    **extra,
+                },
+            )
             start = time.perf_counter()
             train(Path(tmp) / label, run, progress=False)
             walls[label] = time.perf_counter() - start
             if label == "none":
                 tokens_per_s = read_metrics(Path(tmp) / label)[-1]["tokens_per_s"]
-        part.record("trainer", {"steps": steps, "wall_s": round(walls["none"], 3), "tokens_per_s": round(tokens_per_s),
-                                "checkpoint_s": round(max(0.0, walls["ten"] - walls["none"]) / 10, 4)})
+        part.record(
+            "trainer",
+            {
+                "steps": steps,
+                "wall_s": round(walls["none"], 3),
+                "tokens_per_s": round(tokens_per_s),
+                "checkpoint_s": round(max(0.0, walls["ten"] - walls["none"]) / 10, 4),
+            },
+        )
         bare = bare_loop(run, data, device, steps)
         part.record("bare_loop", {"tokens_per_s": round(bare)})
         part.record("trainer_vs_bare", round(tokens_per_s / bare, 4))
@@ -183,12 +228,20 @@ def write_calibration(out: Path, part: Part) -> None:
     d = part.data
     mfu = {k[1:].split("_")[0]: v["mfu"] for k, v in d.items() if k.startswith("d") and k.endswith("_sdpa")}
     flex = {k[1:].split("_")[0]: v["mfu"] for k, v in d.items() if k.startswith("d") and k.endswith("_flex")}
-    ratios = [v["measured_gib"] / v["predicted_gib"] for v in d.values()
-              if isinstance(v, dict) and isinstance(v.get("measured_gib"), float) and v["predicted_gib"]]
-    calibration = {"device": d["device"], "torch": d["torch"], "dry_run": d["dry_run"],
-                   "compiled_mfu_packed": {"sdpa": mfu, "flex": flex},
-                   "memory_measured_over_predicted": max(ratios) if ratios else None,
-                   "trainer_vs_bare": d.get("trainer_vs_bare"), "checkpoint_s": d.get("trainer", {}).get("checkpoint_s")}
+    ratios = [
+        v["measured_gib"] / v["predicted_gib"]
+        for v in d.values()
+        if isinstance(v, dict) and isinstance(v.get("measured_gib"), float) and v["predicted_gib"]
+    ]
+    calibration = {
+        "device": d["device"],
+        "torch": d["torch"],
+        "dry_run": d["dry_run"],
+        "compiled_mfu_packed": {"sdpa": mfu, "flex": flex},
+        "memory_measured_over_predicted": max(ratios) if ratios else None,
+        "trainer_vs_bare": d.get("trainer_vs_bare"),
+        "checkpoint_s": d.get("trainer", {}).get("checkpoint_s"),
+    }
     (out / "cost_calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
     part.record("calibration", calibration)
 

@@ -10,7 +10,6 @@ Before the data exists, the row length and the number of rows come from the task
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 

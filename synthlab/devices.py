@@ -64,10 +64,10 @@ class Gpus:
         idle = [i for i in range(len(self.total_gib)) if i not in self.whole]
         if self.alone(demand):
             empty = [i for i in idle if math.isclose(self.free_gib[i], USABLE * self.total_gib[i])]
-            chosen = empty[:demand.gpus]
+            chosen = empty[: demand.gpus]
         else:
             room = sorted((i for i in idle if self.free_gib[i] >= demand.gib), key=lambda i: (self.free_gib[i], i))
-            chosen = room[:demand.gpus]
+            chosen = room[: demand.gpus]
         if len(chosen) < demand.gpus:
             return None
         for i in chosen:
@@ -142,8 +142,10 @@ def run_placed(items: list, demands: list[Demand], gpus: Gpus, jobs: int, start,
     for demand in demands:
         if not gpus.fits(demand):
             what = f"{demand.gpus} GPU(s)" + (f" of {demand.gib:.1f} GiB" if demand.gib is not None else "")
-            raise SynthlabError(f"a point needs {what} and this node has {len(gpus.total_gib)} of "
-                                f"{', '.join(f'{t:.0f}' for t in gpus.total_gib)} GiB ({USABLE:.0%} usable)")
+            raise SynthlabError(
+                f"a point needs {what} and this node has {len(gpus.total_gib)} of "
+                f"{', '.join(f'{t:.0f}' for t in gpus.total_gib)} GiB ({USABLE:.0%} usable)"
+            )
     pending = list(zip(items, demands))
     running: dict = {}
     while pending or running:

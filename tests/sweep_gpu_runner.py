@@ -19,5 +19,10 @@ def gpu_memory_gib(config: dict) -> float:
 def run_point(config: dict, run_dir: Path, *, cache_dir: Path) -> dict:
     start = time.time()
     metrics = sweep_fake_runner.run_point(config, run_dir, cache_dir=cache_dir)
-    return {**metrics, "visible": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"), "t0": start, "t1": time.time(),
-            "gib": gpu_memory_gib(config)}
+    return {
+        **metrics,
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
+        "t0": start,
+        "t1": time.time(),
+        "gib": gpu_memory_gib(config),
+    }

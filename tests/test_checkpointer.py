@@ -78,11 +78,26 @@ def test_a_run_writes_its_checkpoints_off_the_training_thread(tmp_path, mano, mo
         return original(*args, **kwargs)
 
     monkeypatch.setattr("synthlab.train.save_checkpoint", recording)
-    run = resolve_run_config({}, TINY_MODEL, {"task": "mano", "data": str(mano), "steps": 12, "batch_size": 8,
-                                              "checkpoints": 3, "keep_checkpoints": 5, "log_every": 4})
+    run = resolve_run_config(
+        {},
+        TINY_MODEL,
+        {
+            "task": "mano",
+            "data": str(mano),
+            "steps": 12,
+            "batch_size": 8,
+            "checkpoints": 3,
+            "keep_checkpoints": 5,
+            "log_every": 4,
+        },
+    )
     train(tmp_path / "run", run, progress=False)
     assert threads == [False, False, False]
-    assert [p.name for p in checkpoint_files(tmp_path / "run")] == ["checkpoint-12.pt", "checkpoint-8.pt", "checkpoint-4.pt"]
+    assert [p.name for p in checkpoint_files(tmp_path / "run")] == [
+        "checkpoint-12.pt",
+        "checkpoint-8.pt",
+        "checkpoint-4.pt",
+    ]
     assert load_checkpoint(tmp_path / "run")["step"] == 12
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["checkpoints"] == 3
 
@@ -144,5 +159,5 @@ def test_packing_a_row_at_a_time_is_next_fit():
     assert len(packed) == len(rows)
     for (r, start, doc), k in zip(placed, order):
         n = lengths[k] - 1
-        assert list(packed.inputs[r, start:start + n]) == list(examples.tokens[examples.offsets[k]:][:n])
-        assert set(packed.doc_ids[r, start:start + n]) == {doc}
+        assert list(packed.inputs[r, start : start + n]) == list(examples.tokens[examples.offsets[k] :][:n])
+        assert set(packed.doc_ids[r, start : start + n]) == {doc}

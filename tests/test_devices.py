@@ -77,8 +77,9 @@ def test_placed_points_never_overfill_a_gpu_and_respect_jobs():
         return i, got
 
     results = []
-    devices.run_placed(list(range(12)), demands, Gpus([140.0] * 3), 5,
-                       lambda i, got: pool.submit(work, i, got), results.append)
+    devices.run_placed(
+        list(range(12)), demands, Gpus([140.0] * 3), 5, lambda i, got: pool.submit(work, i, got), results.append
+    )
     assert sorted(i for i, _ in results) == list(range(12))
     assert all(len(got) == demands[i].gpus for i, got in results)
     assert all(n <= 5 and max(load) <= 0.9 * 140 for n, load in seen)
@@ -110,12 +111,31 @@ def test_a_sweep_on_faked_gpus_gives_each_worker_its_own(tmp_path):
     """Three models (estimates 100, 50 and 50 GiB) on two faked 140 GiB GPUs, three jobs: each
     worker saw one GPU of the parent's list; the 100 GiB one had its GPU to itself while it ran,
     the two 50 GiB ones could share the other."""
-    raw = {"name": "gpus", "claim": "none", "title": "t", "task": "fake", "plot": "mano", "stages": ["train"],
-           "base": {"data": {"size": 10, "seed": 0}, "train": {"steps": 5, "sleep": 0.1}},
-           "presets": {p: {"grid": {"arch": [{"label": str(i), "model.width": w, "data.seed": i}
-                                             for i, w in enumerate([2, 1, 1])]}} for p in ("smoke", "cpu", "gpu")}}
-    results = sweep.run_sweep(experiments.parse(raw), "smoke", tmp_path / "s", runner=sweep_gpu_runner, jobs=3,
-                              threads=1, progress=False, gpus=[140.0, 140.0])
+    raw = {
+        "name": "gpus",
+        "claim": "none",
+        "title": "t",
+        "task": "fake",
+        "plot": "mano",
+        "stages": ["train"],
+        "base": {"data": {"size": 10, "seed": 0}, "train": {"steps": 5, "sleep": 0.1}},
+        "presets": {
+            p: {
+                "grid": {"arch": [{"label": str(i), "model.width": w, "data.seed": i} for i, w in enumerate([2, 1, 1])]}
+            }
+            for p in ("smoke", "cpu", "gpu")
+        },
+    }
+    results = sweep.run_sweep(
+        experiments.parse(raw),
+        "smoke",
+        tmp_path / "s",
+        runner=sweep_gpu_runner,
+        jobs=3,
+        threads=1,
+        progress=False,
+        gpus=[140.0, 140.0],
+    )
     rows = read_rows(results)
     assert len(rows) == 3 and {r["visible"] for r in rows} <= {"0", "1"}
     big = next(r for r in rows if float(r["gib"]) == 100)

@@ -4,10 +4,10 @@ the empty --out check under torchrun, and the torch version the code needs."""
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 
 from synthlab import distributed
@@ -107,8 +107,12 @@ def test_rank_0_still_refuses_an_occupied_out(tmp_path, mano):
 # The newest torch feature each pattern in the code needs (checked in the PyTorch docs of each
 # release): nn.RMSNorm arrived in 2.4, the public torch.distributed.fsdp.fully_shard in 2.6 and
 # its ignored_params in 2.7, torch.nn.attention.flex_attention in 2.5.
-FEATURES = {r"nn\.RMSNorm\(": (2, 4), r"torch\.nn\.attention\.flex_attention": (2, 5),
-            r"from torch\.distributed\.fsdp import fully_shard": (2, 6), r"ignored_params=": (2, 7)}
+FEATURES = {
+    r"nn\.RMSNorm\(": (2, 4),
+    r"torch\.nn\.attention\.flex_attention": (2, 5),
+    r"from torch\.distributed\.fsdp import fully_shard": (2, 6),
+    r"ignored_params=": (2, 7),
+}
 
 
 def test_pyproject_asks_for_the_torch_the_code_needs():
@@ -195,8 +199,14 @@ def test_a_gpu_checks_calibration_recosts_the_presets(tmp_path):
     point = type(point)(**{**vars(point), "train": type(point.train)(**{**vars(point.train), "compile": True})})
     assumed = cost.gpu_cost(point)
     path = tmp_path / "cost_calibration.json"
-    measured = {"device": "H200", "dry_run": False, "compiled_mfu_packed": {"sdpa": {"128": 0.10, "384": 0.30}},
-                "memory_measured_over_predicted": 1.2, "trainer_vs_bare": 0.5, "checkpoint_s": 0.1}
+    measured = {
+        "device": "H200",
+        "dry_run": False,
+        "compiled_mfu_packed": {"sdpa": {"128": 0.10, "384": 0.30}},
+        "memory_measured_over_predicted": 1.2,
+        "trainer_vs_bare": 0.5,
+        "checkpoint_s": 0.1,
+    }
     path.write_text(json.dumps(measured))
     cost.use_calibration(cost.load_calibration(path))
     try:

@@ -23,7 +23,11 @@ def _packed(B: int, S: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randint(0, 50, (B, S), generator=g), doc_ids
 
 
-EXTRAS = [{}, {"loops": 3, "n_layers": 3, "topology": "sandwich", "n_prelude": 1, "n_coda": 1}, {"positions": "learned"}]
+EXTRAS = [
+    {},
+    {"loops": 3, "n_layers": 3, "topology": "sandwich", "n_prelude": 1, "n_coda": 1},
+    {"positions": "learned"},
+]
 
 
 def _pair(device: str, extra: dict):
@@ -60,14 +64,16 @@ def test_flex_attention_trains_like_the_dense_path_on_a_gpu(extra):
 
 
 def test_a_token_sees_nothing_of_another_document():
-    model = build_model(ModelConfig(vocab_size=50, d_model=32, n_heads=4, n_layers=1, max_seq_len=64,
-                                    attention="flex"), seed=0)
+    model = build_model(
+        ModelConfig(vocab_size=50, d_model=32, n_heads=4, n_layers=1, max_seq_len=64, attention="flex"), seed=0
+    )
     idx, doc_ids = torch.randint(0, 50, (1, 40)), torch.tensor([[0] * 20 + [1] * 20])
     changed = idx.clone()
     changed[0, :20] = (changed[0, :20] + 1) % 50  # the first document changes
     with torch.no_grad():
-        torch.testing.assert_close(model(idx, doc_ids=doc_ids).logits[0, 20:],
-                                   model(changed, doc_ids=doc_ids).logits[0, 20:])
+        torch.testing.assert_close(
+            model(idx, doc_ids=doc_ids).logits[0, 20:], model(changed, doc_ids=doc_ids).logits[0, 20:]
+        )
 
 
 def test_flex_needs_no_dropout():
