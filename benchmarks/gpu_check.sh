@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# The GPU check: one script, under 8 minutes on one H100/H200, numbers to a file.
+# The GPU check: one script, under 9 minutes on one H100/H200, numbers to a file.
 #
 #   bash benchmarks/gpu_check.sh [--out DIR] [--dry-run]
 #
 # Writes DIR/gpu_check.json and DIR/gpu_check.md (DIR: --out, else $OUT, else results/gpu), a log
 # per part, and DIR/parts/*.json as each part goes. Parts, each in its own process under its own
 # timeout so one failure does not eat the budget (see benchmarks/gpu_check.py):
-#   throughput (200 s)  d = 1024 Mano model vs a reference GPT, eager and compiled: tokens/s, MFU
+#   throughput (135 s)  d = 1024 Mano model vs a reference GPT, eager and compiled: tokens/s, MFU
 #   learn       (75 s)  a 200-step Mano run through the real trainer: the loss falls, 1-operator accuracy
-#   ouroboros  (105 s)  the OUROBOROS system on a random Qwen2.5-3B: step time, peak memory, trainables
-#   pytest     (120 s)  pytest -m cuda (tests/test_cuda.py)
+#   ouroboros   (85 s)  the OUROBOROS system on a random Qwen2.5-3B: step time, peak memory, trainables
+#   calibrate  (110 s)  the cost model's inputs (benchmarks/gpu_calibrate.py): peak memory of the largest
+#                       preset shapes with and without activation checkpointing, compiled MFU at d = 128-384
+#                       on packed rows (dense mask and flex_attention), the real trainer against a bare
+#                       loop and the time a checkpoint adds; writes DIR/cost_calibration.json, which
+#                       `synthlab sweep NAME --preset gpu --dry-run --calibration FILE` reads
+#   pytest      (80 s)  pytest -m cuda (tests/test_cuda.py, tests/test_packed_attention.py)
 # Needs only python3 with torch, transformers, numpy, pandas, networkx, typer, tqdm and pytest: the
 # repository is imported from its folder (no pip install); tomli_w, when missing, is installed
 # from the wheel in .whl/ (unpacked into a temporary folder). --dry-run runs the same code on the CPU at tiny
@@ -48,8 +53,8 @@ if ! "$PY" -c "import tomli_w" 2>/dev/null; then  # a pure-python wheel: unpacki
 fi
 export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
 
-if [ -n "$DRY" ]; then T_THROUGHPUT=120; T_LEARN=120; T_OURO=120; T_PYTEST=120; else
-  T_THROUGHPUT=200; T_LEARN=75; T_OURO=105; T_PYTEST=120; fi  # 8.3 minutes at most, about 5 expected
+if [ -n "$DRY" ]; then T_THROUGHPUT=120; T_LEARN=120; T_OURO=120; T_CALIB=240; T_PYTEST=120; else
+  T_THROUGHPUT=135; T_LEARN=75; T_OURO=85; T_CALIB=110; T_PYTEST=80; fi  # 8.9 minutes at most, kills (+10 s each) included
 START=$SECONDS
 part() {  # part NAME TIMEOUT COMMAND...: run under a timeout, log to DIR/NAME.log, never stop the script
   local name="$1" limit="$2"; shift 2
@@ -62,7 +67,8 @@ part() {  # part NAME TIMEOUT COMMAND...: run under a timeout, log to DIR/NAME.l
 part throughput "$T_THROUGHPUT" "$PY" benchmarks/gpu_check.py throughput --out "$DIR" $DRY
 part learn "$T_LEARN" "$PY" benchmarks/gpu_check.py learn --out "$DIR" $DRY
 part ouroboros "$T_OURO" "$PY" benchmarks/gpu_check.py ouroboros --out "$DIR" $DRY
-part pytest "$T_PYTEST" "$PY" -m pytest -m cuda -q -p no:cacheprovider tests/test_cuda.py  # skipped on a CPU
+part calibrate "$T_CALIB" "$PY" benchmarks/gpu_calibrate.py --out "$DIR" $DRY
+part pytest "$T_PYTEST" "$PY" -m pytest -m cuda -q -p no:cacheprovider tests/test_cuda.py tests/test_packed_attention.py  # skipped on a CPU
 "$PY" benchmarks/gpu_check.py report --out "$DIR" $DRY
 rm -rf "$(dirname "$SITE")"
 echo "=== done in $((SECONDS - START))s: $DIR/gpu_check.md"

@@ -47,13 +47,17 @@ def positions(point) -> tuple[int, int]:
     seq = (train.seq_len or point.model.max_seq_len) if pack else shape.row_len
     if train.steps:
         return train.steps, seq
-    records = shape.train_records
-    if pack:  # next-fit packing leaves about a third of an example free per row (measured on bioS)
-        inputs = shape.tokens_per_record - 1
-        rows = records * inputs / max(1.0, seq - inputs / 3)
-    else:
-        rows = records
-    return math.ceil(train.exposures * rows / train.batch_size), seq
+    return math.ceil(train.exposures * rows_per_epoch(point, seq) / train.batch_size), seq
+
+
+def rows_per_epoch(point, seq: int) -> float:
+    """Rows of one pass over the training records (packed or one per row)."""
+    shape = point.spec.shape(point.data)
+    pack = point.train.pack if point.train.pack is not None else point.spec.pack
+    if not pack:
+        return shape.train_records
+    inputs = shape.tokens_per_record - 1  # next-fit leaves about a third of an example free per row (bioS)
+    return shape.train_records * inputs / max(1.0, seq - inputs / 3)
 
 
 def estimate_seconds(point, *, finished: list[dict[str, str]]) -> float:
@@ -116,7 +120,9 @@ def peak_gib(model: ModelConfig, seq_len: int, tokens: int, *, all_steps: bool, 
 def gpu_cost(point) -> dict[str, Any]:
     """Tokens, FLOPs, activation and peak memory and hours of a PointConfig on one GPU.
 
-    Memory is `peak_gib` for one micro-batch (batch_size / grad_accum rows). Packed rows are
+    Memory is `peak_gib` for one micro-batch (batch_size / grad_accum rows). With host rates in use
+    (`use_host_rates`) the host's columns (`host_cost`: packing, checkpoints, evaluation) are
+    beside them; its critical-path part (`stall_h`) is in gpu_h and gpu_h_shared, evaluation in gpu_h. Packed rows are
     counted with a dense attention (the H x S probabilities kept: the worst case of the kernel
     choice); the fused figure is printed beside it. Hours: training FLOPs (4/3 of them with
     checkpointing: one more forward) plus the forward-only gate stage, at ASSUMED_MFU of the peak.
@@ -146,15 +152,129 @@ def gpu_cost(point) -> dict[str, Any]:
         return (kept + recomputed) * micro / GIB
 
     layer = {dense: layer_activation_bytes(model, seq, masked=pack, dense=dense) * micro / 2**20 for dense in (False, True)}
-    mfu = ASSUMED_MFU[train.compile]
+    mfu = calibrated_mfu(model, train.compile, pack)
     peak = peak_gib(model, seq, micro, all_steps=all_steps, masked=pack, dense=pack,
                     checkpoint=train.activation_checkpointing)
+    if _calibration.get("memory_measured_over_predicted"):
+        peak *= max(1.0, _calibration["memory_measured_over_predicted"])
     shared = work / (mfu * GPU_PEAK_FLOPS) / 3600
-    own = 0.0
+    host = host_cost(point, shared) if _host_rates else {}
+    shared += host.get("stall_h", 0.0)  # the host's part on the critical path
+    own = host.get("eval_h", 0.0)  # evaluation runs on the GPU, once per point
     if ouroboros is not None:  # on the exported synthlab base
-        tokens_own, own, peak_own = ouroboros_cost(ouroboros)
-        tokens, peak = tokens + tokens_own, max(peak, peak_own)
-    return {"tokens": tokens, "pflop": round(flops / 1e15, 1),
+        tokens_own, hours_own, peak_own = ouroboros_cost(ouroboros)
+        tokens, peak, own = tokens + tokens_own, max(peak, peak_own), own + hours_own
+    return {**host, "tokens": tokens, "pflop": round(flops / 1e15, 1),
             "layer_mib": f"{layer[False]:.0f}/{layer[True]:.0f}" if pack else f"{layer[False]:.0f}",
             "act_gib": f"{act(False, pack):.1f}/{act(True, pack):.1f}", "peak_gib": round(peak, 1),
             "gpu_h": round(shared + own, 2), "gpu_h_shared": round(shared, 2), "mfu": mfu}
+
+
+# --- the host's share: packing, checkpoints, evaluation --------------------------------------
+# Host rates are measured on the machine that runs the dry run (`host_rates`; the dry run passes
+# them to `use_host_rates`): next-fit packing per example, writing a checkpoint (torch.save and its
+# sha256, off the training thread) and the host copy of the training thread's snapshot, per byte.
+STATE_BYTES_PER_PARAM = 12  # a checkpoint: float32 weights and AdamW's two moments
+_host_rates: dict[str, float] = {}  # in use (read by the dry run's summary)
+
+
+def host_rates(repeats: int = 3) -> dict[str, float]:
+    """Seconds per packed example and per checkpoint byte (written; snapshot), measured here: the
+    best of `repeats` tries (other work on the machine only slows a try down)."""
+    import tempfile
+    import time
+
+    from synthlab.data import Examples, pack_rows
+    from synthlab.files import sha256_file
+
+    n, size = 20_000, 32 * 2**20
+    examples = Examples.from_lists([[1] * 25] * n, [1] * n)
+    state = {"w": torch.zeros(size // 4)}
+    best = {"pack_s_per_example": math.inf, "write_s_per_byte": math.inf, "snapshot_s_per_byte": math.inf}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        pack_rows(examples, np.random.default_rng(0).permutation(n), 512, 0)
+        best["pack_s_per_example"] = min(best["pack_s_per_example"], (time.perf_counter() - start) / n)
+        start = time.perf_counter()
+        snapshot = {k: v.clone() for k, v in state.items()}
+        best["snapshot_s_per_byte"] = min(best["snapshot_s_per_byte"], (time.perf_counter() - start) / size)
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
+            torch.save(snapshot, f"{tmp}/c.pt")
+            sha256_file(f"{tmp}/c.pt")
+            best["write_s_per_byte"] = min(best["write_s_per_byte"], (time.perf_counter() - start) / size)
+    return best
+
+
+def use_host_rates(rates: dict[str, float] | None) -> None:
+    """From now on `gpu_cost` adds the host's columns at these rates (None: none)."""
+    _host_rates.clear()
+    _host_rates.update(rates or {})
+
+
+def host_cost(point, gpu_h: float) -> dict[str, Any]:
+    """The host's work of a point next to `gpu_h` hours of training: packing every epoch and writing
+    the checkpoints (both off the training thread now, so they cost GPU time only where they outlast
+    it), the snapshots the training thread takes, and evaluation (every eval stage as one forward
+    over the training records, at the same MFU: an estimate, not a measurement). Hours each;
+    `stall_h` is the part on the critical path (snapshots, and packing beyond the GPU's epoch time)."""
+    train, shape = point.train, point.spec.shape(point.data)
+    steps, seq = positions(point)
+    pack = train.pack if train.pack is not None else point.spec.pack
+    rates = _host_rates
+    with torch.device("meta"):
+        params = count_params(LoopedGPT(point.model))
+    epochs = steps * train.batch_size / rows_per_epoch(point, seq)
+    pack_h = epochs * shape.train_records * rates["pack_s_per_example"] / 3600 if pack else 0.0
+    every = -(-steps // train.checkpoints) if train.checkpoints else train.checkpoint_every
+    count = -(-steps // every)
+    state = STATE_BYTES_PER_PARAM * params
+    write_h = count * state * rates["write_s_per_byte"] / 3600
+    snapshot_h = count * state * rates["snapshot_s_per_byte"] / 3600
+    stages = sum(s in point.stages for s in ("eval", "heldout", "generate", "capacity"))
+    eval_flops = stages * shape.train_records * shape.tokens_per_record * flops_per_token(point.model, seq)
+    eval_h = eval_flops / (ASSUMED_MFU[train.compile] * GPU_PEAK_FLOPS) / 3600
+    stall_h = snapshot_h + max(0.0, pack_h - gpu_h) + max(0.0, write_h - gpu_h)
+    return {"pack_h": round(pack_h, 3), "ckpt_n": count, "ckpt_h": round(write_h, 3), "eval_h": round(eval_h, 3),
+            "stall_h": round(stall_h, 3)}
+
+
+# --- recalibration from the GPU check (benchmarks/gpu_calibrate.py -> cost_calibration.json) ------
+_calibration: dict[str, Any] = {}
+
+
+def load_calibration(path) -> dict[str, Any]:
+    """The calibration file the GPU check writes (OUT/cost_calibration.json), checked: one measured
+    on a GPU (a --dry-run's, measured on the CPU at tiny sizes, calibrates nothing)."""
+    import json
+    from pathlib import Path
+
+    from synthlab.errors import SynthlabError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise SynthlabError(f"--calibration {path}: cannot read it ({err})") from None
+    if not isinstance(data, dict) or "compiled_mfu_packed" not in data:
+        raise SynthlabError(f"--calibration {path}: not a cost_calibration.json of benchmarks/gpu_check.sh")
+    if data.get("dry_run"):
+        raise SynthlabError(f"--calibration {path}: written by a --dry-run on the CPU; run the check on a GPU")
+    return data
+
+
+def use_calibration(data: dict[str, Any] | None) -> None:
+    """From now on `gpu_cost` uses these measurements (None: the assumed constants again)."""
+    _calibration.clear()
+    _calibration.update(data or {})
+
+
+def calibrated_mfu(model: ModelConfig, compile: bool, packed: bool) -> float:
+    """The MFU a point's training reaches: measured compiled MFU on packed rows at the nearest d
+    (interpolated in d; the shape's attention kind) times the real trainer's share of a bare loop,
+    when a calibration is in use and the point compiles and packs; else ASSUMED_MFU."""
+    measured = _calibration.get("compiled_mfu_packed", {}).get(model.attention, {})
+    measured = {int(d): v for d, v in measured.items() if v}
+    if not (compile and packed and measured):
+        return ASSUMED_MFU[compile]
+    ds = sorted(measured)
+    return float(np.interp(model.d_model, ds, [measured[d] for d in ds])) * (_calibration.get("trainer_vs_bare") or 1.0)

@@ -32,6 +32,7 @@ import numpy as np
 
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text, sha256_file
+from synthlab.packing import EpochsAhead
 from synthlab.tokenizer import WordTokenizer
 from synthlab_generators import TASKS
 
@@ -272,14 +273,14 @@ def pack_rows(examples: Examples, order: np.ndarray, seq_len: int, pad_id: int) 
     row = np.empty(len(order), dtype=np.int64)
     start = np.empty(len(order), dtype=np.int64)
     doc = np.empty(len(order), dtype=np.int64)
-    r = used = d = 0
-    for k, n in enumerate(occupied.tolist()):  # sequential by nature; ~1 us per example
-        if used + n > seq_len:
-            r, used, d = r + 1, 0, 0
-        row[k], start[k], doc[k] = r, used, d
-        used += n
-        d += 1
-    n_rows = r + 1
+    ends = np.concatenate([[0], np.cumsum(occupied)])  # ends[k]: positions taken by the examples before k
+    first = r = 0
+    while first < len(order):  # sequential by nature, one row at a time: a row takes what fits whole
+        last = int(np.searchsorted(ends, ends[first] + seq_len, side="right")) - 1  # examples first..last-1
+        row[first:last], doc[first:last] = r, np.arange(last - first)
+        start[first:last] = ends[first:last] - ends[first]
+        first, r = last, r + 1
+    n_rows = max(r, 1)
     rows = _scatter(examples, order, row, start, n_rows, seq_len, pad_id)
     doc_ids = np.full(n_rows * seq_len, -1, dtype=np.int64)
     flat = np.repeat(row, occupied) * seq_len + np.repeat(start, occupied) + (
@@ -310,6 +311,8 @@ class Batcher:
         self._rows_epoch, self._rows = -1, None
         if not pack:  # one padded row per example, built once; epochs only permute them
             self._all = pad_rows(examples, np.arange(len(examples)), seq_len, pad_id)
+        else:  # each epoch packed in its own order, the next one in the background (synthlab.packing)
+            self._packed = EpochsAhead(lambda epoch: pack_rows(examples, self.order(epoch), seq_len, pad_id))
 
     def order(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
@@ -317,8 +320,7 @@ class Batcher:
     def rows(self, epoch: int) -> Rows:
         """All rows of an epoch, in training order (cached for the current epoch)."""
         if self._rows_epoch != epoch:
-            order = self.order(epoch)
-            self._rows = pack_rows(self.examples, order, self.seq_len, self.pad_id) if self.pack else self._all.take(order)
+            self._rows = self._packed.get(epoch) if self.pack else self._all.take(self.order(epoch))
             self._rows_epoch = epoch
         return self._rows
 

@@ -178,6 +178,25 @@ def shard(model: torch.nn.Module, units: list[torch.nn.Module], keep: list[torch
         p.data = p.data.to(device)
 
 
+def fill_from_rank0(module: torch.nn.Module, full: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                    world: World, device: torch.device) -> None:
+    """Give `module`, built on the meta device and sharded by `shard`, its weights from rank 0: rank 0
+    passes the whole state dict `full` and the module's `buffers` (host tensors), the others pass
+    {}; each parameter is broadcast in turn and every process keeps its own shard, so no process
+    but rank 0 ever holds the whole module, and rank 0 only in host memory (read once per run).
+    Buffers (the non-persistent rotary tables are in no state dict) are broadcast whole."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    module.to_empty(device=device)
+    set_model_state_dict(module, full if world.main else {},
+                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for name, buffer in list(module.named_buffers()):
+        value = buffers[name].to(device) if world.main else torch.empty_like(buffer, device=device)
+        dist.broadcast(value, 0)
+        owner, _, leaf = name.rpartition(".")
+        module.get_submodule(owner)._buffers[leaf] = value
+
+
 def most_held(world: World, params, device: torch.device) -> int:
     """The largest number of parameter elements of `params` that one process holds (of a sharded
     parameter, its own shard)."""
@@ -191,6 +210,19 @@ def most_held(world: World, params, device: torch.device) -> int:
     return int(t.item())
 
 
+# Steps between the processes' polls of a stop signal: a poll is an all-reduce and a host sync, which
+# every step would cost the GPUs their lead over the host; a stop then waits up to this many steps.
+STOP_POLL = 16
+
+
+def stop_now(world: World, signalled: bool, step: int, device: torch.device) -> bool:
+    """Whether the run stops before `step` (a signal reached this process: `signalled`): in one
+    process at once; across processes every STOP_POLL steps, all of them at the same step."""
+    if world.size == 1:
+        return signalled
+    return step % STOP_POLL == 0 and any_of(world, signalled, device)
+
+
 def any_of(world: World, flag: bool, device: torch.device) -> bool:
     """True on every process when `flag` is true on any (e.g. a stop signal reached one of them)."""
     if world.size == 1:
@@ -198,3 +230,19 @@ def any_of(world: World, flag: bool, device: torch.device) -> bool:
     t = torch.tensor([int(flag)], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+def device_rng_state(device: torch.device) -> torch.Tensor | None:
+    """The RNG state of this process's own device (None on the CPU): one state, so that a run
+    resumes on any number of GPUs (the states of every visible GPU would not fit a node with fewer)."""
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def set_device_rng_state(state, device: torch.device) -> None:
+    """Restore `device_rng_state` on this process's device; a checkpoint that kept a list, one state
+    per visible GPU, gives the state of the GPU with this device's index (else its first)."""
+    if device.type != "cuda" or state is None:
+        return
+    if isinstance(state, (list, tuple)):
+        state = state[device.index or 0] if (device.index or 0) < len(state) else state[0]
+    torch.cuda.set_rng_state(state, device)

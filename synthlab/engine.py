@@ -74,9 +74,8 @@ class TrainState:
         state |= {name: part.state_dict() for name, part in self.data.items()}
         state |= {name: g.get_state() for name, g in self.generators.items()}
         if self.global_rng:
-            cuda = any(p.device.type == "cuda" for p in self.model.parameters())
-            state |= {"torch_rng": torch.get_rng_state(),
-                      "cuda_rng": torch.cuda.get_rng_state_all() if cuda else None}
+            device = next(self.model.parameters()).device  # its own GPU: a run resumes on any number
+            state |= {"torch_rng": torch.get_rng_state(), "cuda_rng": distributed.device_rng_state(device)}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -88,8 +87,7 @@ class TrainState:
             g.set_state(state[name])
         if self.global_rng:
             torch.set_rng_state(state["torch_rng"])
-            if state.get("cuda_rng") is not None and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(state["cuda_rng"])
+            distributed.set_device_rng_state(state.get("cuda_rng"), next(self.model.parameters()).device)
         self.step, self.tokens_seen = state["step"], state.get("tokens_seen", 0)
 
 

@@ -64,7 +64,9 @@ class TrainConfig:
                               "or ouro_stage2 (gate only, LM frozen, needs init_from).")
     entropy_beta: float = option(0.05, "Ouro stage I entropy weight.")
     init_from: str | None = option(None, "Start from the weights of this run directory's checkpoint (e.g. stage II after stage I).")
-    checkpoint_every: int = option(1000, "Write a checkpoint every K steps.")
+    checkpoint_every: int = option(1000, "Write a checkpoint every K steps (unless train.checkpoints is set).")
+    checkpoints: int = option(0, "Write K checkpoints evenly spaced over the run, one every ceil(steps / K) steps, "
+                                 "whatever its length (0: every train.checkpoint_every steps).")
     keep_checkpoints: int = option(2, "Checkpoints kept, the newest K (a damaged newest one falls back to an older one).")
     log_every: int = option(10, "Append to metrics.jsonl every K steps.")
     eval_every: int = option(0, "Every K steps, log per-group accuracy and answer loss on fixed samples of held-out "
@@ -99,6 +101,8 @@ class TrainConfig:
                 raise SynthlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_every < 0:
             raise SynthlabError(f"train.eval_every must be >= 0 (0: off), got {self.eval_every}")
+        if self.checkpoints < 0:
+            raise SynthlabError(f"train.checkpoints must be >= 0 (0: every train.checkpoint_every steps), got {self.checkpoints}")
         if self.batch_size % self.grad_accum:
             raise SynthlabError(f"train.grad_accum {self.grad_accum} must divide train.batch_size {self.batch_size}")
         if self.seq_len is not None and self.seq_len < 2:

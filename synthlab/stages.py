@@ -25,7 +25,7 @@ from synthlab.files import cached_dir
 from synthlab.options import PointConfig, parse_point
 from synthlab.results import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
 
-__all__ = ["columns", "estimate_seconds", "gpu_cost", "parse", "run_point"]
+__all__ = ["columns", "estimate_seconds", "gpu_cost", "gpu_memory_gib", "parse", "run_point"]
 
 
 def parse(config: dict[str, Any]) -> PointConfig:
@@ -48,6 +48,12 @@ def parse(config: dict[str, Any]) -> PointConfig:
     if qwen2_refusal(point.model):
         raise SynthlabError(f"model: {qwen2_refusal(point.model)} (the export stage needs it)")
     return dataclasses.replace(point, ouroboros=parse_section(config["ouroboros"]))
+
+
+def gpu_memory_gib(point: PointConfig) -> float:
+    """The point's estimated peak GPU memory (`synthlab.cost.gpu_cost`: dense attention for packed
+    rows, the larger of its training and OUROBOROS stages)."""
+    return float(gpu_cost(point)["peak_gib"])
 
 
 def _given_base(point: PointConfig) -> bool:
@@ -126,7 +132,8 @@ def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> bool:
 
 
 # Train options that change no number a run produces (where things are written, how often it logs).
-_OPERATIONAL = {"data", "device", "checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "wandb"}
+_OPERATIONAL = {"data", "device", "checkpoint_every", "checkpoints", "keep_checkpoints", "log_every", "tensorboard",
+                "wandb"}
 
 
 def check_same_run(run_dir: Path, wanted) -> None:
@@ -178,7 +185,7 @@ def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
     return False
 
 
-def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path) -> dict[str, Any]:
+def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path, device: str = "cpu") -> dict[str, Any]:
     """The held-out loss columns of the point's model (or its eval.checkpoint) on a fresh dataset:
     the same generator parameters under the data seed + HELDOUT_SEED_OFFSET."""
     from synthlab.heldout import HELDOUT_SEED_OFFSET, heldout_loss
@@ -187,7 +194,7 @@ def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path) -> dic
     fresh = dataclasses.replace(point, data_seed=seed, data_key={**point.data_key, "seed": seed})
     result = heldout_loss(model_dir, dataset(fresh, cache_dir), rows=point.eval.heldout_rows,
                           checkpoint=point.eval.checkpoint, batch_size=min(point.eval.batch_size, 16),
-                          train_dir=dataset(point, cache_dir))
+                          train_dir=dataset(point, cache_dir), device=device)
     return heldout_columns(result)
 
 
@@ -217,6 +224,11 @@ class Work:
     data_dir: Path
     model_dir: Path  # the trained model; after the gate stage, the stage II model
 
+    @property
+    def device(self) -> str:
+        """The device the model trained on: every later stage runs there (a GPU's run on the GPU)."""
+        return json.loads((self.model_dir / "config.json").read_text())["derived"].get("device", "cpu")
+
 
 def _train(work: Work) -> dict[str, Any]:
     metrics = train_model(work.point, work.data_dir, work.model_dir, work.nproc)
@@ -233,24 +245,25 @@ def _eval(work: Work) -> dict[str, Any]:
 
     options = work.point.eval
     result = evaluate_run(work.model_dir, steps=options.steps, exit_rule=options.exit, kv=options.kv,
-                          batch_size=options.batch_size)
+                          batch_size=options.batch_size, device=work.device)
     return eval_metrics(result, options)
 
 
 def _heldout(work: Work) -> dict[str, Any]:
-    return heldout_metrics(work.point, work.model_dir, work.cache_dir)
+    return heldout_metrics(work.point, work.model_dir, work.cache_dir, work.device)
 
 
 def _generate(work: Work) -> dict[str, Any]:
     from synthlab.evaluate import biography_generation
 
-    return biography_generation(work.model_dir, kv=work.point.eval.kv or "full", steps=work.point.eval.steps)
+    return biography_generation(work.model_dir, kv=work.point.eval.kv or "full", steps=work.point.eval.steps,
+                                device=work.device)
 
 
 def _capacity(work: Work) -> dict[str, Any]:
     from synthlab.capacity import estimate_capacity
 
-    return capacity_metrics(estimate_capacity(work.model_dir))
+    return capacity_metrics(estimate_capacity(work.model_dir, device=work.device))
 
 
 def _export(work: Work) -> dict[str, Any]:  # once per trained model: the points on it share the folder

@@ -18,12 +18,14 @@ file lock, skipping point ids already present. So results.csv is always a whole,
 table; a point killed before its metrics file exists reruns (its training resumes from the last
 checkpoint in its run dir); a point killed after it gets its row on the next run without rerunning.
 
-The engine does not know what a point does: a point runner (`PointRunner`, a module) does the work; the lab's is
-`synthlab.stages` (generate, train, evaluate), tests pass a cheap one; workers import the runner module by name.
-Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), or Ray tasks (`executor="ray"`);
-the rows are always added by the driver, as each model's points finish. With `nproc_per_node` K a worker trains its
-point as a torchrun job of K processes (the runner's `run_point(..., nproc=K)`), and a Ray task asks for K GPUs (and
-K times its CPUs)."""
+The engine does not know what a point does: a point runner (`PointRunner`, a module) does the
+work; the lab's is `synthlab.stages` (generate, train, evaluate); tests pass a cheap one. Workers
+(spawn processes, Ray tasks) import the runner module by name.
+Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), a process per model on its
+GPUs, or Ray tasks (`executor="ray"`): GPUs as `synthlab.devices` assigns them. The driver adds
+the rows as each model's points finish. With `nproc_per_node` K a worker trains its point as a
+torchrun job of K processes (the runner's `run_point(..., nproc=K)`).
+"""
 
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from synthlab import devices
 from synthlab.errors import SynthlabError
 from synthlab.experiments import Experiment, Point
 from synthlab.files import atomic_write_text, check_writable, die_with_parent, file_lock, warn
@@ -60,6 +63,10 @@ class Unit:
     points: list[dict[str, Any]]  # each {"point_id", "factors", "point", "experiment", "preset"}
     threads: int = 0  # torch intra-op threads for this worker (0: leave as is)
     nproc: int = 0  # >= 1: the runner trains under torchrun with this many processes (0: in the worker)
+    gib: float | None = None  # estimated peak GPU memory of its largest point (None: not estimated)
+    cuda_visible: str | None = None  # CUDA_VISIBLE_DEVICES of the worker (None: inherited)
+
+    demand = property(lambda self: devices.Demand(max(1, self.nproc), self.gib))
 
 
 @runtime_checkable
@@ -90,6 +97,9 @@ class RunnerHooks(Protocol):
 
     def changed_since(self, point: Any, run_dir: Path) -> str:
         """Why the model in run_dir is not the one the point asks for now ("" when it is)."""
+
+    def gpu_memory_gib(self, point: Any) -> float:
+        """The point's estimated peak GPU memory: small points share a GPU by it (synthlab.devices)."""
 
 
 def hook(runner: PointRunner, name: str) -> Callable | None:
@@ -153,6 +163,8 @@ def changed_points(runner: PointRunner, experiment: Experiment, preset: str, poi
 
 def run_unit(unit: Unit) -> list[dict[str, Any]]:
     """Run (or recover) every point of a unit; returns their result rows. Used by every executor."""
+    if unit.cuda_visible is not None:  # a fresh worker: CUDA starts after this, on these GPUs only
+        os.environ["CUDA_VISIBLE_DEVICES"] = unit.cuda_visible
     if unit.threads:
         import torch
 
@@ -222,10 +234,12 @@ def timed(path: Path, work: Callable[[], Any]) -> tuple[Any, float]:
 
 def make_units(experiment: Experiment, preset: str, points: list[Point], parsed: list[Any], runs_dir: Path,
                runner: PointRunner, cache_dir: Path, threads: int, nproc: int = 0,
-               rerun: set[str] = frozenset()) -> list[Unit]:
+               rerun: set[str] = frozenset(), gpus: bool = False) -> list[Unit]:
     """Group points by trained model, keeping grid order; the points in `rerun` run again even where
-    their point record is whole."""
+    their point record is whole. gpus: each unit's `gib` is the largest of its points' estimates
+    (the runner's optional `gpu_memory_gib(point)`)."""
     units: dict[str, Unit] = {}
+    estimate = hook(runner, "gpu_memory_gib") if gpus else None
     for point, typed in zip(points, parsed):
         unit = units.setdefault(
             point.train_id,
@@ -236,13 +250,19 @@ def make_units(experiment: Experiment, preset: str, points: list[Point], parsed:
                             "experiment": experiment.name, "preset": preset,
                             "columns": list(hook(runner, "columns")(typed)) if hook(runner, "columns") else [],
                             "rerun": point.point_id in rerun})
+        if estimate is not None:
+            unit.gib = max(unit.gib or 0.0, float(estimate(typed)))
     return list(units.values())
 
 
 # --- executors -------------------------------------------------------------------------------
 
 
-def _execute_local(units: list[Unit], jobs: int, on_done) -> None:
+def _execute_local(units: list[Unit], jobs: int, on_done, gpus: list[float] = ()) -> None:
+    """In this process (jobs 1, no GPU), spawn processes, or on `gpus` (GiB each: devices.run_on_gpus)."""
+    if gpus:
+        devices.run_on_gpus(units, gpus, jobs, run_unit, on_done)
+        return
     if jobs == 1:
         for unit in units:
             on_done(run_unit(unit))
@@ -258,36 +278,17 @@ def _execute_local(units: list[Unit], jobs: int, on_done) -> None:
             on_done(future.result())
 
 
-def ray_resources(unit: Unit, cluster_gpus: float) -> dict[str, float]:
-    """What one point asks Ray for: its CPU threads, and one GPU when the cluster has any (a task
-    that asks for none gets CUDA_VISIBLE_DEVICES="" from Ray and would train on the CPU); a point
-    trained under torchrun with K processes asks K times that, on one node."""
-    processes = max(1, unit.nproc)
-    return {"num_cpus": max(1, unit.threads) * processes, "num_gpus": processes if cluster_gpus > 0 else 0}
-
-
-def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False)
-    remote = ray.remote(run_unit)
-    gpus = ray.cluster_resources().get("GPU", 0)
-    pending = [remote.options(**ray_resources(unit, gpus)).remote(unit) for unit in units]
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        on_done(ray.get(ready[0]))
-
-
-def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: PointRunner, jobs: int = 1,
+def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: PointRunner, jobs: int | None = None,
               executor: str = "local", ray_address: str | None = None, cache_dir: Path | None = None,
               runs_dir: Path | None = None, threads: int | None = None, nproc_per_node: int = 0,
-              progress: bool = True, reevaluate: bool = False) -> Path:
+              progress: bool = True, reevaluate: bool = False, gpus: list[float] | None = None) -> Path:
     """Run every unfinished point of `experiment`'s `preset` grid; returns the results.csv path.
 
     cache_dir: datasets (default OUT/datasets); runs_dir: trained models (default OUT/runs). Sweeps
     that share them generate each dataset and train each model once (a model is keyed by its
     config: e.g. depth's 1 x 4 model is faithfulness's).
+    jobs: local workers at once; default one per GPU (synthlab.devices), else 1. `gpus`: each GPU's
+    GiB (default: those this process sees); more jobs than GPUs share them where memory allows.
     threads: torch threads (and Ray CPUs) per run; default: cores / jobs locally, 1 on Ray.
     nproc_per_node: >= 1: each point's training runs as a torchrun job of that many processes
     (data-parallel; one GPU each on CUDA), started by the worker that runs the point (the runner's
@@ -295,7 +296,7 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: PointRu
     reevaluate: run the finished points again too (their models are reused, so after an evaluator
     change only the evaluation reruns); each new row replaces the old, its wall time added.
     """
-    if jobs < 1:
+    if jobs is not None and jobs < 1:
         raise SynthlabError(f"--jobs must be >= 1, got {jobs}")
     if threads is not None and threads < 1:
         raise SynthlabError(f"--threads must be >= 1, got {threads}")
@@ -316,6 +317,8 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: PointRu
                                         runs_dir).items():
         warn(f"point {point_id}: its row is kept, but {why}")
     todo = [p for p in points if p.point_id not in finished]
+    gpus = (devices.local_gpus() if gpus is None else list(gpus)) if todo else []
+    jobs = jobs or devices.default_jobs(len(gpus))
     parsed = parse_points(runner, experiment, preset, todo)  # fail early, in the driver, on a bad grid
     out.mkdir(parents=True, exist_ok=True)
     _record_invocation(out, experiment, preset, cache_dir, runs_dir)
@@ -323,7 +326,7 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: PointRu
     if threads is None:  # share this machine's cores among local workers; one core per Ray task
         threads = 1 if executor == "ray" else (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
     units = make_units(experiment, preset, todo, parsed, runs_dir, runner, cache_dir, threads, nproc_per_node,
-                       rerun=stale)
+                       rerun=stale, gpus=bool(gpus) or executor == "ray")
 
     bar = Progress(len(points), initial=len(points) - len(todo), enabled=progress, desc=f"sweep {experiment.name}",
                    unit="point")
@@ -334,9 +337,9 @@ def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: PointRu
 
     try:
         if executor == "ray":
-            _execute_ray(units, ray_address, on_done)
+            devices.run_on_ray(units, ray_address, run_unit, on_done)
         else:
-            _execute_local(units, jobs, on_done)
+            _execute_local(units, jobs, on_done, gpus)
     finally:
         bar.close()
     return results
@@ -441,10 +444,8 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: PointRunner,
             row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=own * 3600, cost="shared model")
         else:
             row["status"] = "partial" if run_dir.is_dir() else "todo"
-            if gpu_cost is not None:
-                seconds = row["gpu_h"] * 3600
-            else:
-                seconds = estimate(typed, finished=list(done.values())) if estimate else math.nan
+            seconds = (row["gpu_h"] * 3600 if gpu_cost is not None else
+                       estimate(typed, finished=list(done.values())) if estimate else math.nan)
             row.update(cost_s=seconds, cost="estimated")
         rows.append(row)
     return rows

@@ -9,7 +9,8 @@ A run directory describes itself:
 - `checkpoint-<step>.pt` (+ its sha256; `checkpoint.pt` is the newest): the `TrainState` (model,
   optimizer, step, tokens seen, data position, RNG states; the learning rate follows from the
   step); written atomically (temporary sibling +
-  rename) every `checkpoint_every` steps, at the end, and when SIGINT or SIGTERM arrives; the
+  rename) every `checkpoint_every` steps (or `checkpoints` times over the run), at the end, and
+  when SIGINT or SIGTERM arrives, off the training thread (`synthlab.checkpointer`); the
   newest `keep_checkpoints` are kept (a stop's off-schedule one only until the next is written:
   `synthlab.runs.save_checkpoint`);
 - `model.safetensors`: the weights alone, written at the end (`synthlab.load_model` reads them);
@@ -42,7 +43,7 @@ from typing import Any
 import torch
 
 from synthlab import config as configlib
-from synthlab import distributed, engine
+from synthlab import checkpointer, distributed, engine
 from synthlab.board import Loggers, check_loggers
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.errors import SynthlabError
@@ -191,8 +192,6 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
         run, recorded = load_run(run_dir)
         run.train.data = str(trained_data(run_dir, run, recorded, moved_to=data))
         ckpt = load_checkpoint(run_dir, missing_ok=True)  # None: stopped before its first checkpoint
-    elif run_dir.exists() and any(run_dir.iterdir()) and not clear_unstarted(run_dir):
-        raise SynthlabError(f"--out {run_dir} is not empty; choose a new folder or --resume it")
     check_writable(run_dir)
     if not resume and run.train.init_from is not None:  # a bad --init-from fails before the folder exists
         load_run(run.train.init_from)
@@ -204,9 +203,12 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     derived["device"] = device.type
     derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
     check_loggers(cfg)  # a missing tensorboard / wandb package fails before anything is written
-    # Under torchrun every process gets here; joining the group waits for all, so each has checked
-    # the folder above before rank 0 writes into it. Rank 0 alone writes the run's files.
+    # Under torchrun every process gets here. Rank 0 alone looks at the folder, once the group exists
+    # (under NCCL joining it does not wait for the others: a late process would see rank 0's files),
+    # and every process learns its answer in one collective before rank 0 writes anything.
     with distributed.process_group(device) as (world, device):
+        if not resume and distributed.any_of(world, world.main and _not_empty(run_dir), device):
+            raise SynthlabError(f"--out {run_dir} is not empty; choose a new folder or --resume it")
         distributed.check_split(cfg.batch_size, world, cfg.grad_accum)
         derived["processes"] = world.size  # of the run's start (a resumed run may use another number)
         if world.main and not resume:
@@ -221,9 +223,24 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
             def where() -> str:
                 return f"at step {state.step + 1}; {_kept(run_dir, cfg)} (continue with: synthlab train --resume {run_dir})"
 
-            with distributed.peers_lost_as_error(world, where):
-                return _loop(run_dir, cfg, derived["total_steps"], state, device, world, progress,
-                             GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
+            writer = checkpointer.Writer(lambda snapshot: save_checkpoint(
+                run_dir, snapshot, keep=cfg.keep_checkpoints, every=_every(cfg, derived["total_steps"])))
+            try:
+                with distributed.peers_lost_as_error(world, where):
+                    return _loop(run_dir, cfg, derived["total_steps"], state, device, world, progress,
+                                 GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None, writer)
+            finally:
+                writer.settle()
+
+
+def _not_empty(run_dir: Path) -> bool:
+    """Whether `run_dir` holds anything but a run that stopped before its first step (that one is cleared)."""
+    return run_dir.exists() and any(run_dir.iterdir()) and not clear_unstarted(run_dir)
+
+
+def _every(cfg: TrainConfig, total: int) -> int:
+    """Steps between checkpoints (train.checkpoints spaces them over the run)."""
+    return checkpointer.every(total, cfg.checkpoint_every, cfg.checkpoints)
 
 
 def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: torch.device,
@@ -254,21 +271,24 @@ def _kept(run_dir: Path, cfg: TrainConfig) -> str:
     """What a stopped run leaves behind, for its error line."""
     if checkpoint_files(run_dir):
         return f"the last good checkpoint in {run_dir} is kept"
-    return f"no checkpoint in {run_dir} yet (the first was due at step {cfg.checkpoint_every})"
+    first = f"step {cfg.checkpoint_every}" if not cfg.checkpoints else f"1/{cfg.checkpoints} of the run"
+    return f"no checkpoint in {run_dir} yet (the first was due at {first})"
 
 
-def _save(run_dir: Path, cfg: TrainConfig, state: TrainState, world: distributed.World) -> None:
+def _save(run_dir: Path, cfg: TrainConfig, state: TrainState, world: distributed.World,
+          writer: checkpointer.Writer) -> None:
     """Checkpoint the state, unless the last update left non-finite weights (then stop, keeping
     the last good checkpoint: the loss checked before the update could not see it)."""
     if not state.weights_finite():
         raise SynthlabError(f"training diverged at step {state.step}: the weights are not finite "
                             f"(lr {cfg.lr}); {_kept(run_dir, cfg)}")
     if world.main:
-        save_checkpoint(run_dir, state.state_dict(), keep=cfg.keep_checkpoints, every=cfg.checkpoint_every)
+        writer.submit(state.state_dict())  # written off the training thread
 
 
 def _loop(run_dir: Path, cfg: TrainConfig, total: int, state: TrainState, device: torch.device,
-          world: distributed.World, progress: bool, probe: GroupProbe | None) -> TrainResult:
+          world: distributed.World, progress: bool, probe: GroupProbe | None,
+          writer: checkpointer.Writer) -> TrainResult:
     """Train to the end (or a signal); `probe` scores per-group accuracy every `eval_every` steps.
 
     Every process draws the same batch and runs its share (`distributed.share`) as `grad_accum`
@@ -288,11 +308,11 @@ def _loop(run_dir: Path, cfg: TrainConfig, total: int, state: TrainState, device
     metrics_path = run_dir / "metrics.jsonl" if world.main else os.devnull  # rank 0 writes the log
     with _StopOnSignal() as stop, open(metrics_path, "a") as metrics:
         # a signal reaching any process stops all of them at the same step
-        while state.step < total and not distributed.any_of(world, stop.signum is not None, device):
+        while state.step < total and not distributed.stop_now(world, stop.signum is not None, state.step, device):
             done = state.step + 1
             eval_now = probe is not None and done % cfg.eval_every == 0
             log_now = done % cfg.log_every == 0 or done == total or eval_now
-            save_now = done % cfg.checkpoint_every == 0 or done == total
+            save_now = done % _every(cfg, total) == 0 or done == total
             rows = batcher.next_batch()
             targets_total = max(int(rows.loss_mask.sum()), 1)
             mine = distributed.share(rows, world.rank, world.size)
@@ -332,9 +352,10 @@ def _loop(run_dir: Path, cfg: TrainConfig, total: int, state: TrainState, device
                     board.log(record)
                 bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{speed:,.0f}")
             if save_now:
-                _save(run_dir, cfg, state, world)
+                _save(run_dir, cfg, state, world, writer)
         if state.step < total:  # stopped by a signal
-            _save(run_dir, cfg, state, world)
+            _save(run_dir, cfg, state, world, writer)
+        writer.close()
     bar.close()
     if board is not None:
         board.close()

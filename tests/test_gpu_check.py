@@ -20,7 +20,7 @@ def test_gpu_check_dry_run_writes_every_part(tmp_path):
     run = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(tmp_path)],
                          env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "throughput=0" in run.stdout and "learn=0" in run.stdout and "ouroboros=0" in run.stdout, run.stdout[-3000:]
+    assert all(f"{p}=0" in run.stdout for p in ("throughput", "learn", "ouroboros", "calibrate")), run.stdout[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert all(report[p]["done"] and report[p]["dry_run"] for p in ("throughput", "learn", "ouroboros"))
     speed = report["throughput"]
@@ -30,5 +30,8 @@ def test_gpu_check_dry_run_writes_every_part(tmp_path):
     assert speed["shape"]["train_flops_per_step"] == speed["shape"]["reference_flops_per_step"]
     assert 0 <= report["learn"]["accuracy"]["one_operator_train_prompts"] <= 1
     assert report["ouroboros"]["system"]["trainable"]["total"] > 0
+    calibrate = report["calibrate"]  # the cost model's inputs, tiny on the CPU
+    assert calibrate["done"] and calibrate["trainer"]["tokens_per_s"] > 0 and calibrate["bare_loop"]["tokens_per_s"] > 0
+    assert json.loads((tmp_path / "cost_calibration.json").read_text())["dry_run"] is True
     assert "skipped" in report["pytest"]["summary"]  # no GPU here: the cuda tests are collected, skipped
     assert (tmp_path / "gpu_check.md").read_text().startswith("# GPU check")

@@ -156,3 +156,24 @@ def test_the_readme_ouroboros_torchrun_lines_run_as_written(tmp_path):
     assert "FSDP: at most 397,632 of the base's 795,264 parameters on one process" in outs[3]
     table = pd.read_csv(tmp_path / "runs" / "ouro-fsdp" / "results.csv")
     assert set(table["variant"]) == {"controller", "truncated", "base"} and set(table["depth"]) == {1, 2, 4}
+
+
+def test_under_fsdp_rank_0_reads_the_base_once_and_the_others_never(checkpoint, monkeypatch):
+    """A 70B base on 8 ranks needed ~1 TB of host memory (every rank read the whole base, once per
+    variant): now rank 0 reads it once per run and builds each variant's base on the same tensors;
+    the other ranks build theirs on the meta device (their shards come from rank 0)."""
+    import synthlab.hf.runs as runs
+    from synthlab.distributed import World
+
+    reads = []
+    real_load = runs.load_base
+    monkeypatch.setattr(runs, "load_base", lambda *a, **k: reads.append(1) or real_load(*a, **k))
+    cpu = torch.device("cpu")
+    other = runs._Base(str(checkpoint), cpu, None, "sdpa", True, World(rank=1, size=2))
+    assert all(p.is_meta for p in other.get().parameters()) and not reads
+    main = runs._Base(str(checkpoint), cpu, None, "sdpa", True, World(rank=0, size=2))
+    first, second = main.get(), main.get()
+    assert len(reads) == 1 and first is not second
+    pointers = [{p.data_ptr() for p in base.parameters()} for base in (first, second)]
+    assert pointers[0] == pointers[1]  # the same host tensors: one copy of the base in memory
+    assert not any(p.is_meta for p in first.parameters()) and not any(b.is_meta for b in first.buffers())

@@ -12,7 +12,8 @@ import pytest
 
 from synthlab import experiments, stages, sweep
 from synthlab.results import read_rows
-from synthlab.sweep import Unit, ray_resources
+from synthlab.devices import ray_resources
+from synthlab.sweep import Unit
 
 MANO = Path(__file__).resolve().parent.parent / "experiments" / "mano.toml"
 

@@ -130,3 +130,28 @@ def test_a_non_finite_setting_is_one_error_line(tmp_path, mano):
     result = invoke("train", "--data", mano, "--out", tmp_path / "run", "--steps", 3, "--lr", "inf")
     assert result.exit_code == 2 and result.output.startswith("error: train.lr must be a finite number")
     assert not (tmp_path / "run").exists()
+
+
+def test_resume_auto_starts_then_continues_the_same_run(tmp_path, mano):
+    """One command line for torchrun --max-restarts and a Slurm requeue: the first call starts the
+    run, a later one (here after an interruption: the last checkpoint and its metrics removed)
+    continues it, and options that describe another run are refused."""
+    run_dir = tmp_path / "run"
+    args = ["train", "--resume", "auto", "--out", run_dir, "--task", "mano", "--data", mano, "--steps", 8,
+            "--d-model", 32, "--n-heads", 2, "--n-layers", 1, "--max-seq-len", 32, "--log-every", 1,
+            "--checkpoint-every", 4, "--keep-checkpoints", 3, "--no-progress"]
+    first = invoke(*args)
+    assert first.exit_code == 0, first.output
+    def curve():
+        return [{k: v for k, v in json.loads(line).items() if k != "tokens_per_s"}
+                for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    full = curve()
+    for name in ("summary.json", "model.safetensors", "checkpoint-8.pt", "checkpoint-8.pt.sha256"):
+        (run_dir / name).unlink()  # as if stopped between steps 4 and 8
+    again = invoke(*args)
+    assert again.exit_code == 0 and "done: 8 steps" in again.output, again.output
+    assert curve() == full  # steps 5-8 again, the same numbers
+    other = invoke(*[a if a != 8 else 9 for a in args])
+    assert other.exit_code == 2 and "another configuration" in other.output
+    assert invoke("train", "--resume", "auto").exit_code == 2

@@ -16,7 +16,7 @@ def sweep(
     name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...) or path to a TOML definition."),
     preset: str = typer.Option("smoke", "--preset", "-p", help="Grid size: smoke (~1 min), cpu (a 2-core machine: 0.4-2.3 core-hours per experiment), gpu (one H200), or another the definition names; --dry-run prints the cost."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/NAME-PRESET)."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Points run in parallel processes (local executor)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Points run in parallel processes (local executor); default: one per GPU (each on its own GPUs by CUDA_VISIBLE_DEVICES; more jobs than GPUs share them where the points' estimated peak memory fits), else 1."),
     executor: str = typer.Option("local", "--executor", help="Where points run: local or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (HOST:6379, or 'auto' on its head node); "
                                                                             "--executor ray needs one."),
@@ -30,6 +30,9 @@ def sweep(
                                                           "For a gpu preset: tokens, FLOPs, memory and hours on one H200."),
     seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Run every point over training seeds 0..N-1 "
                                         "instead of the preset's `seeds` (seed 0 keeps its point ids); default: the preset's."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="With --dry-run of a gpu preset: the "
+                                               "cost_calibration.json a GPU check wrote (benchmarks/gpu_check.sh): "
+                                               "measured MFU, memory and trainer overhead instead of the assumed ones."),
     reevaluate: bool = typer.Option(False, "--reevaluate", help="Run the finished points again too, on their trained models "
                                     "(after an evaluator change); each new row replaces the old, its time added."),
 ) -> None:
@@ -49,8 +52,14 @@ def sweep(
     out = out or Path("runs") / f"{exp.name}-{preset}"
     point_runner = engine.load_runner(runner) if runner else stages
     if dry_run:
+        if preset == "gpu":
+            from synthlab import cost
+
+            cost.use_host_rates(cost.host_rates())  # measured on this machine
+            if calibration is not None:
+                cost.use_calibration(cost.load_calibration(calibration))
         rows = engine.plan(exp, preset, out, runner=point_runner, runs_dir=runs, gpu=preset == "gpu")
-        _print_plan(rows)
+        _print_plan(rows, calibration)
         typer.echo(f"seeds per point: {exp.presets[preset].get('seeds', 1)} "
                    f"({'--seeds' if seeds is not None else 'the preset'}; the cost above counts every seed)")
         return
@@ -65,7 +74,7 @@ def sweep(
     typer.echo(f"results: {results}")
 
 
-def _print_plan(rows: list[dict]) -> None:
+def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:
     import pandas as pd
 
     table = pd.DataFrame(rows)
@@ -85,15 +94,25 @@ def _print_plan(rows: list[dict]) -> None:
         from synthlab import cost
 
         mfu = ", ".join(f"{m:.0%}" for m in sorted(set(table["mfu"].dropna()), reverse=True)) or "-"
-        typer.echo(f"gpu cost on one {cost.GPU}: {total / 3600:.1f} h at an assumed MFU of {mfu} of "
-                   f"{cost.GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s (35% compiled, 25% eager: just under the 38.6% / 25.7% "
-                   f"measured in results/gpu; small shapes run below it); largest peak {table['peak_gib'].max():.1f} GiB "
-                   f"of {cost.GPU_MEMORY_GIB:.0f}.")
+        source = (f"measured by the GPU check in {calibration} (compiled packed points; the others assumed)"
+                  if calibration else "assumed: 35% compiled, 25% eager, just under the 38.6% / 25.7% measured in "
+                                      "results/gpu; small shapes run below it (--calibration FILE: measured)")
+        typer.echo(f"gpu cost on one {cost.GPU}: {total / 3600:.1f} h at an MFU of {mfu} of "
+                   f"{cost.GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s ({source}); host work included (stall_h, eval_h); "
+                   f"largest peak {table['peak_gib'].max():.1f} GiB of {cost.GPU_MEMORY_GIB:.0f}.")
+        rates = cost._host_rates
+        if rates:
+            typer.echo(f"host rates measured here (best of three): packing {rates['pack_s_per_example'] * 1e6:.1f} us "
+                       f"per example, checkpoints written at {1e-9 / rates['write_s_per_byte']:.2f} GB/s, snapshots "
+                       f"copied at {1e-9 / rates['snapshot_s_per_byte']:.2f} GB/s (a busy machine measures slower rates)")
         typer.echo("columns: pflop = training FLOPs / 1e15; layer_mib = activations of one layer application on one "
                    "micro-batch (packed rows: fused/dense attention); act_gib = all activations kept, without/with "
                    "activation checkpointing; peak_gib = weights, gradients, AdamW, activations (dense for packed "
                    "rows) and logits, as configured; OUROBOROS points: from the Qwen2.5-3B step times and "
-                   "memory measured on one H200 (results/gpu)")
+                   "memory measured on one H200 (results/gpu); host, at rates measured on this machine: "
+                   "pack_h = packing every epoch and ckpt_h = writing ckpt_n checkpoints (both off the training "
+                   "thread), stall_h = what of the host's work the GPU waits for (in gpu_h), eval_h = the "
+                   "evaluation stages on the GPU (a forward over the training records each; in gpu_h)")
 
 
 def _duration(seconds: float) -> str:

@@ -72,6 +72,10 @@ def _train(**kwargs) -> None:
         if key in given:
             raise SynthlabError(f"{section}.{key} is given twice (a flag and --set); keep one")
         given[key] = value
+    if resume is not None and str(resume) == "auto":
+        resume = _auto_resume(out, config, model_flags, train_flags)
+        if resume is not None:
+            model_flags, train_flags, out, config = {}, {}, None, None
     if resume is not None:
         moved = train_flags.pop("data", None)  # the run's dataset at a new place (checked by its sha256s)
         given = [*model_flags, *train_flags] + [k for k, v in {"out": out, "config": config}.items() if v is not None]
@@ -94,6 +98,22 @@ def _train(**kwargs) -> None:
         raise typer.Exit(code=130)
     if result.main:
         typer.echo(f"done: {result.step} steps, final loss {result.final_loss:.4f}, run in {run_dir}")
+
+
+def _auto_resume(out: Path | None, config: Path | None, model_flags: dict, train_flags: dict) -> Path | None:
+    """--resume auto: the run in --out to continue (checked to be the run the options describe), or
+    None to start it there. Under torchrun every process decides before any writes: rank 0 writes
+    only after a collective all of them join (synthlab.train), so all see the same folder."""
+    from synthlab import config as configlib
+    from synthlab.stages import check_same_run
+
+    if out is None:
+        raise SynthlabError("--resume auto needs --out RUN_DIR (the run to start, or to continue when it is there)")
+    if not (Path(out) / "config.json").is_file():
+        return None
+    file = configlib.load_dict(config) if config else {}
+    check_same_run(Path(out), resolve_run_config(file, model_flags, train_flags))
+    return Path(out)
 
 
 def _setting(text: str) -> tuple[str, str, Any]:
@@ -120,7 +140,10 @@ def _train_command():
         flags.option("config", Optional[Path], None, "--config",
                      "run.toml (or .json) with a model table and a train table; flags override it."),
         flags.option("resume", Optional[Path], None, "--resume",
-                     "Continue the run in this directory from its checkpoint (no other run options)."),
+                     "Continue the run in this directory from its checkpoint (no other run options); auto: "
+                     "with --out and the run's options, start the run there or continue it if it is there "
+                     "(the same command line for torchrun --max-restarts and a Slurm requeue; ./auto names a "
+                     "folder called auto)."),
         *flags.dataclass_options(TrainConfig, unset=True),
         *flags.dataclass_options(ModelConfig, unset=True, exclude=("vocab_size",)),
         flags.option("set", Optional[List[str]], None, "--set",

@@ -62,6 +62,17 @@ def load_base(path: str | Path, *, device: torch.device, dtype: torch.dtype, att
     return model.to(device).eval().requires_grad_(False)
 
 
+def empty_base(path: str | Path, *, dtype: torch.dtype, attn: str = "sdpa") -> nn.Module:
+    """The Qwen2ForCausalLM of a local folder as `load_base` builds it, on the meta device: its
+    shapes and dtypes without weights (FSDP fills each process's shards, `distributed.fill_from_rank0`)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(Path(path), local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
+    return model.eval().requires_grad_(False)
+
+
 @contextmanager
 def without_progress_bars():
     """transformers' loading and saving bars off (a bar over a few dozen tensors, once per run, is

@@ -22,7 +22,7 @@ from synthlab import config as cfgio
 from synthlab import distributed
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write, warn
-from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_dtype
+from synthlab.hf.checkpoint import empty_base, load_base, load_tokenizer, resolve_dtype
 from synthlab.hf.data import documents, pack, read_texts, split_heldout
 from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
 from synthlab.hf.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
@@ -76,23 +76,48 @@ def load_trainable(model: OuroborosLM, path: Path) -> None:
     model.load_state_dict(state, strict=False)
 
 
-def _base_loader(path: str, dev: torch.device, dtype: str | None, attn: str, fsdp: bool):
-    """A function loading the base: onto `dev`, or under FSDP into CPU memory (`_shard` moves each
-    process's shards to `dev`); under FSDP each variant needs a base of its own (sharding rewrites it)."""
-    def load():
-        return load_base(path, device=torch.device("cpu") if fsdp else dev, dtype=resolve_dtype(dtype, dev),
-                         attn=attn)
-    return load
+class _Base:
+    """The frozen base of every variant of a run. Without FSDP: loaded once onto the device, shared.
+    Under FSDP each variant needs a base of its own (attaching the OUROBOROS bases and sharding
+    rewrite it). Rank 0 reads the checkpoint once per run into host memory (the base's size in its
+    dtype, on rank 0 only: 140 GB for a 70B base in bf16) and builds each variant's base on those
+    same tensors; the other processes build theirs on the meta device (no memory) and receive their
+    shards from rank 0 (`shard`): they never hold more than 1/K of the base."""
 
+    def __init__(self, path: str, dev: torch.device, dtype: str | None, attn: str, fsdp: bool, world):
+        self.path, self.dev, self.dtype, self.attn, self.fsdp, self.world = path, dev, resolve_dtype(dtype, dev), attn, fsdp, world
+        self.full: dict | None = None
+        self.shared = None if fsdp else load_base(path, device=dev, dtype=self.dtype, attn=attn)
 
-def _shard(model: OuroborosLM, world: distributed.World, dev: torch.device) -> dict:
-    """The variant's frozen base sharded by FSDP, a group per decoder layer (the embeddings and final
-    norm in the root's group); its trainable parameters whole on every process. Returns the base's
-    parameter count and the most that one process holds."""
-    distributed.shard(model, list(model.base.model.layers), [p for p in model.parameters() if p.requires_grad],
-                      world, dev)
-    return {"total": sum(p.numel() for p in model.base.parameters()),
-            "most_per_process": distributed.most_held(world, model.base.parameters(), dev)}
+    def get(self):
+        if self.shared is not None:
+            return self.shared
+        base = empty_base(self.path, dtype=self.dtype, attn=self.attn)
+        if self.world.main:
+            if self.full is None:
+                whole = load_base(self.path, device=torch.device("cpu"), dtype=self.dtype, attn=self.attn)
+                self.full = {**whole.state_dict(), **dict(whole.named_buffers())}
+            base.to_empty(device="cpu")
+            base.load_state_dict({k: v for k, v in self.full.items() if k in base.state_dict()}, assign=True)
+            for name, value in self.full.items():  # the non-persistent buffers (rotary tables)
+                owner, _, leaf = name.rpartition(".")
+                if leaf in base.get_submodule(owner)._buffers:
+                    base.get_submodule(owner)._buffers[leaf] = value
+            base.tie_weights()
+        return base
+
+    def shard(self, model: OuroborosLM) -> dict:
+        """The variant's frozen base sharded by FSDP, a group per decoder layer (the embeddings and
+        final norm in the root's group), filled from rank 0; its trainable parameters whole on every
+        process. Returns the base's parameter count and the most that one process holds."""
+        full = {**model.base.state_dict(), **dict(model.base.named_buffers())} if self.world.main else {}
+        buffers = {k: v.detach().cpu() for k, v in model.base.named_buffers()} if self.world.main else {}
+        full = {k: v.detach().cpu() for k, v in full.items() if k not in buffers}
+        distributed.shard(model, list(model.base.model.layers), [p for p in model.parameters() if p.requires_grad],
+                          self.world, self.dev)
+        distributed.fill_from_rank0(model.base, full, buffers, self.world, self.dev)
+        return {"total": sum(p.numel() for p in model.base.parameters()),
+                "most_per_process": distributed.most_held(self.world, model.base.parameters(), self.dev)}
 
 
 def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str], config: OuroborosConfig,
@@ -121,8 +146,7 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
                progress, world, fsdp) -> dict:
     import pandas as pd
 
-    load = _base_loader(base_path, dev, dtype, attn, fsdp)
-    base = None if fsdp else load()
+    base = _Base(base_path, dev, dtype, attn, fsdp, world)
     sequences = corpus_rows(docs, load_tokenizer(base_path), train_config)
     train_seqs, heldout = split_heldout(sequences, train_config.heldout_fraction)
     if world.main:
@@ -144,12 +168,12 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
     counts, held = {}, {}
     for variant in variants:
         folder = out / variant
-        model = build_variant(base if base is not None else load(), config, variant, train_config.seed)
+        model = build_variant(base.get(), config, variant, train_config.seed)
         counts[variant] = trainable_breakdown(model)["total"]
         if (folder / LOG).is_file():  # finished earlier
             continue
         if fsdp:
-            held = _shard(model, world, dev)
+            held = base.shard(model)
         if world.main:
             folder.mkdir(exist_ok=True)
         # on the CPU: under torchrun every process reads the file rank 0 wrote from its own device
@@ -228,18 +252,17 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
 
 def _eval_rows(run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world,
                fsdp) -> list[dict]:
-    load = _base_loader(run["base"], dev, dtype, run["attn"], fsdp)
-    base = None if fsdp else load()
+    base = _Base(run["base"], dev, dtype, run["attn"], fsdp, world)
     jobs = [(v, [1]) for v in ("truncated", "base")] + [(v, depths) for v in run["variants"]]
     rows = []
     bar = Progress(sum(len(d) for _, d in jobs) * len(corpora), enabled=progress and world.main, desc="eval",
                    unit="evaluation")
     for variant, variant_depths in jobs:
-        model = build_variant(base if base is not None else load(), config, variant, train_config.seed)
+        model = build_variant(base.get(), config, variant, train_config.seed)
         if variant in LOOPED_VARIANTS:
             load_trainable(model, run_dir / variant / CHECKPOINT)
         if fsdp:
-            _shard(model, world, dev)
+            base.shard(model)
         for name, seqs in corpora.items():
             for depth in variant_depths:
                 loss = evaluate(model, seqs, depth, batch_size, train_config.tf32, world)

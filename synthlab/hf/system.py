@@ -189,6 +189,8 @@ class OuroborosLM(nn.Module):
         self.targets = tuple(TARGETS)
         d = base.config.hidden_size
         device = layers[0].self_attn.q_proj.weight.device
+        if device.type == "meta":  # a base FSDP fills after sharding: the trainables wait on the CPU
+            device = torch.device("cpu")
         if config.variant in LOOPED_VARIANTS:
             self._attach_bases(layers)
             # Trainable parts in float32 whatever the base dtype; modules built on CPU (seeded

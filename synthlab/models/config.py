@@ -61,6 +61,12 @@ class ModelConfig:
     tie_head: bool = option(False, "Output head tied to the token embedding (GPT-2's choice); false: a separate "
                                    "Linear(d, vocab) without bias (the default: results/recipe/bench).")
     dropout: float = option(0.0, "Dropout probability.")
+    attention: str = option("sdpa", "Attention over packed rows: sdpa (scaled_dot_product_attention with a dense "
+                                    "causal-and-same-document mask) or flex (flex_attention with a document block "
+                                    "mask: blocks across documents are skipped, and the kernel is fused under "
+                                    "train.compile; the same numbers to float rounding; CPU training, which torch's "
+                                    "flex_attention cannot differentiate, keeps the dense mask). Rows of one "
+                                    "document always use the fused causal kernel.")
     init: str = option("gpt2", "Weight init: gpt2 (N(0, init_std), residual projections scaled by 1/sqrt(2 n_layers) "
                                "over DISTINCT layers), gpt2_depth (scaled by the depth actually run) or torch "
                                "(PyTorch's default module init). Recurrence modules keep their own inits.")
@@ -123,6 +129,8 @@ class ModelConfig:
             need(getattr(self, name) is None or math.isfinite(getattr(self, name)), name,
                  f"must be a finite number, got {getattr(self, name)}")
         need(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
+        need(self.attention in ("sdpa", "flex"), "attention", f"must be sdpa or flex, not {self.attention!r}")
+        need(self.attention == "sdpa" or self.dropout == 0, "attention", "flex has no attention dropout: set dropout 0")
         need(self.rope_base > 1.0, "rope_base", "must be > 1")
         need(self.init_std is None or self.init_std > 0, "init_std", "must be positive or null")
         need(self.state_init_std > 0, "state_init_std", "must be positive")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from synthlab.errors import SynthlabError
 from synthlab.models.config import ModelConfig
@@ -72,6 +73,27 @@ def attention_mask(doc_ids: torch.Tensor | None) -> torch.Tensor | None:
     return (causal & same_doc)[:, None]
 
 
+def document_block_mask(doc_ids: torch.Tensor) -> BlockMask:
+    """The mask of `attention_mask` as flex_attention's block mask: a query attends to earlier or
+    equal positions of its own document; (128 x 128) blocks that hold no such pair are skipped,
+    which in packed rows of many short documents is most of them."""
+    B, S = doc_ids.shape
+
+    def same_document_causal(b, h, q, kv):
+        return (q >= kv) & (doc_ids[b, q] == doc_ids[b, kv])
+
+    return create_block_mask(same_document_causal, B, None, S, S, device=doc_ids.device)
+
+
+def packed_mask(doc_ids: torch.Tensor | None, kind: str = "sdpa") -> torch.Tensor | BlockMask | None:
+    """The mask of packed rows for ModelConfig.attention `kind`: None (one document per row),
+    the dense `attention_mask` (sdpa), or the `document_block_mask` (flex: on CUDA, and on the
+    CPU without gradients; torch has no flex_attention backward on the CPU, where training keeps
+    the dense mask)."""
+    flex = kind == "flex" and doc_ids is not None and (doc_ids.is_cuda or not torch.is_grad_enabled())
+    return document_block_mask(doc_ids) if flex else attention_mask(doc_ids)
+
+
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -102,9 +124,12 @@ class Attention(nn.Module):
             if S != 1:
                 raise ValueError("decoding with a KV cache takes one token at a time")
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=mask is None and past is None,
-            dropout_p=self.dropout if self.training else 0.0)
+        if isinstance(mask, BlockMask):
+            y = flex_attention(q, k, v, block_mask=mask)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=mask is None and past is None,
+                dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, S, D)
         out = self.o(y)
         return (mod("o", y, out) if mod is not None else out), new_kv

@@ -44,7 +44,7 @@ from synthlab.models.controller import (LoRABases, LowRankModulation, Recurrence
                                         causal_running_mean)
 from synthlab.models.exits import exit_distribution
 from synthlab.models.inference import KV_STRATEGIES, ExitOutput, GenerationOutput, InferenceMixin
-from synthlab.models.layers import Block, Rotary, attention_mask, make_norm
+from synthlab.models.layers import Block, Rotary, make_norm, packed_mask
 from synthlab.models.pretrained import PretrainedMixin
 from synthlab.models.recurrence import Injection, initial_state, sample_steps
 
@@ -220,7 +220,7 @@ class LoopedGPT(InferenceMixin, PretrainedMixin, nn.Module):
         """
         B, S = idx.shape
         T = self._resolve_steps(steps, generator)
-        rope, mask = self._rope(0, S), attention_mask(doc_ids)
+        rope, mask = self._rope(0, S), packed_mask(doc_ids, self.config.attention)
         e, _ = self._embed_prelude(idx, rope, mask)
         h = initial_state(self.config.state_init, e, self.config.state_init_std, generator)
         k = self.config.backprop_last_k

@@ -1,0 +1,262 @@
+"""The GPU check's calibration part (benchmarks/gpu_check.sh runs it as part `calibrate`): what the
+cost model (synthlab.cost) assumes, measured, and written to OUT/cost_calibration.json, which
+`synthlab sweep NAME --preset gpu --dry-run --calibration FILE` reads.
+
+    memory     peak memory of one training micro-batch (the real forward, loss and backward) at the
+               largest shapes of the gpu presets, without and with activation checkpointing,
+               against synthlab.cost.peak_gib;
+    packed     compiled training step of capacity-shaped models (d = 128, 256, 384) on packed rows
+               of many documents: MFU with the dense mask (sdpa) and with flex_attention (flex);
+    trainer    the real trainer (synthlab.train.train) against the same steps in a bare loop:
+               tokens/s of each, and the wall time one checkpoint adds.
+
+--dry-run: the same code on the CPU at tiny sizes (flex, which has no CPU backward, left out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from gpu_check import Part, device_of, sync, time_steps
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="folder of the results")
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU")
+    return parser.parse_args()
+
+
+def train_step(model, cfg, inputs, targets, doc_ids, checkpoint: bool, compile: bool = False):
+    """One optimizer-free training micro-batch through the trainer's own forward and loss."""
+    from synthlab.runs import autocast
+    from synthlab.train import model_forward, step_losses
+
+    forward = model_forward(model, compile, checkpoint)
+    generator = torch.Generator().manual_seed(0)
+    mask = torch.ones_like(targets, dtype=torch.bool)
+
+    def step():
+        with autocast(inputs.device):
+            objective, _ = step_losses(forward, inputs, targets, mask, doc_ids, cfg, generator, False)
+        objective.backward()
+
+    return step
+
+
+def largest_points(count: int) -> list:
+    """The `count` gpu-preset points with the largest predicted peak memory (one per experiment)."""
+    from synthlab import cost, experiments, stages
+
+    best = {}
+    for name in experiments.available():
+        exp = experiments.load(name)
+        if "gpu" not in exp.presets:
+            continue
+        for point in exp.points("gpu"):
+            typed = stages.parse(point.config)
+            if "ouroboros" in typed.stages and typed.ouroboros is not None and typed.ouroboros.source.base:
+                continue
+            gib = cost.gpu_cost(typed)["peak_gib"]
+            if gib > best.get(name, (0, None))[0]:
+                best[name] = (gib, typed)
+    return [typed for _, typed in sorted(best.values(), key=lambda x: -x[0])[:count]]
+
+
+def memory(args, part: Part, device: torch.device) -> None:
+    from synthlab import cost
+    from synthlab.models import build_model
+
+    for point in largest_points(1 if args.dry_run else 3):
+        model_cfg, train = point.model, point.train
+        steps, seq = cost.positions(point)
+        rows = train.batch_size // train.grad_accum
+        if args.dry_run:
+            model_cfg, rows, seq = dataclasses.replace(model_cfg, d_model=32, n_heads=2), 2, min(seq, 32)
+        pack = train.pack if train.pack is not None else point.spec.pack
+        for checkpoint in (False, True):
+            name = f"{point.task}_d{model_cfg.d_model}_{'ckpt' if checkpoint else 'plain'}"
+            predicted = cost.peak_gib(
+                model_cfg,
+                seq,
+                rows * seq,
+                all_steps=train.loss != "last",
+                masked=pack,
+                dense=pack,
+                checkpoint=checkpoint,
+            )
+            try:
+                model = build_model(model_cfg, seed=0).to(device).train()
+                g = torch.Generator().manual_seed(0)
+                inputs = torch.randint(0, model_cfg.vocab_size, (rows, seq), generator=g).to(device)
+                doc_ids = (torch.arange(seq) // 64).expand(rows, seq).contiguous().to(device) if pack else None
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(device)
+                train_step(model, train, inputs, inputs, doc_ids, checkpoint)()
+                sync(device)
+                measured = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+                part.record(
+                    name,
+                    {
+                        "rows": rows,
+                        "seq": seq,
+                        "predicted_gib": round(predicted, 2),
+                        "measured_gib": None if measured is None else round(measured, 2),
+                    },
+                )
+            except torch.OutOfMemoryError:
+                part.record(
+                    name, {"rows": rows, "seq": seq, "predicted_gib": round(predicted, 2), "measured_gib": "oom"}
+                )
+            finally:
+                model = None
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+
+
+def packed(args, part: Part, device: torch.device) -> None:
+    from synthlab import experiments, stages
+    from synthlab.models import build_model, flops_per_token
+
+    point = stages.parse(experiments.load("capacity").points("gpu")[-1].config)
+    rows, seq = (2, 64) if args.dry_run else (point.train.batch_size // point.train.grad_accum, 512)
+    kinds = ("sdpa",) if args.dry_run else ("sdpa", "flex")
+    peak = part.data["peak_bf16_flops"]
+    for d in (32,) if args.dry_run else (128, 256, 384):
+        for kind in kinds:
+            cfg = dataclasses.replace(point.model, d_model=d, n_heads=max(2, d // 64), attention=kind, max_seq_len=seq)
+            model = build_model(cfg, seed=0).to(device).train()
+            g = torch.Generator().manual_seed(0)
+            inputs = torch.randint(0, cfg.vocab_size, (rows, seq), generator=g).to(device)
+            doc_ids = (torch.arange(seq) // 40).expand(rows, seq).contiguous().to(device)  # bioS-sized documents
+            step = train_step(model, point.train, inputs, inputs, doc_ids, False, compile=not args.dry_run)
+            seconds = time_steps(step, device, 1 if args.dry_run else 3, 1 if args.dry_run else 10)
+            flops = 3 * flops_per_token(cfg, seq, all_steps=point.train.loss != "last") * rows * seq
+            part.record(
+                f"d{d}_{kind}",
+                {
+                    "rows": rows,
+                    "seq": seq,
+                    "step_ms": round(seconds * 1e3, 3),
+                    "tokens_per_s": round(rows * seq / seconds),
+                    "mfu": None if peak is None else round(flops / seconds / peak, 4),
+                },
+            )
+            model = None
+
+
+def trainer(args, part: Part, device: torch.device) -> None:
+    from synthlab.cli.train import resolve_run_config
+    from synthlab.runs import read_metrics
+    from synthlab.train import train
+    from synthlab_generators import TASKS, write_dataset
+
+    steps = 30 if args.dry_run else 300
+    model = {
+        "d_model": 32 if args.dry_run else 256,
+        "n_heads": 2 if args.dry_run else 4,
+        "n_layers": 2,
+        "loops": 2,
+        "max_seq_len": 64,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = TASKS["mano"]
+        data = write_dataset(spec, spec.params_cls(L=2, n_train=5000, n_test=50, mod=7), 0, Path(tmp) / "data")
+        walls = {}
+        for label, extra in (("none", {"checkpoint_every": 10**9}), ("ten", {"checkpoints": 10})):
+            run = resolve_run_config(
+                {},
+                model,
+                {
+                    "task": "mano",
+                    "data": str(data),
+                    "steps": steps,
+                    "batch_size": 64,
+                    "log_every": steps,
+                    "device": device.type,
+                    **extra,
+                },
+            )
+            start = time.perf_counter()
+            train(Path(tmp) / label, run, progress=False)
+            walls[label] = time.perf_counter() - start
+            if label == "none":
+                tokens_per_s = read_metrics(Path(tmp) / label)[-1]["tokens_per_s"]
+        part.record(
+            "trainer",
+            {
+                "steps": steps,
+                "wall_s": round(walls["none"], 3),
+                "tokens_per_s": round(tokens_per_s),
+                "checkpoint_s": round(max(0.0, walls["ten"] - walls["none"]) / 10, 4),
+            },
+        )
+        bare = bare_loop(run, data, device, steps)
+        part.record("bare_loop", {"tokens_per_s": round(bare)})
+        part.record("trainer_vs_bare", round(tokens_per_s / bare, 4))
+
+
+def bare_loop(run, data, device: torch.device, steps: int) -> float:
+    """Tokens/s of the trainer's steps without the trainer: the same batches, model and optimizer."""
+    from synthlab.data import load_dataset
+    from synthlab.models import build_model
+    from synthlab.train import build_optimizer, prepare_run, to_device
+
+    _, batcher = prepare_run(run, load_dataset(data, "mano"))
+    model = build_model(run.model, seed=0).to(device).train()
+    optimizer = build_optimizer(model, run.train)
+    batches = [batcher.next_batch() for _ in range(steps)]
+    tokens = sum(int((b.inputs != batcher.pad_id).sum()) for b in batches)
+    start = time.perf_counter()
+    for rows in batches:
+        inputs, targets, mask, doc_ids = to_device(rows, device)
+        train_step(model, run.train, inputs, targets, doc_ids, False)()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    sync(device)
+    return tokens / (time.perf_counter() - start)
+
+
+def write_calibration(out: Path, part: Part) -> None:
+    """OUT/cost_calibration.json: the numbers synthlab.cost.load_calibration reads."""
+    d = part.data
+    mfu = {k[1:].split("_")[0]: v["mfu"] for k, v in d.items() if k.startswith("d") and k.endswith("_sdpa")}
+    flex = {k[1:].split("_")[0]: v["mfu"] for k, v in d.items() if k.startswith("d") and k.endswith("_flex")}
+    ratios = [
+        v["measured_gib"] / v["predicted_gib"]
+        for v in d.values()
+        if isinstance(v, dict) and isinstance(v.get("measured_gib"), float) and v["predicted_gib"]
+    ]
+    calibration = {
+        "device": d["device"],
+        "torch": d["torch"],
+        "dry_run": d["dry_run"],
+        "compiled_mfu_packed": {"sdpa": mfu, "flex": flex},
+        "memory_measured_over_predicted": max(ratios) if ratios else None,
+        "trainer_vs_bare": d.get("trainer_vs_bare"),
+        "checkpoint_s": d.get("trainer", {}).get("checkpoint_s"),
+    }
+    (out / "cost_calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
+    part.record("calibration", calibration)
+
+
+def main() -> None:
+    args = parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    device = device_of(args.dry_run)
+    part = Part(args.out, "calibrate", args.dry_run)
+    for measure in (memory, packed, trainer):
+        measure(args, part, device)
+    write_calibration(args.out, part)
+    part.data["done"] = True
+    part.save()
+
+
+if __name__ == "__main__":
+    main()
