@@ -24,8 +24,7 @@ work; the lab's is `synthlab.stages` (generate, train, evaluate); tests pass a c
 Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), a process per model on its
 GPUs, or Ray tasks (`executor="ray"`): GPUs as `synthlab.devices` assigns them. The driver adds
 the rows as each model's points finish. With `nproc_per_node` K a worker trains its point as a
-torchrun job of K processes (the runner's `run_point(..., nproc=K)`).
-"""
+torchrun job of K processes (the runner's `run_point(..., nproc=K)`)."""
 
 from __future__ import annotations
 
