@@ -1,4 +1,4 @@
-"""The one interface every task generator implements, and small helpers they share.
+"""The one interface every task generator implements, and the small functions they share.
 
 Adding a task = one generator module + its SPEC (and a line in the registry `TASKS`). The module
 must provide:
@@ -62,7 +62,7 @@ def flag_of(params_cls: type, name: str) -> str:
 
 
 class TaskParams:
-    """Base of every task's params dataclass: validation helpers that name the CLI flag."""
+    """Base of every task's params dataclass: validation methods that name the CLI flag."""
 
     def require(self, ok: bool, name: str, message: str) -> None:
         """Raise TaskError '--flag message (got value)' unless `ok`."""

@@ -1,6 +1,6 @@
 """Graph reachability over a graph split between the weights and the context (C4, Ouro Theorem 1).
 
-The task (MISSION.md): a directed graph split in two, a fixed "knowledge" graph learned from
+The task (Ouro, docs/claims.md C4): a directed graph split in two, a fixed "knowledge" graph learned from
 training data (in the weights) and per-example context edges in the prompt. A query (s, t) asks
 whether t is reachable from s in the union; classes are balanced; the diameter D of the union
 graph is controlled. Ouro's Theorem 1: one looped layer needs O(log D) loops (repeated squaring of
@@ -56,8 +56,8 @@ one form is not used in another unless trained so); (5) the short-distance curri
 dense early supervision, since each query carries one bit; (6) the query comes before the
 context (the theorem's layer reads both at once; a causal decoder only reads back); (7) the
 context lookups are extra supervision for the in-prompt step the theorem takes as given (its
-input is the context graph's adjacency matrix, not a list of edges to search). The review
-of Ouro in MISSION.md's seeds/ states Theorem 1 as O(log^2 D) loops; MISSION.md writes O(log D).
+input is the context graph's adjacency matrix, not a list of edges to search). Ouro's
+Theorem 1 (informal) states O(log^2 D) loops of one layer; its table of sequential steps lists O(log D).
 
 Records: train has edge statements ({"kind": "edge", "edge": [u, v], "text": "n3 -> n17"}),
 edge queries ({"kind": "edge_query", "prompt", "answer", "edge", "group"}), context lookups

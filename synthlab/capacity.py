@@ -1,6 +1,6 @@
 """Knowledge capacity of a model trained on bioS: bits stored and bits per parameter.
 
-Physics of LMs 3.3, Definition 4.3 (MISSION.md, bioS), exactly:
+Physics of LMs 3.3, Definition 4.3 (docs/claims.md, C1), exactly:
 
     bits = N log2(N0 / e^p1) + N log2(S0 / e^p2),    R = bits / P
 

@@ -8,7 +8,7 @@ forward pass. Reported per step t = 1..T (and past the trained depth with `steps
 
 - exact-match accuracy, and the summed cross-entropy of the answer tokens (nats);
 - the step agreement matrix: the fraction of examples whose predicted answers at steps i and j
-  are identical (MISSION.md C9);
+  are identical (docs/claims.md, C9);
 - per group, at the trained depth (the model as trained, or the last evaluated step if `steps` is
   fewer: what a model has learned is not confounded with how it extrapolates past its depth, which
   `acc_step_<t>` reports) (the task SPEC's `group_key`: the bioS attribute, the Mano length, the multihop hop

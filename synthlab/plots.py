@@ -443,7 +443,7 @@ PLOTTERS: dict[str, Callable[[pd.DataFrame, Path], list[Path]]] = {
 
 def plot(kind: str, table: pd.DataFrame, out: str | Path) -> list[Path]:
     if kind not in PLOTTERS:
-        raise SynthlabError(f"unknown plot kind '{kind}' (have {', '.join(PLOTTERS)})")
+        raise SynthlabError(f"unknown plot kind '{kind}' (have {', '.join(PLOTTERS)}; a definition without `plot` gets the generic figure)")
     if table.empty:
         raise SynthlabError("results.csv has no rows to plot")
     return PLOTTERS[kind](table, Path(out))

@@ -21,7 +21,7 @@ FLOORS = [
     ("synthlab.train", 5), ("synthlab.evaluate", 5), ("synthlab.heldout", 5), ("synthlab.capacity", 5), ("synthlab.hf", 5),
     ("synthlab.results", 6), ("synthlab.cost", 6), ("synthlab.stages", 6), ("synthlab.experiments", 6),
     ("synthlab.sweep", 6), ("synthlab.plots", 6), ("synthlab.curves", 6), ("synthlab.report", 6),
-    ("synthlab.verdicts", 6), ("synthlab.law_verdicts", 6), ("synthlab.draw", 6),
+    ("synthlab.verdicts", 6), ("synthlab.law_verdicts", 6), ("synthlab.draw", 6), ("synthlab.figures", 6), ("synthlab.results_index", 6),
     ("synthlab.cli", 7), ("synthlab.__main__", 7),
     ("synthlab", 1),  # the package itself: the version and the error type (+ lazy re-exports, see _imports)
 ]

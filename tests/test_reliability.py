@@ -1,4 +1,4 @@
-"""Nothing lost, nothing cryptic (issue 19): unwritable outputs, runs stopped before their first
+"""Nothing lost, nothing cryptic: unwritable outputs, runs stopped before their first
 checkpoint, divergence, damaged checkpoints and half-written results rows.
 
 We run as root, for whom chmod does not stop a write: an unwritable place here is a path under a

@@ -109,7 +109,7 @@ def test_spec_values():
 
 def test_shape_of_default_params():
     """The defaults the sweeps start from; bios's mean matches the 58.1 tokens measured on its data
-    (subject-first templates since issue 13)."""
+    (subject-first templates since commit 29272ea)."""
     shapes = {name: s.shape(s.params_cls()) for name, s in TASKS.items()}
     assert shapes["mano"] == common.TaskShape(4 + 24 + 3 + 23, 2 * 24 + 4, 24 + 6, TASKS["mano"].params_cls().n_train)
     assert shapes["bios"].vocab_size == 2779 and shapes["bios"].row_len is None

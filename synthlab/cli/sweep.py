@@ -97,18 +97,23 @@ def _duration(seconds: float) -> str:
 
 
 def plot(
-    name: str = typer.Argument(..., help="Experiment (plot kind) name, e.g. capacity."),
+    name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...), path to a TOML definition, or a built-in plot kind."),
     sweep_dir: Path = typer.Argument(..., help="Sweep directory holding results.csv."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Figure directory (default: SWEEP_DIR/figures)."),
+    metric: Optional[str] = typer.Option(None, "--metric", help="Draw this results column with the generic figure of the grid (default: the definition's figure; without one, the task's headline metric)."),
 ) -> None:
-    """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv."""
-    from synthlab import experiments, plots
+    """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv: its built-in figure, or
+    the generic figure of its grid (a definition without `plot`, or --metric)."""
+    from synthlab import experiments, figures, plots
 
-    kind = experiments.load(name).plot if name in experiments.available() or name.endswith(".toml") else name
     out = out or Path(sweep_dir) / "figures"
     check_writable(out)
     table = plots.read_results(sweep_dir)
-    for path in plots.plot(kind, table, out):
+    if name in experiments.available() or name.endswith(".toml"):
+        paths = figures.draw(experiments.load(name), table, out, metric=metric)
+    else:
+        paths = plots.plot(name, table, out)
+    for path in paths:
         typer.echo(str(path))
 
 
@@ -138,6 +143,7 @@ def report(
     copy_results: bool = typer.Option(False, "--copy/--no-copy", help="Copy each results.csv beside the report (for results/)."),
     notes: Optional[Path] = typer.Option(None, "--notes", help="TOML file: experiment name -> verdict (Markdown); key 'preamble' -> text under the heading."),
     title: str = typer.Option("synthlab results", "--title", help="The report's heading."),
+    index: bool = typer.Option(False, "--index/--one-file", help="Write OUT as an index (claims table with each verdict's scale, a line per experiment) and each experiment's section as EXPERIMENT/README.md beside it."),
 ) -> None:
     """Write a Markdown report with each sweep's claim, commands, table, figures and verdict."""
     from synthlab import report as reporting
@@ -147,5 +153,5 @@ def report(
     if notes is not None and not notes.is_file():
         raise SynthlabError(f"--notes file not found: {notes}")
     check_writable(out)
-    path = reporting.write_report(sweep_dirs, out, copy_results=copy_results, notes=notes, title=title)
+    path = reporting.write_report(sweep_dirs, out, copy_results=copy_results, notes=notes, title=title, index=index)
     typer.echo(str(path))

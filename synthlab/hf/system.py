@@ -1,6 +1,6 @@
 """OUROBOROS on a Qwen2-family checkpoint: prelude, one recurrent layer rewritten per step, coda.
 
-The frozen base is cut into three parts (MISSION.md, "The models"):
+The frozen base is cut into three parts (OUROBOROS, docs/claims.md C11):
 
     embed -> prelude layers -> recurrent layer x depth -> coda layers -> final norm -> lm_head
 
@@ -24,7 +24,7 @@ S = max_steps, H = controller_hidden, K = 7 targets:
     static     S x K x r                                       [static]
 For the Qwen2.5-3B shape (d 2048, S 16, r 32) the gate is 8.39M and the controller with H = 320
 brings the total to 9.18M. The reference states only the total (9.2M); with the gate and norm
-forms above fixed by MISSION.md, H is the one free size and 320 (a multiple of 64) is the width
+forms above fixed by the paper, H is the one free size and 320 (a multiple of 64) is the width
 that total implies: (9.2M - 8.456M) / (d + 1 + K r) = 327 -> 320. See `trainable_breakdown`.
 
 One recurrent step t, with h the state entering it (batch, T, d):

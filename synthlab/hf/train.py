@@ -1,6 +1,6 @@
 """Training the looped variants and measuring loss against depth (claim C11).
 
-Optimiser as in MISSION.md ("OUROBOROS training"): AdamW lr 3e-4, weight decay 0.01 on matrices
+Optimiser as in the OUROBOROS reference training (docs/claims.md, C11): AdamW lr 3e-4, weight decay 0.01 on matrices
 only (embeddings, norms and biases are not decayed, as in nanoGPT), betas (0.9, 0.95), linear
 warmup, cosine to 1e-6, gradient clip 1.0; the depth of each optimiser step drawn from a set.
 The optimiser and schedule are the shared ones of `synthlab.optim`; each optimiser step is
