@@ -56,6 +56,7 @@ def _same_weights(a, b):
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=1e-4) for k in a)
 
 
+@pytest.mark.slow  # a torchrun job of two processes loading transformers
 def test_two_processes_train_padded_documents_as_one(checkpoint, tmp_path):
     # `torchrun --nproc-per-node 2 -m synthlab ouroboros train --per-document`: documents of 1 to 4
     # sentences padded to 40 tokens, so the two halves of a micro-batch hold different numbers of
