@@ -26,7 +26,8 @@ Columns of a row, by who writes them:
   mostly seen examples);
 - gate (Ouro stage II): `gate_steps`, `gate_loss`, `gate_s`; capacity (`capacity_metrics`): `p1`,
   `p2`, `bits`, `bits_name`, `bits_attributes`, `bits_<attribute>` (gender, birth_date, ...),
-  `max_bits`, `bits_per_param`, `bits_per_param_nonemb`, `fraction_of_max`, `params_capacity`.
+  `max_bits`, `bits_per_param`, `bits_per_param_nonemb`, `fraction_of_max`, `params_capacity` (the P
+  bits_per_param divides by), `exposures` (so the ceiling max_bits / params_capacity reads off a row).
 
 Rows are written whole (a temporary file renamed under a lock), never edited in place.
 """
@@ -203,7 +204,7 @@ def heldout_columns(result: dict[str, Any]) -> dict[str, Any]:
 def capacity_metrics(report: dict[str, Any]) -> dict[str, Any]:
     """Capacity columns from an estimate_capacity report."""
     keys = ("p1", "p2", "bits", "bits_name", "bits_attributes", "max_bits", "bits_per_param",
-            "bits_per_param_nonemb", "fraction_of_max", "n_people")
+            "bits_per_param_nonemb", "fraction_of_max", "n_people", "exposures")
     out = {k: report[k] for k in keys if k in report}
     out.update({f"bits_{a}": row["bits"] for a, row in report.get("per_attribute", {}).items()})
     out["params_capacity"] = report["params"]  # P as the estimate counts it (used embedding rows only)

@@ -93,6 +93,23 @@ def test_untrained_model_stores_nothing(untrained_run):
     assert saved["bits_per_param_nonemb"] == pytest.approx(saved["bits"] / saved["params_nonemb"])
 
 
+def test_a_capacity_row_carries_its_ceiling_and_exposures(tmp_path):
+    """The results row holds exposures, max_bits and the P bits_per_param divides by, so the
+    ceiling max_bits / P reads off the table."""
+    from synthlab.capacity import estimate_capacity
+    from synthlab.cli.train import resolve_run_config
+    from synthlab.results import capacity_metrics
+    from synthlab.train import train
+
+    write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=8), 0, tmp_path / "bios")
+    model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
+    run = resolve_run_config({}, model, {"data": str(tmp_path / "bios"), "exposures": 2, "batch_size": 4})
+    train(tmp_path / "run", run, progress=False)
+    row = capacity_metrics(estimate_capacity(tmp_path / "run", device="cpu"))
+    assert row["exposures"] == 2 and row["max_bits"] == pytest.approx(max_bits(8))
+    assert row["bits"] / row["params_capacity"] == pytest.approx(row["bits_per_param"])
+
+
 def test_bios_eval_reports_qa_and_biography_recall_per_attribute(untrained_run):
     from synthlab.evaluate import evaluate_run
 
