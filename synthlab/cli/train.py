@@ -154,13 +154,16 @@ def capacity(
     steps: Optional[int] = typer.Option(None, help="Recurrent steps to read the model at (default: the trained loops)."),
     batch_size: int = typer.Option(64, help="Biographies per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    checkpoint: Optional[int] = typer.Option(None, help="Read the kept checkpoint of this optimizer step instead of "
+                                                        "the final weights (a point of the learning curve)."),
 ) -> None:
     """Bits of knowledge stored (Physics of LMs 3.3, Def. 4.3) and bits per parameter -> RUN_DIR/capacity.json."""
     if steps is not None and steps < 1:
         raise SynthlabError(f"--steps must be >= 1, got {steps}")
     from synthlab.capacity import estimate_capacity
 
-    report = estimate_capacity(run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps)
+    report = estimate_capacity(run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps,
+                                 checkpoint=checkpoint)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
