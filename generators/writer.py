@@ -56,11 +56,21 @@ def check_writable(path: str | Path, what: str = "--out") -> None:
         raise SynthlabError(f"cannot write {what} {path}: {err.strerror or err}") from None
 
 
-def check_out(out: Path, overwrite: bool) -> None:
-    """Fail early (before generating) if DIR cannot be (re)placed."""
+def check_out(out: Path, overwrite: bool, *, own: Callable[[Path], bool] | None = None,
+              source: Path | None = None) -> None:
+    """Fail early (before any work) if the folder `out` cannot be (re)placed: never the working
+    directory or a folder holding it (`.`, `..`), nor `source` (what the command reads) or a folder
+    holding it, even with `overwrite`; a non-empty folder only with `overwrite` or when `own(out)`
+    says it is this command's earlier output."""
+    out = Path(out)
+    where = out.resolve()
+    if where == Path.cwd().resolve() or where in Path.cwd().resolve().parents:
+        raise SynthlabError(f"--out {out} is the working directory or holds it: choose a new folder")
+    if source is not None and (where == Path(source).resolve() or where in Path(source).resolve().parents):
+        raise SynthlabError(f"--out {out} is {source} or holds it: choose a new folder")
     if out.exists() and not out.is_dir():
         raise SynthlabError(f"--out {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    if out.is_dir() and any(out.iterdir()) and not overwrite and not (own is not None and own(out)):
         raise SynthlabError(f"--out {out} is not empty (pass --overwrite to replace it)")
     if out.is_dir():  # the temporary sibling goes beside it; moving it aside rewrites its '..'
         check_writable(out.parent)
@@ -72,15 +82,17 @@ def _write_json(path: Path, obj: Any, indent: int | None = 1) -> None:
                     encoding="utf-8")
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: str | Path) -> str:
+    """The hex sha256 of a file's bytes (read in blocks)."""
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
+    with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def _make_temp_sibling(out: Path) -> Path:
+def make_temp_sibling(out: Path) -> Path:
+    """A new hidden folder beside `out`, where `out`'s replacement is built."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -90,7 +102,7 @@ def _make_temp_sibling(out: Path) -> Path:
         raise SynthlabError(f"--out {out}: cannot write there ({err.strerror})") from None
 
 
-def _replace(tmp: Path, out: Path) -> None:
+def replace_dir(tmp: Path, out: Path) -> None:
     """Rename tmp -> out; an existing out (empty, or --overwrite) is removed only after."""
     old = None
     try:
@@ -119,7 +131,7 @@ def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
         raise SynthlabError(f"--seed must be an integer >= 0 (got {seed!r})")
     out = Path(out)
     check_out(out, overwrite)
-    tmp = _make_temp_sibling(out)
+    tmp = make_temp_sibling(out)
     try:
         dataset = spec.generate(params, np.random.default_rng(seed))
         vocab = {"special_tokens": list(SPECIAL_TOKENS),
@@ -139,7 +151,7 @@ def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
                         bar.update(chunk.count("\n"))
         if bar is not None:
             bar.close()
-        files = {p.name: {"sha256": _sha256(p), "bytes": p.stat().st_size}
+        files = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
                  for p in sorted(tmp.iterdir())}
         meta = {
             "task": spec.name,
@@ -152,7 +164,7 @@ def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
             "info": dataset.extra,
         }
         _write_json(tmp / "meta.json", meta)
-        _replace(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -19,7 +19,10 @@ checkpoint stores two integers and a resumed run sees exactly the same batches.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -28,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from synthlab.errors import SynthlabError
+from synthlab.files import atomic_write_text, sha256_file
 from synthlab.tokenizer import WordTokenizer
 from synthlab_generators import TASKS
 
@@ -46,8 +50,46 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+VERIFIED = ".verified.json"  # {file: [size, mtime_ns, sha256]} of the files last found to match meta.json
+_verify = contextvars.ContextVar("verify_data", default=True)
+
+
+@contextlib.contextmanager
+def unverified_data(skip: bool = True) -> Iterator[None]:
+    """While the block runs (with `skip`), datasets are opened without hashing their files (`--no-verify`)."""
+    token = _verify.set(not skip)
+    try:
+        yield
+    finally:
+        _verify.reset(token)
+
+
+def verify_files(folder: Path, meta: dict[str, Any]) -> None:
+    """Hash each file meta.json lists (streamed) and compare it with the sha256 recorded there; a
+    mismatch is a SynthlabError. A file whose size and mtime are those of its last successful check
+    (remembered in `folder/.verified.json` where the folder is writable) is not hashed again."""
+    try:
+        known = json.loads((folder / VERIFIED).read_text())
+    except (OSError, ValueError):
+        known = {}
+    checked = {}
+    for name, entry in sorted(meta.get("files", {}).items()):
+        try:
+            stat = (folder / name).stat()
+        except OSError:
+            raise SynthlabError(f"{folder} is incomplete: {name} (listed in meta.json) is missing") from None
+        checked[name] = [stat.st_size, stat.st_mtime_ns, entry.get("sha256")]
+        if known.get(name) != checked[name] and sha256_file(folder / name) != entry.get("sha256"):
+            raise SynthlabError(f"{folder / name} does not match the sha256 in {folder / 'meta.json'} (edited or "
+                                f"damaged): regenerate it with `synthlab gen`, or pass --no-verify to use it as it is")
+    if checked != known:
+        with contextlib.suppress(SynthlabError):  # a read-only dataset is hashed at every start
+            atomic_write_text(folder / VERIFIED, json.dumps(checked) + "\n")
+
+
 class Dataset:
-    """One generated dataset folder, validated on construction; records are read lazily."""
+    """One generated dataset folder, validated on construction (its files hashed against
+    meta.json's sha256s, unless inside `unverified_data`); records are read lazily."""
 
     def __init__(self, path: str | Path, task: str | None = None):
         self.path = Path(path)
@@ -68,6 +110,8 @@ class Dataset:
         for name in ("train.jsonl", "test.jsonl", *TASKS[self.task].extra_files):
             if not (self.path / name).is_file():
                 raise SynthlabError(f"{self.path} is incomplete: {name} is missing")
+        if _verify.get():
+            verify_files(self.path, self.meta)
         self.tokenizer = WordTokenizer.from_file(self.path / "vocab.json")
         self.pad_id = self.tokenizer.id("<pad>")
         self.bos_id = self.tokenizer.id("<bos>")

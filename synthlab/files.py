@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import shutil
 import sys
@@ -18,9 +17,10 @@ from typing import Any
 
 from synthlab.config import content_hash
 from synthlab.errors import SynthlabError
-from synthlab_generators.writer import check_writable
+from synthlab_generators.writer import check_out, check_writable, make_temp_sibling, replace_dir, sha256_file
 
-__all__ = ["atomic_write", "atomic_write_text", "cached_dir", "check_writable", "file_lock", "sha256_file", "warn"]
+__all__ = ["as_new_file", "atomic_write", "atomic_write_text", "cached_dir", "check_out", "check_writable", "file_lock",
+           "make_temp_sibling", "new_file_mode", "replace_dir", "sha256_file", "warn"]
 
 
 def warn(message: str) -> None:
@@ -28,17 +28,30 @@ def warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
-def sha256_file(path: str | Path) -> str:
-    """The hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def new_file_mode() -> int:
+    """The mode open() gives a new file: 0o666 less the process umask (0o644 under umask 022), read
+    without changing the umask where /proc shows it (changing it is process-wide, threads see it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def as_new_file(path: str | Path) -> None:
+    """Give `path` the mode of a newly created file. Writers that go through their own temporary file
+    (safetensors) leave it 0600, which collaborators on a shared machine cannot read; nothing the
+    lab writes is secret."""
+    os.chmod(path, new_file_mode())
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Call `write(tmp)` on a hidden temporary sibling, fsync it, then rename it onto `path`.
+    """Call `write(tmp)` on a hidden temporary sibling, fsync it, then rename it onto `path` with the
+    mode of a new file (`as_new_file`).
 
     The temporary name keeps `path`'s suffix (matplotlib picks the format from it) and carries the
     process id, so concurrent writers of the same file never share a temporary.
@@ -47,6 +60,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     try:
         write(tmp)
+        as_new_file(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -76,6 +76,9 @@ class TrainConfig:
                                                    "about one more forward pass of compute.")
     tensorboard: bool = option(False, "Also log the metrics to RUN_DIR/tensorboard (needs the tensorboard package: "
                                       "pip install 'synthlab[tensorboard]').")
+    wandb: str | None = option(None, "Also log the metrics to Weights & Biases, in this project (needs the wandb "
+                                     "package: pip install 'synthlab[wandb]'; WANDB_MODE=offline keeps the run in "
+                                     "RUN_DIR/wandb for `wandb sync`).")
     tf32: bool = option(True, "On CUDA, TF32 tensor cores for the float32 matmuls autocast leaves (false: full float32).")
 
     def __post_init__(self) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,17 +100,34 @@ def checkpoint_files(run_dir: str | Path) -> list[Path]:
     return [legacy] if legacy.is_file() else []
 
 
+def load_state_file(path: str | Path, device: torch.device | str = "cpu") -> Any:
+    """A file written by `torch.save` of tensors and plain values (dicts, lists, numbers, strings),
+    read without running code from it: `weights_only=True` refuses any other object (a crafted
+    pickle's `__reduce__` included). ValueError(why) for a refused or damaged file."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError:  # weights_only's refusal (a damaged file also lands here)
+        raise ValueError("refused: not only tensors and plain values (or damaged)") from None
+    except Exception as err:  # torch raises many types for a damaged file
+        raise ValueError(f"unreadable, {type(err).__name__}") from None
+
+
 def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
     """One checkpoint file, checked against the sha256 written beside it; ValueError(why) if damaged."""
     checksum = path.with_name(path.name + ".sha256")
     if checksum.is_file() and checksum.read_text().strip() != sha256_file(path):
         raise ValueError("checksum mismatch")
-    try:
-        ckpt = torch.load(path, map_location=device, weights_only=False)
-    except Exception as err:  # torch raises many types for a damaged file
-        raise ValueError(f"unreadable, {type(err).__name__}") from None
-    if not isinstance(ckpt, dict) or not {"model", "step"} <= ckpt.keys():
+    ckpt = load_state_file(path, device)
+    if not isinstance(ckpt, dict) or not {"model", "step"} <= ckpt.keys() or not isinstance(ckpt["model"], dict):
         raise ValueError("no model state")
+    for key in ("torch_rng", "model_rng"):  # damage a missing sha256 cannot reveal (the trainer saves
+        try:  # only finite weights and valid generator states)
+            if key in ckpt:
+                torch.Generator().set_state(ckpt[key])
+        except (RuntimeError, TypeError):
+            raise ValueError(f"invalid {key}") from None
+    if _finite(ckpt["model"]) is not None:
+        raise ValueError(f"non-finite {_finite(ckpt['model'])}")
     return ckpt
 
 
@@ -187,19 +205,41 @@ def save_weights(run_dir: str | Path, model: torch.nn.Module) -> None:
     atomic_write(Path(run_dir) / WEIGHTS, lambda tmp: save_model(model, str(tmp)))
 
 
+def _finite(state: dict[str, Any]) -> str | None:
+    """The name of the first floating tensor in `state` holding NaN or inf, else None."""
+    return next((k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()
+                 and not bool(torch.isfinite(v).all())), None)
+
+
+def _load_safetensors(model: torch.nn.Module, path: Path, device: torch.device | str) -> bool:
+    """Load `path` into `model`: True, or False when it is absent or damaged (said in a warning).
+    A RuntimeError (weights of another shape) goes to the caller."""
+    from safetensors.torch import load_model
+
+    if not path.is_file():
+        return False
+    try:
+        load_model(model, str(path), device=str(device))
+        return True
+    except RuntimeError:
+        raise
+    except Exception as err:  # a damaged file: safetensors raises its own types
+        warn(f"damaged {path} ({type(err).__name__}); reading the newest intact checkpoint instead")
+        return False
+
+
 def load_weights(model: torch.nn.Module, run_dir: str | Path, device: torch.device | str = "cpu") -> None:
     """Load the weights of the run in `run_dir` into `model` (which must have the run's shape):
-    model.safetensors of a finished run, else the checkpoint of an interrupted one."""
-    path = Path(run_dir) / WEIGHTS
+    model.safetensors of a finished run, else (interrupted, or that file damaged) its newest intact
+    checkpoint. Weights holding NaN or inf are an error: nothing is evaluated with them."""
     try:
-        if path.is_file():
-            from safetensors.torch import load_model as load_safetensors
-
-            load_safetensors(model, str(path), device=str(device))
-        else:
+        if not _load_safetensors(model, Path(run_dir) / WEIGHTS, device):
             model.load_state_dict(load_checkpoint(run_dir, device)["model"])
     except RuntimeError as err:
         raise SynthlabError(f"the weights in {run_dir} do not fit this model: {str(err).splitlines()[0]}") from None
+    bad = _finite(model.state_dict())
+    if bad is not None:
+        raise SynthlabError(f"the weights in {run_dir} are not finite ({bad} holds NaN or inf)")
 
 
 def open_run(run_dir: str | Path, device: torch.device | str = "cpu"):
@@ -266,9 +306,37 @@ def trained_data(run_dir: str | Path, run: RunConfig, derived: dict[str, Any], m
     return path
 
 
+def _metrics_lines(path: Path) -> list[tuple[dict[str, Any], str]]:
+    """(record, line) of each whole line of a metrics.jsonl; a last line cut off mid-write (a full
+    disk, a kill) is skipped with a warning, a damaged line before it is a SynthlabError."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append((json.loads(line), line))
+        except ValueError:
+            if number == len(lines):  # no newline after it: the write never finished
+                warn(f"{path}:{number}: skipping a line cut off mid-write")
+                continue
+            raise SynthlabError(f"{path}:{number}: not a JSON record (damaged metrics)") from None
+    return records
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The run's metrics.jsonl records, in order."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise SynthlabError(f"no metrics.jsonl in {run_dir}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    return [record for record, _ in _metrics_lines(path)]
+
+
+def trim_metrics(run_dir: str | Path, step: int) -> None:
+    """Cut metrics.jsonl back to its whole lines logged at or before `step` (a resumed run logs the
+    rest again; a line cut off mid-write goes too)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if path.is_file():
+        kept = [line for record, line in _metrics_lines(path) if record.get("step", 0) <= step]
+        atomic_write_text(path, "".join(line + "\n" for line in kept))

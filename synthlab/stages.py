@@ -128,7 +128,7 @@ def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> bool:
 
 
 # Train options that change no number a run produces (where things are written, how often it logs).
-_OPERATIONAL = {"data", "device", "checkpoint_every", "keep_checkpoints", "log_every", "tensorboard"}
+_OPERATIONAL = {"data", "device", "checkpoint_every", "keep_checkpoints", "log_every", "tensorboard", "wandb"}
 
 
 def check_same_run(run_dir: Path, wanted) -> None:

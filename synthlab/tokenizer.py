@@ -1,8 +1,11 @@
-"""A word-level tokenizer over a dataset's closed vocabulary (DIR/vocab.json).
+"""A word-level tokenizer over a dataset's closed vocabulary (DIR/vocab.json), on `tokenizers`.
 
-Text fields of every synthlab dataset are whitespace-separated tokens of that vocabulary, so
-encoding is a dictionary lookup per word; nothing is split further. Ids follow the order of
-`tokens` in vocab.json: special tokens first, `<pad>` is id 0.
+Text fields of every synthlab dataset are whitespace-separated tokens of that vocabulary, so the
+tokenizer is a `tokenizers` WordLevel model over whitespace-split words: nothing is split further.
+Ids follow the order of `tokens` in vocab.json: special tokens first, `<pad>` is id 0. The same
+`tokenizers.Tokenizer` (`WordTokenizer.backend`) serves transformers (`transformers_tokenizer`) and
+is what `synthlab export` renders for `AutoTokenizer` (synthlab.hf.export.hf_tokenizer), so the lab
+and an exported folder share one vocabulary and one implementation.
 """
 
 from __future__ import annotations
@@ -11,7 +14,13 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from tokenizers import Tokenizer, models, pre_tokenizers
+
 from synthlab.errors import SynthlabError
+
+# WordLevel needs an unknown-token name; it is never in a vocabulary, so an unknown word makes
+# `tokenizers` raise instead of mapping it to an id (see `encode`).
+_ABSENT_UNK = "<unk>"
 
 
 class WordTokenizer:
@@ -27,6 +36,12 @@ class WordTokenizer:
             raise SynthlabError("vocabulary: special tokens must come first, in order")
         if self.tokens[:1] != ["<pad>"]:
             raise SynthlabError("vocabulary: <pad> must be id 0")
+        if _ABSENT_UNK in self._ids:
+            raise SynthlabError(f"vocabulary: {_ABSENT_UNK} is reserved (an unknown word must fail, not map to it)")
+        if any(not tok or len(tok.split()) != 1 or tok.split()[0] != tok for tok in self.tokens):
+            raise SynthlabError("vocabulary: every token must be one non-empty word without whitespace")
+        self.backend = Tokenizer(models.WordLevel(self._ids, unk_token=_ABSENT_UNK))
+        self.backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
 
     @classmethod
     def from_file(cls, path: str | Path) -> WordTokenizer:
@@ -42,6 +57,21 @@ class WordTokenizer:
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             raise SynthlabError(f"vocabulary file {path} is malformed: {err}") from None
 
+    def to_json(self) -> str:
+        """The vocabulary in vocab.json's format (`from_file` reads it back)."""
+        return json.dumps({"special_tokens": self.special_tokens, "tokens": self.tokens}, indent=1) + "\n"
+
+    def transformers_tokenizer(self):
+        """This tokenizer as a transformers PreTrainedTokenizerFast (same backend, same ids; `<pad>`,
+        `<bos>`, `<eos>` as its pad / bos / eos tokens)."""
+        from transformers import PreTrainedTokenizerFast
+
+        named = {name: tok for name, tok in (("pad_token", "<pad>"), ("bos_token", "<bos>"), ("eos_token", "<eos>"))
+                 if tok in self._ids}
+        extra = [t for t in self.special_tokens if t not in named.values()]
+        return PreTrainedTokenizerFast(tokenizer_object=self.backend, clean_up_tokenization_spaces=False,
+                                       extra_special_tokens=extra, **named)
+
     def __len__(self) -> int:
         return len(self.tokens)
 
@@ -54,21 +84,21 @@ class WordTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of the whitespace-separated tokens of `text`."""
-        ids = self._ids
         try:
-            return [ids[tok] for tok in text.split()]
-        except KeyError as err:
-            raise SynthlabError(f"unknown token {err.args[0]!r} (not in the vocabulary)") from None
+            return self.backend.encode(text, add_special_tokens=False).ids
+        except Exception:  # tokenizers raises a bare Exception for a word outside the vocabulary
+            unknown = next((tok for tok in text.split() if tok not in self._ids), None)
+            if unknown is None:
+                raise
+            raise SynthlabError(f"unknown token {unknown!r} (not in the vocabulary)") from None
 
     def decode(self, ids: Iterable[int]) -> str:
         """Tokens of `ids` joined by single spaces."""
-        tokens = self.tokens
-        out = []
-        for i in ids:
-            if not 0 <= i < len(tokens):
-                raise SynthlabError(f"token id {i} is outside the vocabulary (size {len(tokens)})")
-            out.append(tokens[int(i)])
-        return " ".join(out)
+        ids = [int(i) for i in ids]
+        bad = next((i for i in ids if not 0 <= i < len(self.tokens)), None)
+        if bad is not None:
+            raise SynthlabError(f"token id {bad} is outside the vocabulary (size {len(self.tokens)})")
+        return self.backend.decode(ids, skip_special_tokens=False)
 
     @property
     def pad_id(self) -> int:

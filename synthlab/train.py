@@ -39,7 +39,7 @@ import torch
 
 from synthlab import config as configlib
 from synthlab import distributed
-from synthlab.board import Board, summary_writer
+from synthlab.board import Loggers, check_loggers
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
@@ -51,7 +51,7 @@ from synthlab.optim import adamw, lr_factor
 from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
 from synthlab.runs import (RunConfig, autocast, checkpoint_files, float32_matmul, load_checkpoint, load_run, load_weights,
-                           resolve_device, save_checkpoint, save_weights, data_sha256, trained_data)
+                           resolve_device, save_checkpoint, save_weights, data_sha256, trained_data, trim_metrics)
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -197,8 +197,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
     device = resolve_device(cfg.device)
     derived["device"] = device.type
     derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
-    if cfg.tensorboard:
-        summary_writer()  # a missing tensorboard package fails before anything is written
+    check_loggers(cfg)  # a missing tensorboard / wandb package fails before anything is written
     # Under torchrun every process gets here; joining the group waits for all, so each has checked
     # the folder above before rank 0 writes into it. Rank 0 alone writes the run's files.
     with distributed.process_group(device) as (world, device):
@@ -236,15 +235,8 @@ def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: 
     if ckpt is not None:
         trainer.load_state(ckpt)
     if world.main:  # lines logged after the checkpoint, or (resumed from step 0) all of them
-        _truncate_metrics(run_dir / "metrics.jsonl", trainer.step)
+        trim_metrics(run_dir, trainer.step)
     return trainer
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop lines logged after the checkpoint (the resumed run logs them again)."""
-    if path.is_file():
-        lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 class _Trainer:
@@ -354,7 +346,7 @@ class _Trainer:
         self.forward = model_forward(self.parallel, cfg.compile, cfg.activation_checkpointing)
         self.model.train()
         record: dict[str, Any] = {}
-        board = Board(self.run_dir) if cfg.tensorboard and self.world.main else None
+        board = Loggers(self.run_dir, cfg) if self.world.main else None
         window_tokens, window_start = 0, time.perf_counter()
         bar = Progress(total, initial=self.step, enabled=progress and self.world.main, desc=f"train {cfg.task}", unit="step")
         metrics_path = self.run_dir / "metrics.jsonl" if self.world.main else os.devnull  # rank 0 writes the log

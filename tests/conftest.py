@@ -37,3 +37,22 @@ def mano(tmp_path_factory):
     """A tiny Mano dataset (L = 2, mod 5, 200 training records) for the CLI tests of a module."""
     spec = TASKS["mano"]
     return write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, tmp_path_factory.mktemp("d") / "mano")
+
+
+# A small dataset of every task (the tokenizer tests encode each vocabulary word as well as the
+# generated text).
+TASK_PARAMS = {
+    "bios": dict(n_people=40),
+    "mano": dict(L=4, n_train=300, n_test=20, n_test_per_length=5),
+    "multihop": dict(layers=4, per_layer=12, relations=4, hops=2, n_test=20),
+    "reach": dict(nodes=24, max_diameter=4, n_train=60, n_test=16, edge_repeats=2),
+}
+
+
+@pytest.fixture(scope="session")
+def task_datasets(tmp_path_factory):
+    """{task: dataset folder} for each registered task, written once per test session."""
+    root = tmp_path_factory.mktemp("tasks")
+    assert sorted(TASK_PARAMS) == sorted(TASKS)  # a new task joins this fixture
+    return {name: write_dataset(TASKS[name], TASKS[name].params_cls(**params), 0, root / name)
+            for name, params in TASK_PARAMS.items()}

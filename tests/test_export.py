@@ -4,8 +4,6 @@ Qwen2 cannot express are refused with one line."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -14,7 +12,10 @@ transformers = pytest.importorskip("transformers")
 from typer.testing import CliRunner  # noqa: E402
 
 from synthlab.cli import app  # noqa: E402
+from synthlab.data import Dataset  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
+from synthlab.files import new_file_mode  # noqa: E402
+from synthlab.hf.checkpoint import load_tokenizer  # noqa: E402
 from synthlab.hf.export import export_model, qwen2_refusal  # noqa: E402
 from synthlab.models import ModelConfig, build_model  # noqa: E402
 from synthlab.options import TrainConfig  # noqa: E402
@@ -63,22 +64,50 @@ def test_exported_logits_equal_synthlabs(shape, bios, tmp_path):
     torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=2e-5)
 
 
-def test_tokenizer_round_trips_the_datasets_text(bios, tmp_path, capfd):
-    tokenizer = WordTokenizer.from_file(bios)
-    export_model(_random_model(len(tokenizer)), tokenizer, tmp_path / "qwen2")
+def _lab_sequences(folder):
+    """(text, the lab's ids) of every training and test sequence of a dataset, as the lab builds
+    them: documents wrapped in <bos> ... <eos>, QA prompts (which start with <bos>) with their answer."""
+    ds = Dataset(folder)
+    for split in ("train", "test"):
+        for record in ds.records(split):
+            if "text" in record:
+                yield f"<bos> {record['text']} <eos>", ds.encode_text(record["text"])
+            else:
+                prompt = record.get("prompt") or record["question"]
+                yield f"{prompt} {record['answer']}", ds.encode_prompt(prompt) + ds.encode(str(record["answer"]))
+
+
+@pytest.mark.parametrize("task", ["bios", "mano", "multihop", "reach"])
+def test_auto_classes_give_the_labs_ids_text_and_logits(task, task_datasets, tmp_path, capfd):
+    folder = task_datasets[task]
+    tokenizer = WordTokenizer.from_file(folder)
+    model = _random_model(len(tokenizer), max_seq_len=512)
+    export_model(model, tokenizer, tmp_path / "qwen2")
     assert "Writing model shards" not in capfd.readouterr().err  # no progress bar in a sweep's log
-    # AutoTokenizer is no use here: transformers 5 always rebuilds model_type qwen2's byte-level BPE
-    # (qwen2 is in its MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS); the saved tokenizer.json is read as is.
-    hf_tok = transformers.PreTrainedTokenizerFast.from_pretrained(tmp_path / "qwen2")
-    texts = [json.loads(line)["text"] for line in (bios / "train.jsonl").read_text().splitlines()]
-    assert len(texts) == 40
-    for text in texts:
-        ids = hf_tok(text, add_special_tokens=False)["input_ids"]
-        assert ids == tokenizer.encode(text)
-        assert hf_tok.decode(ids) == text
-    assert (hf_tok.pad_token_id, hf_tok.bos_token_id, hf_tok.eos_token_id) == (
-        tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
-    assert hf_tok("<bos> He <ans>")["input_ids"] == tokenizer.encode("<bos> He <ans>")
+    auto = transformers.AutoTokenizer.from_pretrained(tmp_path / "qwen2")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "qwen2", dtype=torch.float32).eval()
+    assert len(auto) == len(tokenizer) == hf.config.vocab_size  # no token of its own added
+    specials = {"<pad>": auto.pad_token_id, "<bos>": auto.bos_token_id, "<eos>": auto.eos_token_id}
+    assert specials == {tok: tokenizer.id(tok) for tok in specials}
+    whole = "<bos> " + " ".join(t for t in tokenizer.tokens if t != "<bos>")  # every token, specials included
+    assert auto(whole)["input_ids"] == [1, 0, *range(2, len(tokenizer))] and auto.decode(auto(whole)["input_ids"]) == whole
+    sequences = list(_lab_sequences(folder))
+    assert len(sequences) > 30
+    for text, ids in sequences:
+        assert auto(text)["input_ids"] == ids, text
+        assert auto.decode(ids) == text
+    longest = max(sequences, key=lambda s: len(s[1]))[1][:512]
+    batch = torch.tensor([longest])
+    with torch.no_grad():
+        ours = model(batch).logits
+        theirs = hf(torch.tensor([auto(tokenizer.decode(longest))["input_ids"]])).logits
+    assert ours.abs().max() > 1.0  # logits far from 0: the comparison below is not vacuous
+    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=2e-5)
+    # OUROBOROS reads an exported base's documents with the lab's tokenizer: a bare first word counts
+    lab = load_tokenizer(tmp_path / "qwen2")
+    text = sequences[0][0].removeprefix("<bos> ")
+    assert lab(text, add_special_tokens=False)["input_ids"] == tokenizer.encode(text)
+    assert (lab.pad_token_id, lab.bos_token_id, lab.eos_token_id) == (0, 1, 2)
 
 
 @pytest.mark.parametrize("overrides, culprit", [
@@ -121,6 +150,20 @@ def test_cli_exports_a_trained_run_and_refuses_a_looped_one(bios, tmp_path):
     ids = torch.randint(0, hf.config.vocab_size, (2, 30), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(hf(ids).logits, load_model(run)(ids).logits, rtol=1e-5, atol=2e-5)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "q").iterdir()}
+    assert set(modes.values()) == {new_file_mode()}, modes  # model.safetensors too (safetensors writes 0600)
+    card = (tmp_path / "q" / "README.md").read_text()
+    for part in ("# synthlab bios model", '"d_model": 32', '"steps": 2', '"n_people": 40', "## Evaluation",
+                 "Not evaluated", "Final logged training record"):
+        assert part in card, part
+    assert WordTokenizer.from_file(tmp_path / "q" / "synthlab_vocab.json").tokens == WordTokenizer.from_file(bios).tokens
+    from synthlab.evaluate import evaluate_run
+
+    scored = evaluate_run(run, device="cpu", train_sample=10)
+    result = CliRunner().invoke(app, ["export", str(run), "--format", "qwen2", "--out", str(tmp_path / "q")])
+    assert result.exit_code == 0, result.output  # its own earlier export: replaced
+    card = (tmp_path / "q" / "README.md").read_text()
+    assert f"| eval/steps1.json | {scored['n_examples']} | {scored['accuracy']:.4f} |" in card and "Not evaluated" not in card
 
     looped = _trained_run(bios, tmp_path / "looped", loops=2)
     result = CliRunner().invoke(app, ["export", str(looped), "--out", str(tmp_path / "q2")])

@@ -104,8 +104,6 @@ def test_default_split_matches_reference_and_scales():
     assert (tiny.prelude, tiny.recurrent, tiny.coda, tiny.removed) == ((0,), 2, (3,), (1,))
     with pytest.raises(SynthlabError, match="recurrent_layer"):
         resolve_split(36, OuroborosConfig(recurrent_layer=30))
-    with pytest.raises(SynthlabError, match="no removed layer"):
-        resolve_split(3, OuroborosConfig())
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
@@ -253,9 +251,17 @@ def test_cli_build_train_eval(checkpoint, tmp_path):
                                  "--depths", "1,2", "--max-steps", "4"])
     assert result.exit_code == 0, result.output
     assert (run / "controller" / "trainable.safetensors").is_file() and (run / "nogate" / "train_log.csv").is_file()
+    assert "\r" not in result.output and "train controller: step 2/2 (100%)" in result.output  # plain lines off a tty
     result = runner.invoke(app, ["ouroboros", "eval", str(run), "--depths", "1,2,4", "--corpus",
                                  str(tmp_path / "other.txt")])
     assert result.exit_code == 0, result.output
+    assert "\r" not in result.output and "eval: evaluation 16/16 (100%)" in result.output
+    for variant in ("controller", "nogate", "truncated", "base"):
+        assert f"  {variant}: " in result.output  # each row explained
+    table = __import__("pandas").read_csv(run / "results.csv")
+    for corpus, rows in table[table["depth"] == 1].groupby("corpus"):
+        loss = rows.set_index("variant")["loss"]
+        assert (f"{corpus}: base is" in result.output) == (loss["base"] > loss["truncated"])
     table = __import__("pandas").read_csv(run / "results.csv")
     assert set(table["variant"]) == {"controller", "nogate", "truncated", "base"}
     assert set(table["corpus"]) == {"heldout", "other"} and set(table["depth"]) == {1, 2, 4}

@@ -202,7 +202,7 @@ def test_state_dict_round_trip(option, topology, tmp_path):
     torch.save(model.state_dict(), tmp_path / "model.pt")
     other = make_grid(option, topology, seed=1)
     assert not torch.allclose(other(idx).step_logits, model(idx).step_logits)
-    other.load_state_dict(torch.load(tmp_path / "model.pt"))
+    other.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))
     assert torch.equal(other(idx).step_logits, model(idx).step_logits)
     keys = set(model.state_dict())
     assert ("lm_head.weight" in keys) == (not model.config.tie_head)

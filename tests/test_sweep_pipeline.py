@@ -164,8 +164,8 @@ def test_gate_stage_trains_the_exit_gate_alone_and_evaluates_that_model(tmp_path
     assert len(run_dirs) == 1  # both exit rules evaluate one stage I model and one stage II gate
     (run_dir,) = run_dirs
     (gate_dir,) = run_dir.glob("gate-*")
-    stage1 = torch.load(run_dir / "model" / "checkpoint.pt", weights_only=False)["model"]
-    stage2 = torch.load(gate_dir / "checkpoint.pt", weights_only=False)["model"]
+    stage1 = torch.load(run_dir / "model" / "checkpoint.pt", weights_only=True)["model"]
+    stage2 = torch.load(gate_dir / "checkpoint.pt", weights_only=True)["model"]
     changed = {k for k in stage1 if not torch.equal(stage1[k], stage2[k])}
     assert changed and all(k.startswith("exit_gate.") for k in changed)  # the LM is frozen
 

@@ -156,7 +156,7 @@ def test_exposures_set_the_length_and_config_round_trips(tmp_path, datasets):
     assert derived["pack"] is True
     assert derived["total_steps"] == math.ceil(2.0 * derived["rows_per_epoch"] / 4)
     assert configlib.to_dict(configlib.from_dict(type(run), saved)) == configlib.to_dict(run)
-    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["batcher"]["epoch"] >= 1
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["batcher"]["epoch"] >= 1
 
 
 @pytest.mark.parametrize("loss", ["mean", "ouro"])
@@ -165,7 +165,7 @@ def test_per_step_objectives_train_every_step(tmp_path, datasets, loss):
     train(tmp_path / "run", run, progress=False)
     lines = losses_of(tmp_path / "run")
     assert all(len(per_step) == 3 and all(math.isfinite(v) for v in per_step) for per_step in lines)
-    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["model"]
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["model"]
     fresh = build_model(run.model, seed=0).state_dict()
     gate_moved = not torch.equal(state["exit_gate.weight"], fresh["exit_gate.weight"])
     assert gate_moved == (loss == "ouro")  # only stage I sends gradients to the exit gate
@@ -182,7 +182,7 @@ def test_ouro_stage2_trains_the_gate_alone_from_a_stage1_run(tmp_path, datasets)
     stage2 = run_config(data, "mano", {"loops": 3, "exit_gate": True}, steps=4, loss="ouro_stage2",
                         init_from=str(tmp_path / "stage1"))
     train(tmp_path / "stage2", stage2, progress=False)
-    before = torch.load(tmp_path / "stage1" / "checkpoint.pt", weights_only=False)["model"]
-    after = torch.load(tmp_path / "stage2" / "checkpoint.pt", weights_only=False)["model"]
+    before = torch.load(tmp_path / "stage1" / "checkpoint.pt", weights_only=True)["model"]
+    after = torch.load(tmp_path / "stage2" / "checkpoint.pt", weights_only=True)["model"]
     for name, tensor in after.items():
         assert torch.equal(tensor, before[name]) != name.startswith("exit_gate."), name

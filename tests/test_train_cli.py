@@ -95,7 +95,7 @@ def test_ctrl_c_on_the_real_command_writes_a_checkpoint_and_exits_130(tmp_path, 
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "--resume" in err
-    step = torch.load(run_dir / "checkpoint.pt", weights_only=False)["step"]
+    step = torch.load(run_dir / "checkpoint.pt", weights_only=True)["step"]
     assert 0 < step < 100000
     assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["step"] == step
 

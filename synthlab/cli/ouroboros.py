@@ -48,20 +48,25 @@ def build(
     base_config: Path | None = typer.Option(
         None, "--base-config", help="A Qwen2 config.json instead of --base: shapes only, on the meta device."),
     variant: str = typer.Option("controller", help=f"System variant: {_VARIANT_HELP}."),
-    prelude_layers: int | None = typer.Option(None, help="Prelude layers (default: round(8 L / 36))."),
-    recurrent_layer: int | None = typer.Option(None, help="Index of the recurrent layer (default: L // 2)."),
-    coda_layers: int | None = typer.Option(None, help="Coda layers (default: round(8 L / 36))."),
+    prelude_layers: int | None = typer.Option(
+        None, help="Prelude layers (default: round(8 L / 36), at least 1, fewer where the base is too shallow)."),
+    recurrent_layer: int | None = typer.Option(
+        None, help="Index of the recurrent layer (default: L // 2, or the middle of what lies between prelude and coda)."),
+    coda_layers: int | None = typer.Option(
+        None, help="Coda layers (default: round(8 L / 36), at least 1, fewer where the base is too shallow)."),
     rank: int = typer.Option(32, help="LoRA rank r of the fixed SVD bases."),
     alpha: float = typer.Option(16.0, help="LoRA alpha; the update is scaled by alpha / r."),
     controller_hidden: int = typer.Option(320, help="Width of the controller MLP."),
     max_steps: int = typer.Option(16, help="Largest recurrent depth (per-step norms and step embeddings)."),
     device: str | None = typer.Option(None, help="Device for --base (default: cuda if available, else cpu)."),
 ) -> None:
-    """Build the system (SVD bases included) and write DIR/summary.json: trainable_params, split, rank, alpha."""
+    """Build the system (SVD bases included) and write DIR/summary.json: trainable_params, split, rank, alpha.
+    The split is checked against the base's depth (config.json) before the base is read or anything written."""
     import torch
 
-    from synthlab.hf.checkpoint import load_base, meta_base, resolve_dtype
-    from synthlab.hf.system import OuroborosLM, summary
+    from synthlab.files import atomic_write_text
+    from synthlab.hf.checkpoint import base_layers, load_base, meta_base, resolve_dtype
+    from synthlab.hf.system import OuroborosLM, describe_split, resolve_split, summary
     from synthlab.runs import resolve_device
 
     if (base is None) == (base_config is None):
@@ -69,6 +74,7 @@ def build(
     check_writable(out)
     config = _ouroboros_config(variant, prelude_layers, recurrent_layer, coda_layers, rank, alpha,
                                controller_hidden, max_steps)
+    resolve_split(base_layers(base or base_config), config)
     if base is not None:
         dev = resolve_device(device or "auto")
         model = load_base(base, device=dev, dtype=resolve_dtype(None, dev))
@@ -77,11 +83,9 @@ def build(
     system = OuroborosLM(model, config, torch.Generator().manual_seed(0))
     info = summary(system) | {"base": str(base or base_config), "meta": base is None}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(info, indent=2) + "\n")
-    split = system.split
+    atomic_write_text(out / "summary.json", json.dumps(info, indent=2) + "\n")
     typer.echo(f"{config.variant}: {info['trainable_params']:,} trainable parameters "
-               f"({info['trainable_params'] / 1e6:.2f}M); prelude {split.prelude[0]}-{split.prelude[-1]}, "
-               f"recurrent {split.recurrent}, coda {split.coda[0]}-{split.coda[-1]} -> {out / 'summary.json'}")
+               f"({info['trainable_params'] / 1e6:.2f}M); {describe_split(system.split)} -> {out / 'summary.json'}")
 
 
 @app.command()
@@ -123,7 +127,9 @@ def train(
     """Train the looped variants on a local corpus (resumes when rerun); checkpoints hold the trainable parameters only."""
     from synthlab import config as cfgio
     from synthlab.distributed import reporting
+    from synthlab.hf.checkpoint import base_layers
     from synthlab.hf.runs import train_run
+    from synthlab.hf.system import resolve_split
     from synthlab.hf.train import OuroborosTrainConfig
 
     check_writable(out)
@@ -136,6 +142,7 @@ def train(
     })
     ouroboros = _ouroboros_config("controller", prelude_layers, recurrent_layer, coda_layers, rank, alpha,
                                   controller_hidden, max_steps)
+    resolve_split(base_layers(base), ouroboros)  # a bad split is an error before the base is read
     names = [v.strip() for v in variants.split(",") if v.strip()]
     run = train_run(str(base), str(corpus), out, names, ouroboros, train_config, device=device, dtype=dtype,
                     attn=attn, text_field=text_field, fsdp=fsdp)
@@ -163,6 +170,7 @@ def evaluate(
     Under torchrun each process evaluates its share of the sequences (the same numbers as one process)."""
     from synthlab.distributed import reporting
     from synthlab.hf.runs import eval_run
+    from synthlab.hf.system import VARIANT_ROWS
 
     table = eval_run(run_dir, _int_list(depths, "depths"), str(corpus) if corpus else None, batch_size=batch_size,
                      max_sequences=max_sequences, device=device, dtype=dtype, fsdp=fsdp)
@@ -170,4 +178,14 @@ def evaluate(
         return
     wide = table.pivot_table(index=["corpus", "variant"], columns="depth", values="loss", observed=True)
     typer.echo(wide.round(4).to_string())
+    typer.echo("loss: mean next-token cross-entropy (nats) over the corpus's sequences, lower is better; columns: "
+               "recurrent depth")
+    for variant in table["variant"].cat.categories:
+        typer.echo(f"  {variant}: {VARIANT_ROWS[variant]}")
+    for name, rows in table[table["depth"] == table["depth"].min()].groupby("corpus", observed=True):
+        loss = rows.set_index("variant")["loss"]
+        if loss["base"] > loss["truncated"]:
+            typer.echo(f"  {name}: base is {loss['base'] - loss['truncated']:.2f} nats above truncated: on this corpus "
+                       f"the full checkpoint predicts worse than its own cut-down copy (the layers cut out hurt "
+                       f"here); the looped variants start from truncated")
     typer.echo(f"-> {run_dir / 'results.csv'}, {run_dir / 'c11_loss_vs_depth.png'}")

@@ -13,6 +13,9 @@ import typer
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 
+VERIFY_HELP = ("Hash the dataset's files against meta.json before use (once per change of size or mtime); "
+               "--no-verify uses them as they are.")
+
 
 def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_flags: dict[str, Any]):
     """CLI flags > run.toml sections > defaults; the vocabulary size comes from the data folder.
@@ -53,10 +56,11 @@ def _train(**kwargs) -> None:
     from synthlab import config as configlib
     from synthlab.models import ModelConfig
     from synthlab.options import TrainConfig
+    from synthlab.data import unverified_data
     from synthlab.train import train as run_training
 
     out, config, resume = kwargs.pop("out"), kwargs.pop("config"), kwargs.pop("resume")
-    threads, progress = kwargs.pop("threads"), kwargs.pop("progress")
+    threads, progress, verify = kwargs.pop("threads"), kwargs.pop("progress"), kwargs.pop("verify")
     _set_threads(threads)
     model_flags, train_flags = flags.given(kwargs, ModelConfig), flags.given(kwargs, TrainConfig)
     if resume is not None:
@@ -64,14 +68,16 @@ def _train(**kwargs) -> None:
         given = [*model_flags, *train_flags] + [k for k, v in {"out": out, "config": config}.items() if v is not None]
         if given:
             raise SynthlabError(f"--resume continues a run as configured; drop --{given[0].replace('_', '-')}")
-        result = run_training(resume, None, progress=progress, data=moved)
+        with unverified_data(not verify):
+            result = run_training(resume, None, progress=progress, data=moved)
         run_dir = resume
     else:
         if out is None:
             raise SynthlabError("--out RUN_DIR is required (or --resume RUN_DIR)")
         file = configlib.load_dict(config) if config else {}
-        run = resolve_run_config(file, model_flags, train_flags)
-        result = run_training(out, run, progress=progress)
+        with unverified_data(not verify):
+            run = resolve_run_config(file, model_flags, train_flags)
+            result = run_training(out, run, progress=progress)
         run_dir = out
     if result.interrupted:
         if result.main:
@@ -96,6 +102,7 @@ def _train_command():
         *flags.dataclass_options(ModelConfig, unset=True, exclude=("vocab_size",)),
         flags.option("threads", Optional[int], None, "--threads", "torch CPU threads (default: torch's choice)."),
         flags.option("progress", bool, True, "--progress/--no-progress", "Show the progress bar."),
+        flags.option("verify", bool, True, "--verify/--no-verify", VERIFY_HELP),
     ]
     return flags.with_signature(_train, params, "train",
                                 "Train a model of the looped family on a generated dataset, into a self-describing run directory.")
@@ -123,14 +130,18 @@ def evaluate(
     batch_size: int = typer.Option(128, help="Examples per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Exact-match accuracy (QA accuracy and loss per attribute for bios) at every recurrent step -> RUN_DIR/eval/*.json."""
+    from synthlab.data import unverified_data
     from synthlab.evaluate import evaluate_run
 
     if steps is not None and steps < 1:
         raise SynthlabError(f"--steps must be >= 1, got {steps}")
     _set_threads(threads)
-    result = evaluate_run(run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size, device=device)
+    with unverified_data(not verify):
+        result = evaluate_run(run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size,
+                              device=device)
     per_step = " ".join(f"{a:.3f}" for a in result["accuracy_per_step"])
     typer.echo(f"{result['task']}: accuracy {result['accuracy']:.4f} on {result['n_examples']} test items; per step: {per_step}")
     held, trained = result["groups"]["heldout"], result["groups"].get("train", {})
@@ -156,14 +167,17 @@ def capacity(
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     checkpoint: Optional[int] = typer.Option(None, help="Read the kept checkpoint of this optimizer step instead of "
                                                         "the final weights (a point of the learning curve)."),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Bits of knowledge stored (Physics of LMs 3.3, Def. 4.3) and bits per parameter -> RUN_DIR/capacity.json."""
     if steps is not None and steps < 1:
         raise SynthlabError(f"--steps must be >= 1, got {steps}")
     from synthlab.capacity import estimate_capacity
+    from synthlab.data import unverified_data
 
-    report = estimate_capacity(run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps,
-                                 checkpoint=checkpoint)
+    with unverified_data(not verify):
+        report = estimate_capacity(run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps,
+                                   checkpoint=checkpoint)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return

@@ -1,13 +1,14 @@
 """OUROBOROS on a local Qwen2-family checkpoint (claim C11): the looped system and its baselines.
 
 Public API:
-    OuroborosConfig, OuroborosLM, resolve_split, lm_loss, trainable_breakdown, summary
+    OuroborosConfig, OuroborosLM, resolve_split, describe_split, lm_loss, trainable_breakdown, summary
     TARGETS, lora_bases, mean_residual, ModulatedLinear     (synthlab.hf.lora)
-    load_base, meta_base, load_tokenizer                    (synthlab.hf.checkpoint)
+    load_base, meta_base, base_layers, load_tokenizer       (synthlab.hf.checkpoint)
     read_texts, pack, split_heldout                         (synthlab.hf.data)
     OuroborosTrainConfig, train, evaluate                   (synthlab.hf.train)
     build_variant, train_run, eval_run                      (synthlab.hf.runs: run folders)
-    export_run, export_model, qwen2_refusal                 (synthlab.hf.export: synthlab -> Qwen2)
+    export_run, export_model, qwen2_refusal, hf_tokenizer   (synthlab.hf.export: synthlab -> Qwen2)
+    model_card                                              (synthlab.hf.card: an export's README.md)
 Importing this package imports torch (not transformers, which is loaded by the loaders).
 """
 

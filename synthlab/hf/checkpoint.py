@@ -13,6 +13,7 @@ from synthlab.errors import SynthlabError
 # Implementations that honour the explicit 4-D additive causal mask the system passes to every layer.
 ATTENTION = ("sdpa", "eager")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+WORD_VOCAB = "synthlab_vocab.json"  # the lab's word vocabulary, in an exported folder (synthlab.hf.export)
 
 
 def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
@@ -22,6 +23,24 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     if dtype not in DTYPES:
         raise SynthlabError(f"dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
     return DTYPES[dtype]
+
+
+def base_layers(path: str | Path) -> int:
+    """The number of decoder layers of a base (a checkpoint folder or its config.json), read from
+    the config alone, so that a split can be checked before the weights are."""
+    import json
+
+    path = Path(path)
+    config_path = path / "config.json" if path.is_dir() else path
+    try:
+        layers = json.loads(config_path.read_text(encoding="utf-8"))["num_hidden_layers"]
+    except FileNotFoundError:
+        raise SynthlabError(f"base: no config.json at '{config_path}'") from None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SynthlabError(f"base: cannot read num_hidden_layers from {config_path}: {err}") from None
+    if not isinstance(layers, int) or isinstance(layers, bool):
+        raise SynthlabError(f"base: num_hidden_layers in {config_path} is not an integer: {layers!r}")
+    return layers
 
 
 def load_base(path: str | Path, *, device: torch.device, dtype: torch.dtype, attn: str = "sdpa") -> nn.Module:
@@ -76,14 +95,21 @@ def meta_base(config_path: str | Path) -> nn.Module:
 def load_tokenizer(path: str | Path):
     """The checkpoint's own tokenizer.
 
-    tokenizer.json, when present, is loaded as exactly that file (PreTrainedTokenizerFast):
-    transformers 5's AutoTokenizer picks the tokenizer class from config.json's model_type and
-    may rebuild it from vocab/merges, which silently mis-tokenises a folder whose tokenizer.json
-    is not the stock Qwen one (our tiny test models).
+    A folder written by `synthlab export` carries the lab's word vocabulary (WORD_VOCAB): its
+    documents are read with the lab's own tokenizer, as the base was trained (a document's first
+    word needs no leading space there, unlike in the byte-level form AutoTokenizer loads).
+    Otherwise tokenizer.json, when present, is loaded as exactly that file
+    (PreTrainedTokenizerFast): transformers 5's AutoTokenizer picks the tokenizer class from
+    config.json's model_type and may rebuild it from vocab/merges, which silently mis-tokenises a
+    folder whose tokenizer.json is not the stock Qwen one.
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    from synthlab.tokenizer import WordTokenizer
+
     path = Path(path)
+    if (path / WORD_VOCAB).is_file():
+        return WordTokenizer.from_file(path / WORD_VOCAB).transformers_tokenizer()
     if (path / "tokenizer.json").is_file():
         return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
     try:

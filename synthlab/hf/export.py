@@ -14,25 +14,37 @@ none and state init input is the same stack):
     attn.qkv (rows q | k | v) -> q_proj, k_proj, v_proj (+ biases)
     attn.o -> o_proj                        mlp.up (rows gate | up) -> gate_proj, up_proj
     mlp.down -> down_proj                   embed, final_norm, lm_head -> embed_tokens, norm, lm_head
-The tokenizer is the dataset's word vocabulary (vocab.json, same ids) as a `tokenizers` WordLevel
-model over whitespace-split words, decoded by joining with single spaces.
+The tokenizer is the lab's own (synthlab.tokenizer: the dataset's vocab.json, same ids) written in
+the one form `AutoTokenizer` keeps for a qwen2 folder. transformers rebuilds any qwen2 tokenizer as
+its Qwen2Tokenizer (byte-level BPE: Qwen's digit-splitting regex, a byte-level decoder that joins
+tokens with nothing between them), keeping only the vocabulary and the added tokens. So every
+vocabulary word is an added token (matched whole, before that regex) whose text carries the space
+in front of it, `<bos>` alone excepted: `<bos> <len_2> * 3` is `<bos>`, ` <len_2>`, ` *`, ` 3`, and
+decoding joins them back into the same text. Every lab sequence starts with `<bos>`; a text that
+does not must start with a space (` Ana was born`): a bare first word matches no added token and,
+having no bytes in the vocabulary, is dropped. synthlab itself reads an exported folder's documents
+with the lab's tokenizer (WORD_VOCAB, synthlab.hf.checkpoint.load_tokenizer), where it is not.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import torch
 
 from synthlab.errors import SynthlabError
-from synthlab.hf.checkpoint import without_progress_bars
+from synthlab.files import as_new_file, check_out, make_temp_sibling, replace_dir
+from synthlab.hf.card import model_card
+from synthlab.hf.checkpoint import WORD_VOCAB, without_progress_bars
 from synthlab.models import ModelConfig
 from synthlab.runs import load_run, open_run, trained_data
 from synthlab.tokenizer import WordTokenizer
 
 FORMATS = ("qwen2",)
 RMS_EPS = 1e-5  # synthlab.models.layers.make_norm's
+MARKER = "synthlab_export.json"  # the files an export wrote: a rerun may replace exactly those
 
 
 def qwen2_refusal(c: ModelConfig) -> str | None:
@@ -92,23 +104,51 @@ def qwen2_state(model) -> dict[str, torch.Tensor]:
 
 
 def hf_tokenizer(tokenizer: WordTokenizer):
-    """The word vocabulary as a PreTrainedTokenizerFast (WordLevel over whitespace-split words)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    """The lab's vocabulary as the PreTrainedTokenizerFast that `AutoTokenizer` loads back unchanged
+    (module docstring): same ids, decoding gives the text back."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import BPE
     from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-    vocab = {tok: i for i, tok in enumerate(tokenizer.tokens)}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))  # no <unk> in the vocabulary: unknown words fail
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    special = {name: tok for name, tok in (("pad_token", "<pad>"), ("bos_token", "<bos>"), ("eos_token", "<eos>"))
-               if tok in vocab}
-    extra = [t for t in tokenizer.special_tokens if t not in special.values()]
-    return PreTrainedTokenizerFast(tokenizer_object=core, clean_up_tokenization_spaces=False,
-                                   extra_special_tokens=extra, **special)
+    texts = [tok if tok == "<bos>" else f" {tok}" for tok in tokenizer.tokens]
+    core = Tokenizer(BPE(vocab={text: i for i, text in enumerate(texts)}, merges=[], unk_token=None,
+                         fuse_unk=False, byte_fallback=False, continuing_subword_prefix="", end_of_word_suffix=""))
+    # Qwen2Tokenizer's own pipeline, so that a PreTrainedTokenizerFast reading tokenizer.json and
+    # AutoTokenizer's rebuild agree; the vocabulary is matched by the added tokens before it runs.
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    core.decoder = decoders.ByteLevel()
+    special = set(tokenizer.special_tokens)
+    core.add_tokens([AddedToken(text, normalized=False, special=tok in special)
+                     for tok, text in zip(tokenizer.tokens, texts)])
+    named = {name: texts[tokenizer.tokens.index(tok)] for name, tok in
+             (("pad_token", "<pad>"), ("bos_token", "<bos>"), ("eos_token", "<eos>")) if tok in tokenizer.tokens}
+    extra = [texts[i] for i, tok in enumerate(tokenizer.tokens) if tok in special and texts[i] not in named.values()]
+    # unk_token None: Qwen2Tokenizer would otherwise append its own <|endoftext|> as a new id
+    return PreTrainedTokenizerFast(tokenizer_object=core, clean_up_tokenization_spaces=False, unk_token=None,
+                                   extra_special_tokens=extra, **named)
 
 
-def export_model(model, tokenizer: WordTokenizer, out: str | Path) -> Path:
+def finish_folder(tokenizer: WordTokenizer, folder: Path, card: str | None) -> None:
+    """Beside the saved model: the tokenizer files AutoTokenizer reads, the lab's vocabulary
+    (WORD_VOCAB), the model card; every file readable like any new file (safetensors writes 0600)."""
+    hf_tokenizer(tokenizer).save_pretrained(folder)
+    (folder / WORD_VOCAB).write_text(tokenizer.to_json(), encoding="utf-8")
+    if card is not None:
+        (folder / "README.md").write_text(card, encoding="utf-8")
+    for path in folder.iterdir():
+        as_new_file(path)
+
+
+def export_model(model, tokenizer: WordTokenizer, out: str | Path, overwrite: bool = False,
+                 card: str | None = None) -> Path:
     """Write a synthlab `model` and its vocabulary to `out` as a Qwen2 checkpoint folder (written
-    beside `out` and renamed into place at the end); refuses a model Qwen2 cannot express."""
+    beside `out` and swapped into place at the end), with `card` as its README.md; refuses a model
+    Qwen2 cannot express, and an `out` holding anything but an earlier export unless `overwrite`
+    (`check_out`)."""
     from transformers import Qwen2ForCausalLM
 
     why = qwen2_refusal(model.config)
@@ -120,25 +160,43 @@ def export_model(model, tokenizer: WordTokenizer, out: str | Path) -> Path:
     if unexpected or set(missing) - {"lm_head.weight"} or (missing and not model.config.tie_head):
         raise SynthlabError(f"export: weights do not map onto Qwen2 (missing {missing}, unexpected {unexpected})")
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    with without_progress_bars():
-        hf.eval().save_pretrained(tmp)
-    hf_tokenizer(tokenizer).save_pretrained(tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    check_out(out, overwrite, own=is_export)
+    tmp = make_temp_sibling(out)
+    try:
+        with without_progress_bars():
+            hf.eval().save_pretrained(tmp)
+        finish_folder(tokenizer, tmp, card)
+        files = sorted(p.name for p in tmp.iterdir())  # what a later export may replace without --overwrite
+        (tmp / MARKER).write_text(json.dumps({"format": "qwen2", "files": files}, indent=1) + "\n")
+        replace_dir(tmp, out)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError):  # a full disk: one line, the earlier export untouched
+            raise SynthlabError(f"cannot write --out {out}: {err.strerror or err}") from None
+        raise
     return out
 
 
-def export_run(run_dir: str | Path, out: str | Path, fmt: str = "qwen2", data: str | Path | None = None) -> Path:
+def is_export(folder: Path) -> bool:
+    """Whether `folder` holds an earlier export and nothing else (its marker lists every file)."""
+    try:
+        listed = set(json.loads((folder / MARKER).read_text())["files"]) | {MARKER}
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return {p.name for p in folder.iterdir()} <= listed
+
+
+def export_run(run_dir: str | Path, out: str | Path, fmt: str = "qwen2", data: str | Path | None = None,
+               overwrite: bool = False) -> Path:
     """The trained model of `run_dir`, with its dataset's vocabulary (`data`: the dataset's new
     place if it moved), exported to `out` in format `fmt`."""
     if fmt not in FORMATS:
         raise SynthlabError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
+    check_out(Path(out), overwrite, own=is_export, source=Path(run_dir))
     run, derived = load_run(run_dir)
     why = qwen2_refusal(run.model)  # before reading any weights
     if why is not None:
         raise SynthlabError(why)
-    tokenizer = WordTokenizer.from_file(trained_data(run_dir, run, derived, data))
-    return export_model(open_run(run_dir)[0], tokenizer, out)
+    data_dir = trained_data(run_dir, run, derived, data)
+    card = model_card(run_dir, run, derived, data_dir)
+    return export_model(open_run(run_dir)[0], WordTokenizer.from_file(data_dir), out, overwrite, card)

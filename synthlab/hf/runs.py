@@ -26,7 +26,8 @@ from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_dtype
 from synthlab.hf.data import documents, pack, read_texts, split_heldout
 from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
 from synthlab.hf.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
-from synthlab.runs import resolve_device
+from synthlab.progress import Progress
+from synthlab.runs import load_state_file, resolve_device
 
 CHECKPOINT = "trainable.safetensors"
 STATE = "state.pt"
@@ -52,10 +53,23 @@ def save_trainable(model: OuroborosLM, path: Path) -> None:
     atomic_write(path, lambda tmp: save_file(state, str(tmp)))
 
 
+def read_state(path: Path) -> dict:
+    """A variant's saved training state (tensors and plain values only: nothing in it runs)."""
+    try:
+        return load_state_file(path)
+    except ValueError as why:
+        raise SynthlabError(f"damaged training state {path} ({why}); delete {path.parent} to train "
+                            f"{path.parent.name} again") from None
+
+
 def load_trainable(model: OuroborosLM, path: Path) -> None:
     from safetensors.torch import load_file
 
-    state = load_file(str(path))
+    try:
+        state = load_file(str(path))
+    except Exception as err:  # safetensors raises its own error types for a damaged file
+        raise SynthlabError(f"damaged weights {path} ({type(err).__name__}); train {path.parent.name} again "
+                            f"(delete {path.parent})") from None
     expected = set(model.trainable_state())
     if set(state) != expected:
         raise SynthlabError(f"{path}: parameters {sorted(set(state) ^ expected)} do not match this variant")
@@ -137,7 +151,7 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
             folder.mkdir(exist_ok=True)
         # on the CPU: under torchrun every process reads the file rank 0 wrote from its own device
         state = folder / STATE
-        resume = torch.load(state, map_location="cpu", weights_only=True) if state.is_file() else None
+        resume = read_state(state) if state.is_file() else None
 
         def checkpoint(state, m=model, f=folder):
             save_trainable(m, f / CHECKPOINT)
@@ -207,13 +221,12 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
 
 def _eval_rows(run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world,
                fsdp) -> list[dict]:
-    from tqdm import tqdm
-
     load = _base_loader(run["base"], dev, dtype, run["attn"], fsdp)
     base = None if fsdp else load()
     jobs = [(v, [1]) for v in ("truncated", "base")] + [(v, depths) for v in run["variants"]]
     rows = []
-    bar = tqdm(total=sum(len(d) for _, d in jobs) * len(corpora), desc="eval", disable=not (progress and world.main))
+    bar = Progress(sum(len(d) for _, d in jobs) * len(corpora), enabled=progress and world.main, desc="eval",
+                   unit="evaluation")
     for variant, variant_depths in jobs:
         model = build_variant(base if base is not None else load(), config, variant, train_config.seed)
         if variant in LOOPED_VARIANTS:

@@ -57,6 +57,16 @@ from synthlab.models.controller import causal_running_mean
 
 VARIANTS = ("controller", "static", "nogate", "truncated", "base")
 LOOPED_VARIANTS = ("controller", "static", "nogate")
+# What each row of `ouroboros eval` is (printed under its table).
+VARIANT_ROWS = {
+    "controller": "trained: the recurrent layer run `depth` times, rewritten per token by the controller, gated",
+    "static": "trained: the recurrent layer run `depth` times with learned per-step magnitudes, the same for "
+              "every input",
+    "nogate": "trained: the controller without the gate (each step's output replaces the state)",
+    "truncated": "baseline, nothing trained: prelude, the recurrent layer once, coda (the removed layers cut "
+                 "out): what the looped variants start from; one loss, listed at every depth",
+    "base": "baseline, nothing trained: the full checkpoint, every layer once; one loss, listed at every depth",
+}
 
 # Reference split of the 36-layer Qwen2.5-3B: prelude 0-7, recurrent 18, coda 28-35.
 _REFERENCE_LAYERS, _REFERENCE_PRELUDE, _REFERENCE_CODA = 36, 8, 8
@@ -87,32 +97,65 @@ class OuroborosConfig:
 
 
 def resolve_split(num_layers: int, config: OuroborosConfig) -> Split:
-    """The split for a `num_layers`-deep base.
+    """The split for a `num_layers`-deep base: prelude, recurrent layer, coda, and the removed layers
+    in between (at least one: the LoRA bases are built from them), so a base needs 2 layers or more.
 
     Default rule, proportional to the reference 8 / 1 / 8 of 36: prelude and coda each
     round(8 L / 36) layers (at least 1), recurrent layer L // 2. L = 36 gives 0-7 | 18 | 28-35,
-    L = 28 gives 0-5 | 14 | 22-27, L = 24 gives 0-4 | 12 | 19-23, L = 4 gives 0 | 2 | 3.
+    L = 28 gives 0-5 | 14 | 22-27, L = 24 gives 0-4 | 12 | 19-23, L = 4 gives 0 | 2 | 3. Where that
+    leaves no room (L < 4, or with a given prelude / coda), the defaulted sizes shrink, the larger
+    first, until the recurrent layer and one removed layer fit (L = 3: none | 1 | 2, L = 2:
+    none | 1 | none), and a defaulted recurrent layer moves to the middle of what lies between.
+    Given values are never changed: a split they make impossible is one error naming them.
     """
+    if num_layers < 2:
+        raise SynthlabError(f"OUROBOROS needs a base of at least 2 layers (a recurrent layer and one removed "
+                            f"layer for the LoRA bases); this base has {num_layers}")
+    given = {name: getattr(config, name) for name in ("prelude_layers", "coda_layers", "recurrent_layer")
+             if getattr(config, name) is not None}
+    for name, value in given.items():
+        if value < 0:
+            raise SynthlabError(f"{name} must be >= 0, got {value}")
     share = max(1, round(num_layers * _REFERENCE_PRELUDE / _REFERENCE_LAYERS))
-    n_prelude = share if config.prelude_layers is None else config.prelude_layers
-    n_coda = max(1, round(num_layers * _REFERENCE_CODA / _REFERENCE_LAYERS))
-    n_coda = n_coda if config.coda_layers is None else config.coda_layers
-    recurrent = num_layers // 2 if config.recurrent_layer is None else config.recurrent_layer
+    sizes = {name: given.get(name, share) for name in ("prelude_layers", "coda_layers")}
+    defaulted = [name for name in sizes if name not in given]
+    room = num_layers - 2  # besides the recurrent layer and one removed layer
+    while sizes["prelude_layers"] + sizes["coda_layers"] > room and any(sizes[n] > 0 for n in defaulted):
+        shrink = max((n for n in defaulted if sizes[n] > 0), key=lambda n: sizes[n])
+        sizes[shrink] -= 1
+    n_prelude, n_coda = sizes["prelude_layers"], sizes["coda_layers"]
     coda_start = num_layers - n_coda
-    if n_prelude < 0 or n_coda < 0:
-        raise SynthlabError("prelude_layers and coda_layers must be >= 0")
+
+    def culprits() -> str:
+        named = [f"{n} {v}" for n, v in given.items()]
+        return f" (given: {', '.join(named)})" if named else ""
+
+    if n_prelude + n_coda > room:
+        raise SynthlabError(
+            f"prelude_layers {n_prelude} + coda_layers {n_coda} leave no room in a {num_layers}-layer base for the "
+            f"recurrent layer and a removed layer{culprits()}: pass --prelude-layers / --coda-layers summing to at "
+            f"most {room}")
+    recurrent = config.recurrent_layer
+    if recurrent is None:
+        recurrent = num_layers // 2
+        if not n_prelude <= recurrent < coda_start:
+            recurrent = (n_prelude + coda_start) // 2
+    prelude_text = f"0-{n_prelude - 1}" if n_prelude else "none"
+    coda_text = f"{coda_start}-{num_layers - 1}" if n_coda else "none"
     if not n_prelude <= recurrent < coda_start:
         raise SynthlabError(
-            f"recurrent_layer {recurrent} must lie between the prelude (0-{n_prelude - 1}) and the "
-            f"coda ({coda_start}-{num_layers - 1}) of a {num_layers}-layer base"
-        )
+            f"recurrent_layer {recurrent} must lie between the prelude ({prelude_text}) and the coda ({coda_text}) "
+            f"of a {num_layers}-layer base{culprits()}: pass --recurrent-layer from {n_prelude} to {coda_start - 1}")
     removed = tuple(i for i in range(n_prelude, coda_start) if i != recurrent)
-    if not removed:
-        raise SynthlabError(
-            f"the split of a {num_layers}-layer base leaves no removed layer to build LoRA bases from; "
-            "use fewer prelude_layers / coda_layers"
-        )
     return Split(tuple(range(n_prelude)), recurrent, tuple(range(coda_start, num_layers)), removed)
+
+
+def describe_split(split: Split) -> str:
+    """`prelude 0-7, recurrent 18, coda 28-35` (an empty part: `none`)."""
+    def span(layers: tuple[int, ...]) -> str:
+        return f"{layers[0]}-{layers[-1]}" if layers else "none"
+
+    return f"prelude {span(split.prelude)}, recurrent {split.recurrent}, coda {span(split.coda)}"
 
 
 def causal_mask(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -18,6 +18,7 @@ from synthlab.errors import SynthlabError
 from synthlab.hf.data import PAD
 from synthlab.hf.system import OuroborosLM, lm_loss
 from synthlab.optim import adamw, lr_factor
+from synthlab.progress import Progress
 from synthlab.runs import float32_matmul
 
 
@@ -105,8 +106,6 @@ def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainCon
 
 
 def _train(model, sequences, config, device, on_checkpoint, resume, progress, world) -> list[dict]:
-    from tqdm import tqdm
-
     data_gen = torch.Generator().manual_seed(config.seed)
     depth_gen = torch.Generator().manual_seed(config.seed + 1)
     optimizer = make_optimizer(model, config)
@@ -118,9 +117,8 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
         depth_gen.set_state(resume["depth_gen"])
         order, cursor, log, start = resume["order"], resume["cursor"], list(resume["log"]), resume["step"]
     model.train()
-    bar = tqdm(range(start, config.steps), desc=f"train {model.config.variant}", disable=not progress,
-               initial=start, total=config.steps)
-    for step in bar:
+    bar = Progress(config.steps, initial=start, enabled=progress, desc=f"train {model.config.variant}", unit="step")
+    for step in range(start, config.steps):
         depth = config.depths[int(torch.randint(len(config.depths), (1,), generator=depth_gen))]
         lr = learning_rate(step, config)
         for group in optimizer.param_groups:
@@ -147,12 +145,14 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
         optimizer.zero_grad(set_to_none=True)
         total = float(distributed.sum_over(world, total)[0]) / world.size  # one sync per step, for the log
         log.append({"step": step, "depth": depth, "loss": total, "lr": lr, "grad_norm": float(norm)})
-        bar.set_postfix(loss=f"{total:.3f}", depth=depth)
+        bar.set_postfix(loss=f"{total:.3f}", depth=str(depth))
+        bar.update()
         last = step + 1 == config.steps
         if on_checkpoint is not None and world.main and (last or (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0)):
             on_checkpoint({"step": step + 1, "model": model.trainable_state(), "optimizer": optimizer.state_dict(),
                            "data_gen": data_gen.get_state(), "depth_gen": depth_gen.get_state(),
                            "order": order, "cursor": cursor, "log": log})
+    bar.close()
     model.eval()
     return log
 

@@ -7,6 +7,7 @@
     # sampled depth or a normal initial state; forward(all_steps=False) reads out the last step only.
     ex = model.forward_exit(idx, "q:0.8", mask=None)  # ex.logits, ex.exit_step (B,S), ex.steps_computed
     gen = model.generate(idx, 8, kv_strategy="last")  # gen.tokens (B,S+8), gen.cache_bytes
+    model.save_pretrained(folder); LoopedGPT.from_pretrained(folder)  # also a finished run's folder
     count_params(model, exclude_embedding=False, used_token_ids=None); flops_per_token(config, seq_len)
 
 Where each mechanism of MISSION.md ("The models") lives, reading top to bottom:
@@ -24,6 +25,8 @@ model.py       LoopedGPT, `build_model`. Token embedding tied to the head (`Loop
                pass -> `step_logits`. Sandwich / Huginn (`topology="sandwich"`, `n_prelude`,
                `n_coda`, `loops` core steps). Training-time depth sampling and truncated backprop
                (`step_sampling`, `backprop_last_k`, in `forward`).
+pretrained.py  (mixed into LoopedGPT) `save_pretrained(folder)` / `LoopedGPT.from_pretrained(folder)`:
+               config.json + model.safetensors, as the Hugging Face Hub lays a model out.
 inference.py   (mixed into LoopedGPT) exit at inference (`forward_exit`). Greedy generation with
                one KV cache per (step, layer) and the decode strategies full / first / last / mean
                (`generate`, cache bytes reported).

@@ -45,6 +45,7 @@ from synthlab.models.controller import (LoRABases, LowRankModulation, Recurrence
 from synthlab.models.exits import exit_distribution
 from synthlab.models.inference import KV_STRATEGIES, ExitOutput, GenerationOutput, InferenceMixin
 from synthlab.models.layers import Block, Rotary, attention_mask, make_norm
+from synthlab.models.pretrained import PretrainedMixin
 from synthlab.models.recurrence import Injection, initial_state, sample_steps
 
 __all__ = ["KV_STRATEGIES", "ExitOutput", "GenerationOutput", "LoopedGPT", "ModelOutput",
@@ -60,7 +61,7 @@ class ModelOutput:
     steps: int  # T, the number of recurrent steps run
 
 
-class LoopedGPT(InferenceMixin, nn.Module):
+class LoopedGPT(InferenceMixin, PretrainedMixin, nn.Module):
     def __init__(self, config: ModelConfig, generator: torch.Generator | None = None):
         super().__init__()
         self.config = c = config
