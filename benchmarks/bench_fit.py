@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_fit.py [--loop-starts 4500] [--resamples 1000] [--cold 10]
 
-Targets (issue 6): the 4,500-start grid fit in <= 10 s on 2 cores; 1,000 bootstrap refits in <= 60 s.
+Targets: the 4,500-start grid fit in <= 10 s on 2 cores; 1,000 bootstrap refits in <= 60 s.
 Measured in one run, interleaved (batched, loop, batched; the faster batched time is kept), so the
 ratio survives a noisy shared machine. Checks printed alongside:
 - the batched fit's optimum equals the loop's best (objective and parameters);
@@ -30,7 +30,7 @@ from scipy_baseline import scipy_loop  # noqa: E402 (benchmarks/, on sys.path wh
 
 from synthlab import scaling as sc  # noqa: E402
 
-DEFAULT_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "external" / "chinchilla_svg_extracted.csv"
+DEFAULT_CSV = Path(__file__).resolve().parents[1] / "results" / "reference" / "chinchilla_svg_extracted.csv"
 
 
 def load(path: Path) -> sc.Data:

@@ -1,6 +1,6 @@
 """Generation speed: the library against a straightforward pure-Python generator, same run.
 
-Targets (issue 2): mano L=24 with 1,000,000 training records in <= 30 s on 2 CPU cores; bios
+Targets: mano L=24 with 1,000,000 training records in <= 30 s on 2 CPU cores; bios
 N=100,000 in <= 30 s. Both are timed end to end (generate, write, hash) through
 `write_dataset`. The baselines below are what one would write first: a recursive tree per
 record, `random.Random`, `json.dumps` per line. They run on `--baseline-share` of the records

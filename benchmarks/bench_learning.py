@@ -9,8 +9,8 @@ What it measures
     (one step of synthlab's, one step of the reference's) so machine noise hits both alike.
 
     - synthlab: `synthlab.models.build_model(ModelConfig(...))`, trained with the lab's own step
-      (`build_optimizer`, `build_scheduler`, `model_forward`, `step_losses`, `to_device`, gradient
-      clipping as in `synthlab.train`). Defaults are `synthlab train`'s defaults; `--synthlab
+      (`build_optimizer`, `lr_schedule`, `model_forward`, `step_losses`, `to_device` and
+      `synthlab.engine.step`, as `synthlab.train`). Defaults are `synthlab train`'s defaults; `--synthlab
       k=v,...` overrides ModelConfig and TrainConfig fields.
     - reference: a ~60-line nanoGPT-style decoder defined in this file (token + learned absolute
       position embedding, pre-LayerNorm blocks with biases, causal SDPA attention (and the same
@@ -67,7 +67,9 @@ from synthlab.evaluate import GroupProbe, biography_recall, group_columns, group
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.layers import attention_mask
 from synthlab.options import TrainConfig
-from synthlab.train import build_optimizer, build_scheduler, model_forward, step_losses, to_device
+from synthlab import engine
+from synthlab.distributed import World
+from synthlab.train import build_optimizer, lr_schedule, model_forward, step_losses, to_device
 from synthlab_generators import TASKS, write_dataset
 from synthlab_generators.bios import ATTRIBUTES
 
@@ -161,25 +163,22 @@ class RefScored:
 
 
 # ----------------------------------------------------------------------------------------------
-# synthlab's step (as synthlab.train._Trainer.train_step, without the run directory)
+# synthlab's step (synthlab.engine.step with the lab's losses, as synthlab.train, without the run directory)
 # ----------------------------------------------------------------------------------------------
 class SynthlabTrainer:
     def __init__(self, model, cfg: TrainConfig, total: int):
-        self.model, self.cfg = model, cfg
+        self.cfg = cfg
         self.forward = model_forward(model)
         self.generator = torch.Generator().manual_seed(cfg.seed + 1)
-        self.optimizer = build_optimizer(model, cfg)
-        self.scheduler = build_scheduler(self.optimizer, cfg, total)
+        self.state = engine.TrainState(model, build_optimizer(model, cfg), lr_schedule(cfg, total))
 
     def step(self, inputs, targets, mask, doc_ids) -> float:
-        objective, _ = step_losses(self.forward, inputs, targets, mask, doc_ids, self.cfg, self.generator, False)
-        self.optimizer.zero_grad(set_to_none=True)
-        objective.backward()
-        if self.cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.optimizer.step()
-        self.scheduler.step()
-        return float(objective.detach())
+        def micro(_):
+            objective, _ = step_losses(self.forward, inputs, targets, mask, doc_ids, self.cfg, self.generator, False)
+            return objective, (objective.detach(),)
+
+        done = engine.step(self.state, 1, micro, world=World(), grad_clip=self.cfg.grad_clip, check=False)
+        return float(done.logged[0])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ seed, data and batches) and prints, per task, candidate, printed step and metric
 mean paired difference oriented so that positive means synthlab ahead (accuracy: syn - ref; nats:
 ref - syn), its 95% t-interval over seeds, and how many seeds have synthlab at or above.
 
-Rule (stated with the bench, session 6): a candidate is "at or above the reference" on a task when
+Rule (stated with the bench, commit e44b26f): a candidate is "at or above the reference" on a task when
 no printed step has a metric whose interval lies entirely below 0.
 
     python benchmarks/bench_learning_seeds.py DIR [DIR ...] [--table runs.csv] [--markdown summary.md] \\

@@ -3,7 +3,7 @@
 Both train (forward, backward, AdamW) on random tokens at the same sizes and architecture (pre-norm
 RMSNorm, RoPE, GELU MLP, no bias, tied head, causal SDPA). Rounds interleave the two models (and
 alternate which goes first) so that noise on a shared machine hits both; tokens/s are medians over
-rounds. Target (issue 3): synthlab / reference >= 0.95 at loops = 1, i.e. the flexibility of the
+rounds. Target: synthlab / reference >= 0.95 at loops = 1, i.e. the flexibility of the
 one configurable model costs nothing. MFU uses synthlab's analytic training FLOPs (3 x forward,
 `flops_per_token`) against an fp32 matmul peak measured in the same run.
 

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_train.py [--task bios|mano] [--rounds 5] [--steps 10]
 
 End-to-end = what `synthlab train` does per step: the batcher's next batch (packing a new epoch
-when one ends), tensors to the device, forward, masked loss, backward, clip, AdamW, scheduler.
+when one ends), tensors to the device, forward, masked loss, backward, clip, AdamW (`synthlab.engine.step`).
 Model-only = the same step on one fixed batch (no data work at all). Rounds alternate the two so
 that load from other processes hits both alike; the ratio of their step rates is printed (target
 >= 0.9). Also printed: the data work alone per batch (packing included) and the ratio it implies,
@@ -21,7 +21,9 @@ import torch
 
 from synthlab.data import load_dataset
 from synthlab.cli.train import resolve_run_config
-from synthlab.train import build_optimizer, build_scheduler, model_forward, prepare_run, step_losses, to_device, train
+from synthlab import engine
+from synthlab.distributed import World
+from synthlab.train import build_optimizer, lr_schedule, model_forward, prepare_run, step_losses, to_device, train
 from synthlab.models import build_model
 from synthlab_generators import TASKS, write_dataset
 
@@ -48,19 +50,17 @@ def main() -> None:
         derived, batcher = prepare_run(run, load_dataset(data_dir))
         device = torch.device("cpu")
         model = build_model(run.model)
-        optimizer = build_optimizer(model, run.train)
-        scheduler = build_scheduler(optimizer, run.train, derived["total_steps"])
+        state = engine.TrainState(model, build_optimizer(model, run.train), lr_schedule(run.train, derived["total_steps"]))
         generator = torch.Generator().manual_seed(0)
         fixed = to_device(batcher.next_batch(), device)
         forward = model_forward(model)
 
         def step(batch) -> None:
-            objective, _ = step_losses(forward, *batch, run.train, generator, False)
-            optimizer.zero_grad(set_to_none=True)
-            objective.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), run.train.grad_clip)
-            optimizer.step()
-            scheduler.step()
+            def micro(_):
+                objective, _ = step_losses(forward, *batch, run.train, generator, False)
+                return objective, (objective.detach(),)
+
+            engine.step(state, 1, micro, world=World(), grad_clip=run.train.grad_clip, check=False)
 
         def timed(batch_source) -> float:
             start = time.perf_counter()

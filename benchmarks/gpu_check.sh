@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issues #16 and #20): one script, under 8 minutes on one H100/H200, numbers to a file.
+# The GPU check: one script, under 8 minutes on one H100/H200, numbers to a file.
 #
 #   bash benchmarks/gpu_check.sh [--out DIR] [--dry-run]
 #

@@ -1,4 +1,4 @@
-"""The one interface every task generator implements, and small helpers they share.
+"""The one interface every task generator implements, and the small functions they share.
 
 Adding a task = one generator module + its SPEC (and a line in the registry `TASKS`). The module
 must provide:
@@ -17,8 +17,9 @@ must provide:
   packing, which params describe a point in the results table). Nothing outside the generator
   module may hold a per-task fact.
 
-This package is the bottom floor: it imports nothing from `synthlab` (the lab imports it). The
-one user-error type, `SynthlabError`, is defined here and re-exported by `synthlab.errors`.
+This package is the bottom floor: it imports nothing from `synthlab` (the lab imports it). Its
+errors are `TaskError`s (bad parameters, an --out that cannot be written); the lab's own error type
+subclasses it, and the lab turns the TaskErrors it meets into its own where it calls in.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from typing import Any
 import numpy as np
 
 
-class SynthlabError(Exception):
-    """A problem the user can fix; its message is one line that names the culprit."""
+class TaskError(Exception):
+    """A problem with a task's parameters or output folder that the user can fix; its message is
+    one line that names the culprit."""
 
 
 # Special tokens of every task, in id order (<pad> is id 0). Text fields never contain <pad>;
@@ -48,20 +50,25 @@ def param(default: Any, help: str, flag: str | None = None) -> Any:
     return field(default=default, metadata={"help": help, "flag": flag})
 
 
+def field_flag(f: dataclasses.Field) -> str:
+    """The CLI flag of a dataclass field: its metadata's "flag", else --field-name (every command's
+    generated options use this rule: synthlab.cli.flags)."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
 def flag_of(params_cls: type, name: str) -> str:
     """The CLI flag of a params field, e.g. 'n_train' -> '--n-train' (used in error messages)."""
-    meta = {f.name: f.metadata for f in dataclasses.fields(params_cls)}[name]
-    return meta.get("flag") or "--" + name.replace("_", "-")
+    return field_flag({f.name: f for f in dataclasses.fields(params_cls)}[name])
 
 
 class TaskParams:
-    """Base of every task's params dataclass: validation helpers that name the CLI flag."""
+    """Base of every task's params dataclass: validation methods that name the CLI flag."""
 
     def require(self, ok: bool, name: str, message: str) -> None:
-        """Raise SynthlabError '--flag message (got value)' unless `ok`."""
+        """Raise TaskError '--flag message (got value)' unless `ok`."""
         if not ok:
             value = getattr(self, name)
-            raise SynthlabError(f"{flag_of(type(self), name)} {message} (got {value!r})")
+            raise TaskError(f"{flag_of(type(self), name)} {message} (got {value!r})")
 
     def require_int(self, name: str, low: int, high: int | None = None) -> None:
         """An integer field in [low, high] (high None: no upper bound)."""

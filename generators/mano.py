@@ -5,7 +5,7 @@ with l operators written in prefix notation (operator, left subtree, right subtr
 decimal tokens 0..mod-1, and v is its value mod `mod`. `/` (with --ops asmd) multiplies by the
 modular inverse; a tree that divides by 0 anywhere is resampled whole.
 
-Shape (MISSION.md): for l operators pick an operator uniformly, split l - 1 = l1 + l2 with l1
+Shape (as in Ouro's Mano task): for l operators pick an operator uniformly, split l - 1 = l1 + l2 with l1
 uniform in 0..l-1, recurse on (l1, l2); l = 0 is a leaf. Train lengths are uniform on 1..L.
 
 Test (test.jsonl): first `n_test` distinct prompts of length L, drawn before train; train records

@@ -1,6 +1,6 @@
 """Multi-hop knowledge-graph QA: compose k atomic facts to answer one question (C3).
 
-The task (MISSION.md): entities in K layers of `per_layer`, R relations; every entity links
+The task (Ouro's multi-hop QA, docs/claims.md C3): entities in K layers of `per_layer`, R relations; every entity links
 through every relation to a random entity of the next layer. A k-hop question asks for the
 entity reached from a head by a path of k relations; training uses a fraction of all possible
 k-hop questions plus every atomic fact; the metric is exact match of the answer entity on
@@ -12,10 +12,10 @@ layer); relation tokens are `r0`..`r{R-1}`. A question reads from the outside in
 
 Head layers (--head-layers): `all` (default) lets a k-hop question start in every layer with k
 layers after it, (K - k) x per_layer x R^k questions; `first` only in layer 0, per_layer x R^k;
-or a comma list of layers ("0,1"). Why `all` is the default: MISSION.md writes Ouro's count as
-(5 - 3) x 100 x 20^3 first, and with heads in layer 0 only a 3-hop question never reaches the
-5th layer of Ouro's 5-layer graph, whose facts would then serve no question; the Ouro review in
-seeds/ says only "2.5% to 25% of all possible QA pairs", so `first` is kept as an option.
+or a comma list of layers ("0,1"). Why `all` is the default: counting Ouro's 3-hop
+questions as (5 - 3) x 100 x 20^3, and with heads in layer 0 only a 3-hop question never reaches the
+5th layer of Ouro's 5-layer graph, whose facts would then serve no question; the paper says only
+that training uses 2.5% to 25% of all possible QA pairs, so `first` is kept as an option.
 
 Splits: `n_test` k-hop questions are held out and the training set holds --train-fraction of
 ALL possible k-hop questions, n_train = round(fraction x n_questions) unique ones (the axis a

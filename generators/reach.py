@@ -1,6 +1,6 @@
 """Graph reachability over a graph split between the weights and the context (C4, Ouro Theorem 1).
 
-The task (MISSION.md): a directed graph split in two, a fixed "knowledge" graph learned from
+The task (Ouro, docs/claims.md C4): a directed graph split in two, a fixed "knowledge" graph learned from
 training data (in the weights) and per-example context edges in the prompt. A query (s, t) asks
 whether t is reachable from s in the union; classes are balanced; the diameter D of the union
 graph is controlled. Ouro's Theorem 1: one looped layer needs O(log D) loops (repeated squaring of
@@ -56,8 +56,8 @@ one form is not used in another unless trained so); (5) the short-distance curri
 dense early supervision, since each query carries one bit; (6) the query comes before the
 context (the theorem's layer reads both at once; a causal decoder only reads back); (7) the
 context lookups are extra supervision for the in-prompt step the theorem takes as given (its
-input is the context graph's adjacency matrix, not a list of edges to search). The review
-of Ouro in MISSION.md's seeds/ states Theorem 1 as O(log^2 D) loops; MISSION.md writes O(log D).
+input is the context graph's adjacency matrix, not a list of edges to search). Ouro's
+Theorem 1 (informal) states O(log^2 D) loops of one layer; its table of sequential steps lists O(log D).
 
 Records: train has edge statements ({"kind": "edge", "edge": [u, v], "text": "n3 -> n17"}),
 edge queries ({"kind": "edge_query", "prompt", "answer", "edge", "group"}), context lookups
@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, SynthlabError, TaskParams,
+from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, TaskError, TaskParams,
                                          TaskShape, TaskSpec, chunked, json_line, param)
 
 MAX_TRIES = 1_000  # rejection-sampling tries per query before giving up
@@ -265,7 +265,7 @@ def _query(graph: _Graph, params: ReachParams, yes: bool, d: int, draws: _Draws)
                 "prompt": f"<bos> can n{source} reach n{target} ? {_listed(edges)} . <ans>",
                 "answer": answer, "source": source, "target": target, "decoy_source": decoy,
                 "distance": d, "path": path, "group": f"d{d}_{answer}", "context_edges": edges}
-    raise SynthlabError(f"--nodes {params.nodes}: could not build a query in {MAX_TRIES} tries; "
+    raise TaskError(f"--nodes {params.nodes}: could not build a query in {MAX_TRIES} tries; "
                         f"use more nodes or fewer --context-edges")
 
 
@@ -285,7 +285,7 @@ def _queries(graph: _Graph, params: ReachParams, split: str, avoid: set[str],
             if query["prompt"] in seen:
                 repeats += 1
                 if repeats == MAX_TRIES:
-                    raise SynthlabError(
+                    raise TaskError(
                         f"--n-train/--n-test: too few distinct {query['group']} queries exist "
                         f"with --nodes {params.nodes} and --max-diameter {params.max_diameter}")
                 continue
@@ -326,7 +326,7 @@ def _lookups(train_queries: list[dict], count: int, rng: np.random.Generator) ->
             out.append({"kind": "lookup", "prompt": prompt, "answer": f"n{v}", "source": u,
                         "context_edges": edges, "group": "lookup"})
     if len(out) < count:
-        raise SynthlabError(f"--lookup-queries {count}: only {len(out)} training contexts list a "
+        raise TaskError(f"--lookup-queries {count}: only {len(out)} training contexts list a "
                             f"source with one out-edge; use fewer")
     return out
 

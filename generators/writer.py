@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from synthlab_generators.common import SPECIAL_TOKENS, SynthlabError, TaskSpec
+from synthlab_generators.common import SPECIAL_TOKENS, TaskError, TaskSpec
 
 
 def _lab_version() -> str:
@@ -47,13 +47,13 @@ def check_writable(path: str | Path, what: str = "--out") -> None:
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
-        raise SynthlabError(f"cannot write {what} {path}: {folder} is a file, not a folder")
+        raise TaskError(f"cannot write {what} {path}: {folder} is a file, not a folder")
     try:
         handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
         os.close(handle)
         os.unlink(probe)
     except OSError as err:
-        raise SynthlabError(f"cannot write {what} {path}: {err.strerror or err}") from None
+        raise TaskError(f"cannot write {what} {path}: {err.strerror or err}") from None
 
 
 def check_out(out: Path, overwrite: bool, *, own: Callable[[Path], bool] | None = None,
@@ -65,13 +65,13 @@ def check_out(out: Path, overwrite: bool, *, own: Callable[[Path], bool] | None 
     out = Path(out)
     where = out.resolve()
     if where == Path.cwd().resolve() or where in Path.cwd().resolve().parents:
-        raise SynthlabError(f"--out {out} is the working directory or holds it: choose a new folder")
+        raise TaskError(f"--out {out} is the working directory or holds it: choose a new folder")
     if source is not None and (where == Path(source).resolve() or where in Path(source).resolve().parents):
-        raise SynthlabError(f"--out {out} is {source} or holds it: choose a new folder")
+        raise TaskError(f"--out {out} is {source} or holds it: choose a new folder")
     if out.exists() and not out.is_dir():
-        raise SynthlabError(f"--out {out} exists and is not a folder")
+        raise TaskError(f"--out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite and not (own is not None and own(out)):
-        raise SynthlabError(f"--out {out} is not empty (pass --overwrite to replace it)")
+        raise TaskError(f"--out {out} is not empty (pass --overwrite to replace it)")
     if out.is_dir():  # the temporary sibling goes beside it; moving it aside rewrites its '..'
         check_writable(out.parent)
     check_writable(out)
@@ -99,7 +99,7 @@ def make_temp_sibling(out: Path) -> Path:
         tmp.chmod(0o755)  # mkdtemp makes it private; the dataset folder should not be
         return tmp
     except OSError as err:
-        raise SynthlabError(f"--out {out}: cannot write there ({err.strerror})") from None
+        raise TaskError(f"--out {out}: cannot write there ({err.strerror})") from None
 
 
 def replace_dir(tmp: Path, out: Path) -> None:
@@ -115,7 +115,7 @@ def replace_dir(tmp: Path, out: Path) -> None:
             os.rename(old / "data", out)  # put the old folder back
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        raise SynthlabError(f"--out {out}: cannot replace it ({err.strerror or err})") from None
+        raise TaskError(f"--out {out}: cannot replace it ({err.strerror or err})") from None
     if old is not None:
         shutil.rmtree(old)
 
@@ -128,7 +128,7 @@ def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
     update(records) and close() (the CLI passes synthlab.progress.Progress); none by default.
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise SynthlabError(f"--seed must be an integer >= 0 (got {seed!r})")
+        raise TaskError(f"--seed must be an integer >= 0 (got {seed!r})")
     out = Path(out)
     check_out(out, overwrite)
     tmp = make_temp_sibling(out)

@@ -1,6 +1,6 @@
 """Knowledge capacity of a model trained on bioS: bits stored and bits per parameter.
 
-Physics of LMs 3.3, Definition 4.3 (MISSION.md, bioS), exactly:
+Physics of LMs 3.3, Definition 4.3 (docs/claims.md, C1), exactly:
 
     bits = N log2(N0 / e^p1) + N log2(S0 / e^p2),    R = bits / P
 
@@ -153,12 +153,14 @@ def estimate_capacity(run_dir: str | Path, *, data_dir: str | Path | None = None
     optimizer step S: a point of the learning curve) and returned. `data_dir`: the run's dataset if
     it moved."""
     from synthlab.data import load_dataset
+    from synthlab.evaluate import check_eval_steps
     from synthlab.files import atomic_write_text
     from synthlab.models import count_params
     from synthlab.runs import load_run, open_checkpoint, open_run, resolve_device, trained_data
 
     run_dir = Path(run_dir)
     dev = resolve_device(device)
+    check_eval_steps(steps, load_run(run_dir)[0].model.loops)
     if checkpoint is None:
         model, run, derived = open_run(run_dir, dev)
     else:

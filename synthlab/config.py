@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import tomli_w
 
-from synthlab.errors import SynthlabError
+from synthlab.errors import SynthlabError, from_tasks
 
 T = TypeVar("T")
 
@@ -76,7 +76,8 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
     hints = typing.get_type_hints(cls)
     kwargs = {k: _convert(hints[k], v, f"{where}{k}") for k, v in data.items()}
     try:
-        return cls(**kwargs)
+        with from_tasks():  # a task's params check their values themselves
+            return cls(**kwargs)
     except (TypeError, ValueError) as err:
         raise SynthlabError(f"invalid {cls.__name__}: {err}") from None
 

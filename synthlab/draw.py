@@ -1,4 +1,4 @@
-"""Drawing helpers shared by the figures (`synthlab.plots`, `synthlab.curves`): matplotlib set up for
+"""Drawing functions shared by the figures (`synthlab.plots`, `synthlab.curves`): matplotlib set up for
 files, figures saved reproducibly as PNG and SVG, and sweeps over seeds drawn as the mean over
 seeds with one standard error and every seed as a point.
 """
@@ -42,6 +42,15 @@ def seed_count(table: pd.DataFrame) -> int:
     """How many (training seed, data seed) pairs the table holds (1 without seed columns)."""
     seeds = [c for c in ("seed", "data_seed") if c in table]
     return len(table[seeds].drop_duplicates()) if seeds else 1
+
+
+def layer_passes(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with `passes` (layer applications per token, distinct layers x loops: what a
+    model's FLOPs grow with) and `kind` ("looped" for one layer looped, "plain" for k x 1 with
+    k > 1), read from the k x m `model` label (a table without one: one layer, `loops`)."""
+    layers = table["model"].str.extract(r"^(\d+)x")[0].astype(int) if "model" in table else table["loops"] * 0 + 1
+    kind = (layers == 1).map({True: "looped", False: "plain"})
+    return table.assign(passes=layers * table["loops"], kind=kind)
 
 
 def mean_and_seeds(sns, ax, data: pd.DataFrame, x: str, y: str, legend: str | bool = "auto", **kw) -> None:

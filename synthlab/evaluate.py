@@ -8,7 +8,7 @@ forward pass. Reported per step t = 1..T (and past the trained depth with `steps
 
 - exact-match accuracy, and the summed cross-entropy of the answer tokens (nats);
 - the step agreement matrix: the fraction of examples whose predicted answers at steps i and j
-  are identical (MISSION.md C9);
+  are identical (docs/claims.md, C9);
 - per group, at the trained depth (the model as trained, or the last evaluated step if `steps` is
   fewer: what a model has learned is not confounded with how it extrapolates past its depth, which
   `acc_step_<t>` reports) (the task SPEC's `group_key`: the bioS attribute, the Mano length, the multihop hop
@@ -44,8 +44,10 @@ from synthlab.data import Dataset, load_dataset, qa_sequence
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.models import KV_STRATEGIES, parse_exit_rule
-from synthlab.runs import autocast, open_run, resolve_device, trained_data
+from synthlab.runs import autocast, load_run, open_run, resolve_device, trained_data
 from synthlab_generators import TASKS
+
+EXTRAPOLATION = 16  # the most recurrent steps evaluated, as a multiple of the trained depth
 
 
 def _padded(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -242,6 +244,14 @@ def _per_group(values: np.ndarray, groups: list) -> dict[str, float]:
     return {g: float(np.mean(v)) for g, v in sorted(by_group.items())}
 
 
+def check_eval_steps(steps: int | None, trained: int) -> None:
+    """Recurrent steps to evaluate at: 1 up to EXTRAPOLATION times the trained depth (each step is
+    a pass of the recurrent block over the whole test set)."""
+    if steps is not None and not 1 <= steps <= EXTRAPOLATION * trained:
+        raise SynthlabError(f"--steps must lie in 1..{EXTRAPOLATION * trained} ({EXTRAPOLATION} x the trained "
+                            f"{trained} loops), got {steps}")
+
+
 def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, steps: int | None = None,
                  exit_rule: str | None = None, kv: str | None = None, batch_size: int = 256,
                  device: str = "auto", train_sample: int = 500, seed: int = 0) -> dict:
@@ -254,6 +264,7 @@ def evaluate_run(run_dir: str | Path, *, data_dir: str | Path | None = None, ste
     if kv is not None and kv not in KV_STRATEGIES:
         raise SynthlabError(f"--kv {kv}: choose one of {', '.join(KV_STRATEGIES)}")
     dev = resolve_device(device)
+    check_eval_steps(steps, load_run(run_dir)[0].model.loops)
     model, run, derived = open_run(run_dir, dev)
     data = load_dataset(data_dir or trained_data(run_dir, run, derived), run.train.task)
     if len(data.tokenizer) != run.model.vocab_size:

@@ -4,10 +4,11 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
 `synthlab_experiments` package) looks like this:
 
     name = "mano"                    # must match the file name
-    claim = "C2"                     # the MISSION.md claim it tests
+    claim = "C2"                     # the claim it tests (docs/claims.md)
     title = "Looping improves knowledge manipulation"
     task = "mano"                    # generator task of the data section
-    plot = "mano"                    # plot kind (synthlab.plots.PLOTTERS)
+    plot = "mano"                    # optional: a built-in figure (synthlab.plots.PLOTTERS); without
+                                     # it, the generic figure of the grid and the task's metric
     stages = ["train", "eval"]       # what each point runs: train, gate, eval, heldout (held-out LM
                                      # loss, synthlab.heldout), generate, capacity, export (as
                                      # Qwen2), ouroboros (C11 on the export)
@@ -46,8 +47,9 @@ margin); `[[laws]]` tables, a claim that the loss follows a law, decided from th
 --save` wrote (its convergence, bootstrap, R^2 and hold-out R^2). `synthlab report` prints each one
 in its claims table.
 
-Every definition has the presets `smoke`, `cpu` and `gpu`. `load` checks the structure (keys,
-sections, presets, axes); `validate_points` checks every point of a preset against the real
+A definition needs at least one preset; the shipped ones all carry `smoke`, `cpu` and `gpu`
+(PRESETS). docs/experiments.md documents the format with a worked example. `load` checks the
+structure (keys, sections, presets, axes); `validate_points` checks every point of a preset against the real
 config classes (generator params, ModelConfig, TrainConfig, EvalOptions). A point is one resolved config dict
 {"task", "data", "model", "train", "eval", "stages"} (+ "gate" where a definition sets it) plus its
 factors (axis -> value or label);
@@ -60,7 +62,6 @@ import copy
 import dataclasses
 import importlib.resources
 import itertools
-import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,7 @@ SECTIONS = ("data", "model", "train", "eval", "gate", "ouroboros")
 # Sections every resolved config carries; the others only where a definition sets them, so adding a
 # section kind never changes the content hash (the id) of existing points.
 ALWAYS_SECTIONS = ("data", "model", "train", "eval")
-PRESETS = ("smoke", "cpu", "gpu")
-STAGES = ("train", "gate", "eval", "heldout", "generate", "capacity", "export", "ouroboros")
+PRESETS = ("smoke", "cpu", "gpu")  # the presets every shipped definition carries
 _TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets", "verdicts", "laws"}
 # seed keys of a preset -> (factor name, the section.field each value sets)
 SEED_KEYS = {"seeds": ("seed", "train.seed"), "data_seeds": ("data_seed", "data.seed")}
@@ -211,28 +211,52 @@ def load(name_or_path: str | Path) -> Experiment:
     return parse(raw, source=str(path))
 
 
+def load_recorded(definition: str) -> Experiment:
+    """The definition a sweep recorded (sweep.json's `definition`): its path, or a shipped
+    definition of the same file name when the path is gone (a sweep reported on another machine)."""
+    path = Path(definition)
+    if not path.is_file() and (builtin_dir() / path.name).is_file():
+        path = builtin_dir() / path.name
+    return load(path)
+
+
+def shown_path(definition: str) -> str:
+    """A definition's path as a report names it: relative to the working folder or the source tree
+    where it lies inside one, `experiments/<file>` for a shipped definition, else as given."""
+    path = Path(definition)
+    if not path.is_absolute():
+        return path.as_posix()
+    for root in (Path.cwd(), builtin_dir().parent):
+        if path.is_relative_to(root.resolve()):
+            return path.relative_to(root.resolve()).as_posix()
+    if path.parent.name == "experiments" and (builtin_dir() / path.name).is_file():
+        return f"experiments/{path.name}"
+    return path.as_posix()
+
+
 def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
     """Check the structure of a definition (names, sections, presets, axes) and build it."""
     where = Path(source).name
     unknown = set(raw) - _TOP_KEYS
     if unknown:
         raise SynthlabError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {sorted(_TOP_KEYS)})")
-    for key in ("name", "claim", "title", "task", "plot", "stages", "presets"):
+    for key in ("name", "claim", "title", "task", "stages", "presets"):
         if key not in raw:
             raise SynthlabError(f"{where}: missing key '{key}'")
     if source.endswith(".toml") and Path(source).stem != raw["name"]:
         raise SynthlabError(f"{where}: name '{raw['name']}' does not match the file name")
+    from synthlab.stages import STAGES
+
     stages = tuple(raw["stages"])
     bad = [s for s in stages if s not in STAGES]
     if bad or "train" not in stages:
-        raise SynthlabError(f"{where}: stages must include 'train' and be among {STAGES}, got {list(stages)}")
+        raise SynthlabError(f"{where}: stages must include 'train' and be among {tuple(STAGES)}, got {list(stages)}")
     base = raw.get("base", {})
     _check_sections(base, set(SECTIONS), f"{where}: base")
     if "gate" not in stages and ("gate" in base or any("gate" in p for p in raw["presets"].values())):
         raise SynthlabError(f"{where}: a [gate] section needs the 'gate' stage in stages")
-    missing = [p for p in PRESETS if p not in raw["presets"]]
-    if missing:
-        raise SynthlabError(f"{where}: missing preset(s) {missing}")
+    if not isinstance(raw["presets"], dict) or not raw["presets"]:
+        raise SynthlabError(f"{where}: no preset (add e.g. [presets.smoke])")
     for name, spec in raw["presets"].items():
         _check_sections(spec, _PRESET_KEYS, f"{where}: presets.{name}")
         _check_grid(spec.get("grid", {}), f"{where}: presets.{name}.grid")
@@ -243,7 +267,7 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
     laws = parse_law_rules(raw.get("laws", []), where)
     return Experiment(
         name=raw["name"], claim=raw["claim"], title=raw["title"], task=raw["task"],
-        plot=raw["plot"], stages=stages, base=base, presets=raw["presets"],
+        plot=raw.get("plot", ""), stages=stages, base=base, presets=raw["presets"],
         notes=raw.get("notes", ""), source=source, verdicts=verdicts, laws=laws,
     )
 

@@ -1,13 +1,13 @@
 """Atomic file writes: a reader (or a process killed mid-write) sees the old file or the new one,
 never half of one. Every module that writes results, configs, checkpoints or figures uses these.
-Also: an exclusive file lock, folders built once under a content-hash name (`cached_dir`), and
-`check_writable`, which commands call on their outputs before they start any work.
+Also: file locks (`filelock`), folders built once under a content-hash name (`cached_dir`),
+`check_writable`, which commands call on their outputs before they start any work, and
+`die_with_parent` for worker processes (which write into these folders).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import sys
@@ -16,11 +16,28 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.config import content_hash
-from synthlab.errors import SynthlabError
-from synthlab_generators.writer import check_out, check_writable, make_temp_sibling, replace_dir, sha256_file
+from synthlab.errors import SynthlabError, from_tasks
+from synthlab_generators import writer
+from synthlab_generators.writer import sha256_file
 
-__all__ = ["as_new_file", "atomic_write", "atomic_write_text", "cached_dir", "check_out", "check_writable", "file_lock",
-           "make_temp_sibling", "new_file_mode", "replace_dir", "sha256_file", "warn"]
+__all__ = ["as_new_file", "atomic_write", "atomic_write_text", "cached_dir", "check_out", "check_writable",
+           "die_with_parent", "file_lock", "folder_lock", "make_temp_sibling", "new_file_mode", "replace_dir",
+           "sha256_file", "warn"]
+
+
+def _lab(task_function: Callable) -> Callable:
+    """A function of the generators' writer (one implementation, shared) raising SynthlabError."""
+
+    def function(*args, **kwargs):
+        with from_tasks():
+            return task_function(*args, **kwargs)
+
+    function.__name__, function.__doc__ = task_function.__name__, task_function.__doc__
+    return function
+
+
+check_out, check_writable = _lab(writer.check_out), _lab(writer.check_writable)
+make_temp_sibling, replace_dir = _lab(writer.make_temp_sibling), _lab(writer.replace_dir)
 
 
 def warn(message: str) -> None:
@@ -80,14 +97,62 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock (released by the kernel if the holder dies, kill -9 included)."""
+    """An exclusive lock on `path`, waited for (released by the OS if its holder dies, kill -9 included)."""
+    from filelock import FileLock
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with FileLock(path):
+        yield
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, what: str, hold: bool = True) -> Iterator[None]:
+    """Hold `folder`'s lock while the block runs (with `hold`), without waiting for it: a folder
+    another process holds is a SynthlabError naming that process. Once held, temporary files a
+    killed writer left in the folder (`.NAME.PID.tmp...`, see `atomic_write`) are removed."""
+    from filelock import FileLock, Timeout
+
+    if not hold:
+        yield
+        return
+    lock, pid_file = FileLock(folder / ".lock"), folder / ".lock.pid"
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        holder = pid_file.read_text().strip() if pid_file.is_file() else "?"
+        raise SynthlabError(f"{folder} is in use by PID {holder} ({what}); wait for it or stop it") from None
+    try:
+        for stale in folder.glob(".*.tmp*"):
+            if stale.is_file():
+                stale.unlink(missing_ok=True)
+        atomic_write_text(pid_file, f"{os.getpid()}\n")
+        yield
+    finally:
+        pid_file.unlink(missing_ok=True)
+        lock.release()
+
+
+def die_with_parent() -> None:
+    """End this process when its parent ends (a sweep's worker when the driver is killed, kill -9
+    included): Linux's parent-death signal, elsewhere a thread that watches the parent's pid."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it ended before the call
+            os._exit(1)
+        return
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def cached_dir(cache_dir: Path, key: dict[str, Any], build: Callable[[Path], None], prefix: str = "") -> Path:

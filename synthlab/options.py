@@ -4,6 +4,8 @@
 - `TrainConfig`: optimisation and data settings of one training run.
 - `EvalOptions`: how a trained model is scored (the `[eval]` section of an experiment).
 - `GateOptions`: Ouro stage II after a stage I model (the `[gate]` section).
+- `OuroborosConfig`, `OuroborosTrainConfig`: the OUROBOROS system and its training
+  (synthlab.hf), here so that the CLI builds their flags without importing torch.
 - `PointConfig`: one sweep point, every section parsed into its class once (`parse_point`); the
   point runner passes this object on, nothing downstream reads the raw dict again.
 
@@ -26,7 +28,6 @@ from synthlab.optim import SCHEDULES
 from synthlab_generators import TASKS
 
 LOSSES = ("last", "mean", "ouro", "ouro_stage2")
-STAGES = ("train", "gate", "eval", "heldout", "generate", "capacity", "export", "ouroboros")
 
 
 def _finite(where: str, **values: float) -> None:
@@ -202,10 +203,7 @@ def parse_point(config: dict[str, Any]) -> PointConfig:
     model = configlib.from_dict(ModelConfig, {**config["model"], "vocab_size": spec.shape(params).vocab_size},
                                 where="model.")
     train = configlib.from_dict(TrainConfig, {**config["train"], "task": task}, where="train.")
-    stages = tuple(config.get("stages", ("train",)))
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        raise SynthlabError(f"unknown stage '{unknown[0]}' (have {', '.join(STAGES)})")
+    stages = tuple(config.get("stages", ("train",)))  # names checked by the point runner (synthlab.stages.STAGES)
     point = PointConfig(task, params, seed, dict(config["data"]), model, train,
                         configlib.from_dict(EvalOptions, config.get("eval", {}), where="eval."),
                         configlib.from_dict(GateOptions, config.get("gate", {}), where="gate."), stages)
@@ -224,3 +222,79 @@ def check_run(model: ModelConfig, train: TrainConfig) -> None:
     if train.loss == "ouro_stage2" and train.init_from is None:
         raise SynthlabError("train.loss = ouro_stage2 trains the gate of a trained model: "
                             "set train.init_from (--init-from RUN_DIR)")
+
+
+VARIANTS = ("controller", "static", "nogate", "truncated", "base")
+LOOPED_VARIANTS = ("controller", "static", "nogate")
+
+
+@dataclass
+class OuroborosConfig:
+    """How to cut the base and what to train; None split fields take the proportional default."""
+
+    variant: str = option("controller", "System variant: controller, static, nogate, truncated or base.")
+    prelude_layers: int | None = option(None, "Prelude layers (default: round(8 L / 36) of the base's L layers, at least 1, fewer "
+                                                "where the base is too shallow).")
+    recurrent_layer: int | None = option(None, "Index of the recurrent layer (default: L // 2, or the middle of what "
+                                                 "lies between prelude and coda).")
+    coda_layers: int | None = option(None, "Coda layers (default: round(8 L / 36), at least 1, fewer where the base is "
+                                             "too shallow).")
+    rank: int = option(32, "LoRA rank r of the fixed SVD bases.")
+    alpha: float = option(16.0, "LoRA alpha; the update is scaled by alpha / r.")
+    controller_hidden: int = option(320, "Width of the controller MLP.")
+    max_steps: int = option(16, "Largest recurrent depth (per-step norms and step embeddings).")
+    gate_bias: float = option(-2.0, "Initial bias of the update gate (sigmoid(-2) = 0.12: small first updates).")
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise SynthlabError(f"variant must be one of {', '.join(VARIANTS)}, got '{self.variant}'")
+        for name in ("rank", "controller_hidden", "max_steps"):
+            if getattr(self, name) < 1:
+                raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.alpha <= 0:
+            raise SynthlabError(f"alpha must be > 0, got {self.alpha}")
+
+
+@dataclass
+class OuroborosTrainConfig:
+    """One training run of one looped variant (reference values in the comments)."""
+
+    steps: int = option(1000, "Optimiser steps per variant.")
+    seq_len: int = option(2048, "Packed sequence length.")
+    batch_size: int = option(4, "Sequences per micro-batch.")
+    grad_accum: int = option(8, "Micro-batches per step (8 x 4: an effective batch of 32 sequences, as the reference).")
+    lr: float = option(3e-4, "Peak learning rate.")
+    min_lr: float = option(1e-6, "Learning rate at the end of the cosine.")
+    weight_decay: float = option(0.01, "AdamW weight decay on the trainable matrices.")
+    betas: tuple[float, float] = option((0.9, 0.95), "AdamW betas.")
+    warmup_steps: int | None = option(None, "Linear warmup steps (default: min(2000, steps // 10); the reference uses 2000).")
+    grad_clip: float = option(1.0, "Gradient norm clip (0: none).")
+    depths: tuple[int, ...] = option((4, 8, 16), "Recurrent depths, one drawn uniformly per step (one value: fixed).")
+    heldout_fraction: float = option(0.05, "Share of the corpus's sequences held out for evaluation.")
+    checkpoint_every: int = option(0, "Save the whole training state every K steps (0: at the end only); rerunning "
+                                      "the same command resumes a variant from its last checkpoint.")
+    seed: int = option(0, "Seed of the data order, the depth draws and the controller's init.")
+    per_document: bool = option(False, "One document per sequence (padded, BOS first: how a synthlab base was "
+                                       "trained) instead of a packed stream.")
+    tf32: bool = option(True, "On CUDA, TF32 tensor cores for the float32 gate and controller matmuls.")
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "seq_len", "batch_size", "grad_accum"):
+            if getattr(self, name) < 1:
+                raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.seq_len < 2:
+            raise SynthlabError(f"seq_len must be >= 2, got {self.seq_len}")
+        if not self.depths or min(self.depths) < 1:
+            raise SynthlabError(f"depths must be positive integers, got {self.depths}")
+        if not 0 < self.heldout_fraction < 1:
+            raise SynthlabError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        if bad := [n for n in ("lr", "min_lr", "weight_decay", "grad_clip") if not math.isfinite(getattr(self, n))]:
+            raise SynthlabError(f"{bad[0]} must be a finite number, got {getattr(self, bad[0])}")
+        if self.lr <= 0:
+            raise SynthlabError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.min_lr <= self.lr:
+            raise SynthlabError(f"min_lr must be in [0, lr], got {self.min_lr}")
+
+    @property
+    def warmup(self) -> int:
+        return min(2000, self.steps // 10) if self.warmup_steps is None else self.warmup_steps

@@ -19,14 +19,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from synthlab.draw import bars_and_seeds, mean_and_seeds, pyplot, save, seed_count, seeds_note
+from synthlab.draw import bars_and_seeds, layer_passes, mean_and_seeds, pyplot, save, seed_count, seeds_note
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
-from synthlab.results import RESULTS, factor_column, read_rows
+from synthlab import schema
+from synthlab.results import RESULTS, check_numbers, factor_column, read_rows
 
-STEP_COLUMN = re.compile(r"^acc_step_(\d+)$")
-DEPTH_COLUMN = re.compile(r"^loss_depth_(\d+)$")
-AGREE_COLUMN = re.compile(r"^agree_(\d+)_(\d+)$")
+STEP_COLUMN, DEPTH_COLUMN, AGREE_COLUMN = schema.ACC_STEP.regex, schema.LOSS_DEPTH.regex, schema.AGREE.regex
 LENGTH_COLUMN = re.compile(r"^(train_)?acc_l(\d+)$")  # Mano per-length accuracy (synthlab.evaluate.group_columns)
 HOP_COLUMN = re.compile(r"^acc_h(\d+)$")  # multihop held-out accuracy per hop count
 
@@ -45,7 +44,7 @@ def read_results(sweep_dir: str | Path) -> pd.DataFrame:
     writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    table = pd.read_csv(io.StringIO(text.getvalue()))  # pandas infers each column's type as from the file
+    table = check_numbers(pd.read_csv(io.StringIO(text.getvalue())), path)  # types inferred as from the file
     table = table.drop(columns=[c for c in table if factor_column(c) != c and factor_column(c) in table])
     table = table.rename(columns={c: factor_column(c) for c in table})
     table.attrs["sweep_dir"] = str(sweep_dir)  # where a plotter finds the sweep's saved fits (fit_looplm.json)
@@ -172,7 +171,7 @@ def reach_distances(table: pd.DataFrame) -> pd.DataFrame:
     """Reach accuracy per row and distance d, both classes pooled (each class's held-out accuracy
     weighted by its count `n_d<d>_<class>`): columns diameter, loops, the seed columns, distance,
     acc (a fraction)."""
-    keep = [c for c in ("diameter", "loops", "seed", "data_seed") if c in table]
+    keep = [c for c in ("diameter", "loops", "passes", "kind", "seed", "data_seed") if c in table]
     parts = []
     for d in sorted({int(m[1]) for m in map(REACH_COLUMN.match, table.columns) if m}):
         classes = [c for c in ("yes", "no") if f"acc_d{d}_{c}" in table]
@@ -185,26 +184,26 @@ def reach_distances(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_reach(table: pd.DataFrame, out: Path) -> list[Path]:
-    """Reachability held-out accuracy vs loops: all queries, one curve per maximum diameter D (left),
-    and per distance d, both classes pooled (right, one panel per D); the band spans the seeds
-    (chance is 50%)."""
+    """Reach accuracy vs layer passes (plain k x 1 at equal FLOPs marked apart): all queries, a curve
+    per diameter D (left); per distance d, classes pooled (a panel per D); bands span seeds."""
     _need(table, "reach", "loops", "accuracy", "diameter")
     plt, sns = pyplot()
+    table = layer_passes(table)
     per_distance = reach_distances(table)
     diameters = sorted(per_distance["diameter"].unique())
     fig, axes = plt.subplots(1, 1 + len(diameters), figsize=(5 * (1 + len(diameters)), 4), squeeze=False)
-    mean_and_seeds(sns, axes[0][0], table.assign(acc=_percent(table)), "loops", "acc", hue="diameter",
-                    palette="viridis")
+    mean_and_seeds(sns, axes[0][0], table.assign(acc=_percent(table)), "passes", "acc", hue="diameter",
+                    style="kind", palette="viridis")
     axes[0][0].set(title="all test queries" + seeds_note(table))
     for ax, D in zip(axes[0][1:], diameters):
         rows = per_distance[per_distance["diameter"] == D]
-        mean_and_seeds(sns, ax, rows.assign(acc=100 * rows["acc"]), "loops", "acc", hue="distance",
-                        palette="rocket_r")
+        mean_and_seeds(sns, ax, rows.assign(acc=100 * rows["acc"]), "passes", "acc", hue="distance",
+                        style="kind", palette="rocket_r")
         ax.set(title=f"per distance d (both classes), D = {D}")
     for ax in axes[0]:
         ax.axhline(50, color="grey", ls=":", label="chance")
-        ax.set(xlabel="loops (recurrent steps)", ylabel="accuracy (%)", ylim=(0, 100),
-               xticks=sorted(table["loops"].unique()))
+        ax.set(xlabel="layer passes (loops x distinct layers; FLOPs)", ylabel="accuracy (%)", ylim=(0, 100),
+               xticks=sorted(table["passes"].unique()))
     return save(fig, out, "reach")
 
 
@@ -444,7 +443,7 @@ PLOTTERS: dict[str, Callable[[pd.DataFrame, Path], list[Path]]] = {
 
 def plot(kind: str, table: pd.DataFrame, out: str | Path) -> list[Path]:
     if kind not in PLOTTERS:
-        raise SynthlabError(f"unknown plot kind '{kind}' (have {', '.join(PLOTTERS)})")
+        raise SynthlabError(f"unknown plot kind '{kind}' (have {', '.join(PLOTTERS)}; a definition without `plot` gets the generic figure)")
     if table.empty:
         raise SynthlabError("results.csv has no rows to plot")
     return PLOTTERS[kind](table, Path(out))

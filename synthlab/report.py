@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from synthlab import law_verdicts, plots, verdicts
+from synthlab import experiments, law_verdicts, plots, verdicts
+from synthlab.figures import figures_of
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
-from synthlab.results import DESCRIPTORS, factor_column
+from synthlab.results import factor_column
+from synthlab.schema import DESCRIPTORS
 from synthlab.sweep import read_info
 
 # Columns that identify a run, or repeat another column, or matter only for bookkeeping: in
@@ -65,13 +67,8 @@ def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
 def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple, tuple]:
     """(point ids of the preset's grid in order, its factor columns (seeds included), each point's
     factors, the definition's verdict rules, its law rules), from the sweep's definition."""
-    from synthlab import experiments
-
     try:
-        definition = Path(info["definition"])  # `experiments/<name>.toml`, relative to the repo root
-        if not definition.is_file() and (experiments.builtin_dir() / definition.name).is_file():
-            definition = experiments.builtin_dir() / definition.name  # reported from elsewhere
-        experiment = experiments.load(definition)
+        experiment = experiments.load_recorded(info["definition"])
         points = experiment.points(info["preset"])
         factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
         axes = [factor_column(a) for a in points[0].factors] if points else []
@@ -124,14 +121,12 @@ def _verdict_lines(rules, laws, table: pd.DataFrame, factors: list[str], preset:
             ["", "Verdict: the definition states no rule."]), found
 
 
-def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool
+def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool, folder: str
              ) -> tuple[str, list[verdicts.Verdict]]:
     info = read_info(sweep_dir)
-    if not info:
-        raise SynthlabError(f"{sweep_dir} is not a sweep directory (no sweep.json)")
     table = plots.read_results(sweep_dir)
     name = info["experiment"]
-    figure_dir = out_dir / name
+    figure_dir = out_dir / folder
     order, factors, point_factors, rules, laws = _grid(info)
     for factor in factors:  # the grid's value wherever a row is in it (an axis added after a run included)
         known = table["point_id"].map(lambda i: point_factors.get(i, {}).get(factor))
@@ -143,7 +138,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
     earlier = f", plus {len(table) - in_grid} run(s) of an earlier version of its grid" if len(table) > in_grid else ""
     lines = [f"## {name} ({info['claim']}): {info['title']}", "",
              f"Preset `{info['preset']}`: {in_grid} of {len(order) or '?'} grid points finished{earlier}; "
-             f"definition `experiments/{name}.toml`."]
+             f"definition `{experiments.shown_path(info.get('definition', f'experiments/{name}.toml'))}`."]
     if info.get("notes"):
         lines += ["", " ".join(info["notes"].split())]
     if info.get("commands"):
@@ -153,7 +148,7 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
     if name in notes:
         lines += ["", f"Reading: {notes[name].strip()}"]
     try:
-        figures = [p for p in plots.plot(info["plot"], table, figure_dir) if p.suffix == ".png"]
+        figures = [p for p in figures_of(info, table, figure_dir, factors) if p.suffix == ".png"]
     except SynthlabError as err:  # say why instead of failing the whole report
         figures, lines = [], lines + ["", f"No figure: {err}."]
     lines += [""] + [f"![{p.stem}]({p.relative_to(out_dir).as_posix()})" for p in figures]
@@ -172,21 +167,38 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         figure_dir.mkdir(parents=True, exist_ok=True)
         portable = table.assign(run_dir=[Path(p).name for p in table["run_dir"]]) if "run_dir" in table else table
         atomic_write_text(figure_dir / "results.csv", portable.to_csv(index=False))
-        portable_info = {**info, "definition": f"experiments/{Path(info.get('definition', name)).stem}.toml"}
+        portable_info = {**info, "definition": experiments.shown_path(info.get("definition", f"experiments/{name}.toml"))}
         atomic_write_text(figure_dir / "sweep.json", json.dumps(portable_info, indent=1))
         for rule in laws:  # the saved fits the law rules read (their tables' numbers are copied unchanged)
             if (sweep_dir / rule.fit).is_file() and (sweep_dir / rule.fit).resolve() != (figure_dir / rule.fit).resolve():
                 shutil.copyfile(sweep_dir / rule.fit, figure_dir / rule.fit)
-        lines.insert(3, f"Table: [`{name}/results.csv`]({name}/results.csv).")
+        lines.insert(3, f"Table: [`{folder}/results.csv`]({folder}/results.csv).")
     return "\n".join(lines), [(name, v) for v in found]
 
 
+def _folders(sweep_dirs: list[Path]) -> dict[Path, str]:
+    """The folder beside the report of each sweep's figures and copied table: its experiment's name,
+    or, where several sweeps of one experiment are reported, the sweep folder's name (then a number)."""
+    names = {}
+    for d in map(Path, sweep_dirs):
+        if not read_info(d):
+            raise SynthlabError(f"{d} is not a sweep directory (no sweep.json)")
+        names[d] = read_info(d)["experiment"]
+    folders: dict[Path, str] = {}
+    for i, (d, name) in enumerate(names.items()):
+        folder = name if list(names.values()).count(name) == 1 else d.name
+        folders[d] = folder if folder not in folders.values() else f"{name}-{i + 1}"
+    return folders
+
+
 def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = False, notes: Path | None = None,
-                 title: str = "synthlab results") -> Path:
+                 title: str = "synthlab results", index: bool = False) -> Path:
     """Write the Markdown report to `out` (figures beside it); returns its path.
 
     notes: a TOML file of readings (prose beside the computed verdicts), `experiment = "..."`, and an
     optional `preamble = "..."`.
+    index: write `out` as an index and each experiment's section as `<experiment>/README.md` beside
+    it (synthlab.results_index).
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -194,8 +206,13 @@ def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = Fals
         readings = tomllib.loads(Path(notes).read_text()) if notes else {}
     except tomllib.TOMLDecodeError as err:
         raise SynthlabError(f"cannot parse --notes {notes}: {err}") from None
-    sections = [_section(Path(d), out.parent, readings, copy_results) for d in sweep_dirs]
+    sections = [_section(Path(d), out.parent, readings, copy_results, f) for d, f in _folders(sweep_dirs).items()]
     found = [v for _, vs in sections for v in vs]
+    if index:
+        from synthlab import results_index
+
+        return results_index.write_index([Path(d) for d in sweep_dirs], [s for s, _ in sections], found, out,
+                                         title, readings.get("preamble", ""), _claim_key)
     parts = [f"# {title}", readings.get("preamble", "").strip(), claims_table(found), *(s for s, _ in sections)]
     text = "\n\n".join(p for p in parts if p)
     atomic_write_text(out, text.strip() + "\n")

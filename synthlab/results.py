@@ -1,33 +1,7 @@
 """The results table of a sweep (`results.csv`): reading and appending rows, and its columns.
 
-Columns of a row, by who writes them:
-- the engine: `point_id`, `experiment`, `preset`, the grid factors (an axis over a field that is
-  also a descriptor, e.g. `model.loops`, is written under the descriptor's name, `loops`, once),
-  `wall_s`, `run_dir`;
-- descriptors (`describe`): `model` (a label such as "2x6" or "1+2x4+1 concat"), `loops`,
-  `d_model`, `seed` (the training seed) and `data_seed`, and the task's data columns (`L`, `n_people`, `train_fraction`, `diameter`: each
-  task's `data_columns`), so plots never depend on which options happened to be grid axes;
-- training (`train_metrics`): `train_steps`, `tokens`, `train_loss` and `loss` (the mean of the
-  last logged 10% of steps), `train_s`, `model_reused` (1: the trained model was there already,
-  e.g. trained by another sweep sharing the runs store: this row's wall_s has no training in it); sizes and cost (`synthlab.cost.size_metrics`): `params`,
-  `params_nonemb`, `train_flops`;
-- eval (`eval_metrics`): `accuracy`, `accuracy_at_trained_depth`, `answer_loss`, `eval_steps`,
-  `n_test`, `acc_step_<t>`, `agree_<i>_<j>`; per group of the task's group key (teacher forced,
-  at the trained depth: `groups_at_step`; `synthlab.evaluate.group_columns` names them): `acc_<g>`, `answer_loss_<g>`, `n_<g>`
-  on held-out prompts and `train_acc_<g>`, `train_answer_loss_<g>`, `train_n_<g>` on a sample of
-  training prompts, <g> e.g. `l2` (Mano length 2), `h1` (one-hop facts), `d3_yes` / `d3_no`
-  (reach distance 3, "no" at its decoy distance), `birth_date`; a group with no held-out prompt has train columns only; with an exit rule
-  `strategy`, `threshold`, `mean_exit_step` (`accuracy` is then the exit accuracy); with a KV
-  strategy `kv`, `kv_bytes`;
-- heldout (`heldout_columns`): `eval_loss` (held-out loss at the last recurrent step, nats/token),
-  `eval_loss_step_<t>`, `eval_tokens` (D: tokens trained on when the scored checkpoint was written),
-  `eval_checkpoint` (its optimizer step), `eval_n_tokens` (target tokens scored), `eval_seen` (share
-  of the scored examples that occur verbatim in the training split: a fresh draw of a small task is
-  mostly seen examples);
-- gate (Ouro stage II): `gate_steps`, `gate_loss`, `gate_s`; capacity (`capacity_metrics`): `p1`,
-  `p2`, `bits`, `bits_name`, `bits_attributes`, `bits_<attribute>` (gender, birth_date, ...),
-  `max_bits`, `bits_per_param`, `bits_per_param_nonemb`, `fraction_of_max`, `params_capacity` (the P
-  bits_per_param divides by), `exposures` (so the ceiling max_bits / params_capacity reads off a row).
+Its columns, what each means, its type and which stage writes it: `synthlab.schema` (printed by
+`synthlab columns`). The functions here build a stage's columns from its result.
 
 Rows are written whole (a temporary file renamed under a lock), never edited in place.
 """
@@ -45,12 +19,10 @@ from synthlab.errors import SynthlabError
 from synthlab.evaluate import group_columns
 from synthlab.files import atomic_write_text, file_lock, warn
 from synthlab.runs import read_metrics
+from synthlab.schema import ACC_STEP, AGREE, BITS_ATTRIBUTE, EVAL_LOSS_STEP, PER_STEP
 from synthlab_generators import TASKS
 
 RESULTS = "results.csv"
-# Columns that describe what was trained (not measured); a report hides one equal to a grid factor.
-DESCRIPTORS = ("model", "loops", "d_model", "kv", "strategy", "seed", "data_seed",
-               *dict.fromkeys(c for spec in TASKS.values() for c in dict(spec.data_columns).values()))
 # Grid axes written under a descriptor's name (one column, not two).
 _AXIS_COLUMNS = {"model.loops": "loops", "model.d_model": "d_model", "train.seed": "seed", "data.seed": "data_seed",
                  **{f"data.{f}": c for spec in TASKS.values() for f, c in dict(spec.data_columns).items()}}
@@ -88,6 +60,32 @@ def read_rows(path: str | Path, *, warn_damaged: bool = True) -> list[dict[str, 
     if damaged and warn_damaged:
         warn(f"{path}: line {', '.join(damaged)} is not a whole row (cut short?); its point counts as unfinished")
     return rows
+
+
+def check_numbers(table, path: Path):
+    """`table` (read from `path`), checked: a column of numbers with a cell that is not one (edited
+    by hand, damaged) is a SynthlabError naming the cell; a column mostly of labels is left alone."""
+    import pandas as pd
+
+    for column in [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]:
+        numbers = pd.to_numeric(table[column], errors="coerce")
+        bad = table[column].notna() & numbers.isna()
+        if bad.any() and numbers.notna().sum() > bad.sum():
+            raise _not_a_number(path, table[bad].iloc[0], column)
+    return table
+
+
+def cell_number(row: dict[str, str], column: str, path: Path) -> float:
+    """The number in `row`'s cell `column` of the table at `path`; a SynthlabError naming it if it is not one."""
+    try:
+        return float(row[column])
+    except (KeyError, TypeError, ValueError):
+        raise _not_a_number(path, row, column) from None
+
+
+def _not_a_number(path: Path, row, column: str) -> SynthlabError:
+    return SynthlabError(f"{path}: point {row.get('point_id', '?')}, column {column}: {row.get(column)!r} is not a "
+                         f"number (fix or delete that row; a deleted point is run again)")
 
 
 def _parse_csv(text: str) -> list[list[str]]:
@@ -176,11 +174,11 @@ def eval_metrics(result: dict[str, Any], options) -> dict[str, Any]:
     out = {"accuracy": result["accuracy"], "accuracy_at_trained_depth": result["accuracy_at_trained_depth"],
            "answer_loss": result["answer_loss_per_step"][-1], "eval_steps": result["eval_steps"],
            "n_test": result.get("n_examples"), "groups_at_step": result.get("groups_at_step")}
-    out.update({f"acc_step_{t}": a for t, a in enumerate(result["accuracy_per_step"], 1)})
+    out.update({ACC_STEP.name(t): a for t, a in enumerate(result["accuracy_per_step"], 1)})
     out.update(group_columns(result.get("groups", {})))
     if options.agreement:
         for i, row in enumerate(result["agreement"], 1):
-            out.update({f"agree_{i}_{j}": a for j, a in enumerate(row, 1)})
+            out.update({AGREE.name(i, j): a for j, a in enumerate(row, 1)})
     if options.exit is not None:
         kind, _, value = options.exit.partition(":")
         out.update(strategy=kind, threshold=float(value), mean_exit_step=result["mean_exit_step"],
@@ -195,7 +193,7 @@ def heldout_columns(result: dict[str, Any]) -> dict[str, Any]:
     """Flatten a synthlab.heldout.heldout_loss result into results.csv columns."""
     out = {"eval_loss": result["loss_per_step"][-1], "eval_tokens": result["tokens"],
            "eval_checkpoint": result["step"], "eval_n_tokens": result["n_tokens"]}
-    out.update({f"eval_loss_step_{t}": v for t, v in enumerate(result["loss_per_step"], 1)})
+    out.update({EVAL_LOSS_STEP.name(t): v for t, v in enumerate(result["loss_per_step"], 1)})
     if "seen" in result:
         out["eval_seen"] = result["seen"]
     return out
@@ -206,7 +204,7 @@ def capacity_metrics(report: dict[str, Any]) -> dict[str, Any]:
     keys = ("p1", "p2", "bits", "bits_name", "bits_attributes", "max_bits", "bits_per_param",
             "bits_per_param_nonemb", "fraction_of_max", "n_people", "exposures")
     out = {k: report[k] for k in keys if k in report}
-    out.update({f"bits_{a}": row["bits"] for a, row in report.get("per_attribute", {}).items()})
+    out.update({BITS_ATTRIBUTE.name(a): row["bits"] for a, row in report.get("per_attribute", {}).items()})
     out["params_capacity"] = report["params"]  # P as the estimate counts it (used embedding rows only)
     return out
 
@@ -226,15 +224,14 @@ def step_rows(sweep_dir: Path) -> list[dict[str, Any]]:
         raise SynthlabError(f"no results.csv rows in {sweep_dir} (run `synthlab sweep` first)")
     out = []
     for row in rows:
-        held = sorted((int(k[len("eval_loss_step_"):]), float(v)) for k, v in row.items()
-                      if k.startswith("eval_loss_step_") and v != "")
+        held = sorted((int(m[0]), float(v)) for k, v in row.items() if (m := EVAL_LOSS_STEP.match(k)) and v != "")
         if held:
             per_step = [v for _, v in held]
         else:  # every logged record has every step's loss (train.py reads all steps out on log steps)
             lines = read_metrics(_model_dir(Path(sweep_dir), row["run_dir"]))
             tail = lines[-max(1, len(lines) // 10):]
             per_step = [sum(r["loss_per_step"][t] for r in tail) / len(tail) for t in range(len(tail[0]["loss_per_step"]))]
-        base = {k: v for k, v in row.items() if not k.startswith(("acc_step_", "agree_", "eval_loss_step_"))}
+        base = {k: v for k, v in row.items() if not any(f.match(k) for f in PER_STEP)}
         for t, loss in enumerate(per_step, 1):
             step = {**base, "step": t, "loss": loss}
             if held:  # step t's held-out loss where `synthlab fit` reads it by default

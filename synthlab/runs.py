@@ -4,7 +4,7 @@ A run directory (written by `synthlab.train`) describes itself:
 - `config.json`: the resolved `RunConfig` (model + train) and what was derived from the data
   (vocabulary size, row length, packing, total steps, device) under "derived";
 - `metrics.jsonl`: one JSON line per logged step;
-- `checkpoint-<step>.pt`: the training state (model, optimizer, scheduler, RNG states, data
+- `checkpoint-<step>.pt`: the training state (model, optimizer, step, RNG states, data
   position), the newest `keep_checkpoints`, each with its sha256 in `checkpoint-<step>.pt.sha256`;
   `checkpoint.pt` is the newest under a fixed name; readers fall back from a damaged one;
 - `model.safetensors`: the weights alone, written when training finished (`load_model` reads them);
@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,8 @@ class RunConfig:
 
 def resolve_device(name: str) -> torch.device:
     """`auto` (CUDA if present, else CPU), `cpu` or `cuda`; asking for a missing GPU is an error."""
+    if name != "auto" and not re.fullmatch(r"cpu|mps|cuda(:\d+)?", name):
+        raise SynthlabError(f"--device must be auto, cpu, cuda or cuda:N, got '{name}'")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -87,6 +90,26 @@ def load_run(run_dir: str | Path) -> tuple[RunConfig, dict[str, Any]]:
     data = configlib.load_dict(path)
     derived = data.pop("derived", {})
     return configlib.from_dict(RunConfig, data), derived
+
+
+def clear_unstarted(run_dir: str | Path) -> bool:
+    """Empty `run_dir` if it holds a run that stopped before its first step (out of memory, a bad
+    shape): its config.json, an empty metrics.jsonl and hidden files (temporary, lock), nothing else. Says so in a
+    warning and returns True; anything more (or a config.json that is not a run's) is left alone."""
+    run_dir = Path(run_dir)
+    started = {p.name for p in run_dir.iterdir() if not p.name.startswith(".")} - {"config.json", "metrics.jsonl"}
+    if started or not (run_dir / "config.json").is_file() or (run_dir / "metrics.jsonl").is_file() and \
+            (run_dir / "metrics.jsonl").stat().st_size:
+        return False
+    try:
+        load_run(run_dir)
+    except SynthlabError:
+        return False
+    warn(f"replacing {run_dir}: a run that stopped before its first step (nothing of it was trained)")
+    for path in run_dir.iterdir():
+        if not path.is_dir():
+            path.unlink()
+    return True
 
 
 def checkpoint_files(run_dir: str | Path) -> list[Path]:
@@ -173,7 +196,12 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int = 2, e
     digest: list[str] = []
 
     def write(tmp: Path) -> None:
-        torch.save(state, tmp)
+        try:
+            torch.save(state, tmp)
+        except RuntimeError as err:  # torch's zip writer reports a full disk as a RuntimeError
+            raise SynthlabError(f"cannot write {path} ({str(err).splitlines()[0][:120]}: is the disk full?); the "
+                                f"older checkpoints are kept: free space, then synthlab train --resume "
+                                f"{run_dir}") from None
         digest.append(sha256_file(tmp))
 
     atomic_write(path, write)

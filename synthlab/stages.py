@@ -1,15 +1,9 @@
 """The lab's point runner: data (cached) -> train (resumable) -> [gate] -> eval / generate -> capacity;
 or train -> export (as a Qwen2 checkpoint) -> ouroboros (C11 on that checkpoint, synthlab.hf.point).
 
-A point runner is a module with the functions the sweep engine (synthlab.sweep) calls:
-- `parse(config) -> point`: the resolved config dict of a grid point, checked and typed once
-  (here: `synthlab.options.PointConfig`); the engine does this in the driver, before any work;
-- `run_point(point, run_dir, *, cache_dir, nproc=0) -> dict`: do the work, return the row's
-  metrics (columns: synthlab.results); nproc >= 1 trains under torchrun with that many processes;
-- `estimate_seconds(point, *, finished) -> float` (optional): the cost `--dry-run` shows;
-- `gpu_cost(point) -> dict` (optional): tokens, FLOPs, memory and hours on one GPU, the columns
-  `--dry-run` of a gpu preset shows (synthlab.cost);
-- `columns(point) -> list[str]` (optional): the columns its finished row fills (else it reruns).
+This module is a point runner (the contract: `synthlab.sweep.PointRunner`); its stages are the
+registry `STAGES`, each with the columns it fills in the point's row (`synthlab.schema`), the
+stages it needs before it, and its work.
 
 The model is trained in `run_dir/model` (a synthlab.train run directory): an existing checkpoint
 is resumed, a finished run is reused by every point that evaluates it.
@@ -21,11 +15,12 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from synthlab.config import content_hash
 from synthlab.cost import estimate_seconds, gpu_cost, size_metrics
-from synthlab.errors import SynthlabError
+from synthlab.errors import SynthlabError, from_tasks
 from synthlab.files import cached_dir
 from synthlab.options import PointConfig, parse_point
 from synthlab.results import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
@@ -35,22 +30,24 @@ __all__ = ["columns", "estimate_seconds", "gpu_cost", "parse", "run_point"]
 
 def parse(config: dict[str, Any]) -> PointConfig:
     """The point's options, typed (raises SynthlabError naming the section and field)."""
+    stages = ("train", *config.get("stages", ()))
+    for name in stages:
+        if name not in STAGES:
+            raise SynthlabError(f"unknown stage '{name}' (have {', '.join(STAGES)})")
+        missing = [r for r in STAGES[name].requires if r not in stages]
+        if missing:
+            raise SynthlabError(f"the {name} stage needs the {missing[0]} stage")
     point = parse_point(config)
     if "ouroboros" not in point.stages:
         return point
     from synthlab.hf.export import qwen2_refusal
     from synthlab.hf.point import parse_section
 
-    if "export" not in point.stages or "ouroboros" not in config:
-        raise SynthlabError("the ouroboros stage needs the export stage and an [ouroboros] section")
+    if "ouroboros" not in config:
+        raise SynthlabError("the ouroboros stage needs an [ouroboros] section")
     if qwen2_refusal(point.model):
         raise SynthlabError(f"model: {qwen2_refusal(point.model)} (the export stage needs it)")
     return dataclasses.replace(point, ouroboros=parse_section(config["ouroboros"]))
-
-
-# the columns each stage fills in a point's row (training always runs)
-_STAGE_COLUMNS = {"train": ("loss", "params"), "gate": ("gate_loss",), "eval": ("accuracy",), "heldout": ("eval_loss",),
-                  "generate": ("accuracy",), "capacity": ("bits",), "export": (), "ouroboros": ("loss_base",)}
 
 
 def _given_base(point: PointConfig) -> bool:
@@ -61,8 +58,8 @@ def _given_base(point: PointConfig) -> bool:
 def columns(point: PointConfig) -> list[str]:
     """The columns a finished row of `point` fills: a row missing one makes the sweep run it again."""
     if _given_base(point):
-        return list(_STAGE_COLUMNS["ouroboros"])
-    return list(dict.fromkeys(c for stage in ("train", *point.stages) for c in _STAGE_COLUMNS[stage]))
+        return list(STAGES["ouroboros"].columns)
+    return list(dict.fromkeys(c for stage in ("train", *point.stages) for c in STAGES[stage].columns))
 
 
 def dataset(point: PointConfig, cache_dir: Path) -> Path:
@@ -70,8 +67,9 @@ def dataset(point: PointConfig, cache_dir: Path) -> Path:
     from synthlab_generators import write_dataset
 
     key = {"task": point.task, **point.data_key, **point.spec.version_key()}
-    return cached_dir(cache_dir, key, lambda tmp: write_dataset(point.spec, point.data, point.data_seed, tmp),
-                      prefix=f"{point.task}-")
+    with from_tasks():
+        return cached_dir(cache_dir, key, lambda tmp: write_dataset(point.spec, point.data, point.data_seed, tmp),
+                          prefix=f"{point.task}-")
 
 
 def train_model(point: PointConfig, data_dir: Path, model_dir: Path, nproc: int = 0) -> dict[str, Any]:
@@ -208,43 +206,102 @@ def changed_since(point: PointConfig, run_dir: Path) -> str:
     return ""
 
 
-def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int = 0) -> dict[str, Any]:
-    """Generate, train, evaluate and (for bioS) measure capacity; returns the row's metrics.
-    nproc >= 1: the training stages run as torchrun jobs of nproc processes."""
-    from synthlab.capacity import estimate_capacity
-    from synthlab.evaluate import biography_generation, evaluate_run
+@dataclasses.dataclass
+class Work:
+    """What the stages of one point share: the point, its folders, the model later stages read."""
 
+    point: PointConfig
+    run_dir: Path
+    cache_dir: Path
+    nproc: int
+    data_dir: Path
+    model_dir: Path  # the trained model; after the gate stage, the stage II model
+
+
+def _train(work: Work) -> dict[str, Any]:
+    metrics = train_model(work.point, work.data_dir, work.model_dir, work.nproc)
+    return metrics | size_metrics(json.loads((work.model_dir / "config.json").read_text()))
+
+
+def _gate(work: Work) -> dict[str, Any]:  # the later stages evaluate the stage II model
+    work.model_dir, metrics = train_gate(work.point, work.model_dir, work.run_dir, work.nproc)
+    return metrics
+
+
+def _eval(work: Work) -> dict[str, Any]:
+    from synthlab.evaluate import evaluate_run
+
+    options = work.point.eval
+    result = evaluate_run(work.model_dir, steps=options.steps, exit_rule=options.exit, kv=options.kv,
+                          batch_size=options.batch_size)
+    return eval_metrics(result, options)
+
+
+def _heldout(work: Work) -> dict[str, Any]:
+    return heldout_metrics(work.point, work.model_dir, work.cache_dir)
+
+
+def _generate(work: Work) -> dict[str, Any]:
+    from synthlab.evaluate import biography_generation
+
+    return biography_generation(work.model_dir, kv=work.point.eval.kv or "full", steps=work.point.eval.steps)
+
+
+def _capacity(work: Work) -> dict[str, Any]:
+    from synthlab.capacity import estimate_capacity
+
+    return capacity_metrics(estimate_capacity(work.model_dir))
+
+
+def _export(work: Work) -> dict[str, Any]:  # once per trained model: the points on it share the folder
+    from synthlab.hf.export import export_run
+
+    qwen2 = work.run_dir / "qwen2"
+    if not (qwen2 / "config.json").is_file():
+        export_run(work.model_dir, qwen2)
+    return {}
+
+
+def _ouroboros(work: Work) -> dict[str, Any]:
+    from synthlab.hf.point import run_stage
+
+    return run_stage(work.point.ouroboros, work.run_dir / "qwen2", work.data_dir / "train.jsonl",
+                     work.run_dir / "ouroboros")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of a point: the columns it fills in the row, the stages it needs before it, its work."""
+
+    name: str
+    columns: tuple[str, ...]
+    requires: tuple[str, ...]
+    run: Callable[[Work], dict[str, Any]]
+
+
+# In the order they run; training always runs.
+STAGES = {stage.name: stage for stage in (
+    Stage("train", ("loss", "params"), (), _train),
+    Stage("gate", ("gate_loss",), ("train",), _gate),
+    Stage("eval", ("accuracy",), ("train",), _eval),
+    Stage("heldout", ("eval_loss",), ("train",), _heldout),
+    Stage("generate", ("accuracy",), ("train",), _generate),
+    Stage("capacity", ("bits",), ("train",), _capacity),
+    Stage("export", (), ("train",), _export),
+    Stage("ouroboros", ("loss_base",), ("export",), _ouroboros),
+)}
+
+
+def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int = 0) -> dict[str, Any]:
+    """Run the point's stages in the registry's order (data first, training always); returns the
+    row's metrics. nproc >= 1: the training stages run as torchrun jobs of nproc processes."""
     if _given_base(point):
         from synthlab.hf.point import run_stage
 
         return run_stage(point.ouroboros, None, None, Path(run_dir) / "ouroboros")
-
-    data_dir = dataset(point, cache_dir)
-    model_dir = Path(run_dir) / "model"
-    metrics = {**describe(point), **train_model(point, data_dir, model_dir, nproc)}
-    metrics.update(size_metrics(json.loads((model_dir / "config.json").read_text())))
-    options = point.eval
-    if "gate" in point.stages:  # evaluate the stage II model from here on
-        model_dir, gate_metrics = train_gate(point, model_dir, Path(run_dir), nproc)
-        metrics.update(gate_metrics)
-    if "eval" in point.stages:
-        result = evaluate_run(model_dir, steps=options.steps, exit_rule=options.exit, kv=options.kv,
-                              batch_size=options.batch_size)
-        metrics.update(eval_metrics(result, options))
-    if "heldout" in point.stages:
-        metrics.update(heldout_metrics(point, model_dir, cache_dir))
-    if "generate" in point.stages:
-        metrics.update(biography_generation(model_dir, kv=options.kv or "full", steps=options.steps))
-    if "capacity" in point.stages:
-        metrics.update(capacity_metrics(estimate_capacity(model_dir)))
-    if "export" in point.stages:  # once per trained model: the points on it share the folder
-        from synthlab.hf.export import export_run
-
-        qwen2 = Path(run_dir) / "qwen2"
-        if not (qwen2 / "config.json").is_file():
-            export_run(model_dir, qwen2)
-    if "ouroboros" in point.stages:
-        from synthlab.hf.point import run_stage
-
-        metrics.update(run_stage(point.ouroboros, qwen2, data_dir / "train.jsonl", Path(run_dir) / "ouroboros"))
+    work = Work(point, Path(run_dir), cache_dir, nproc, dataset(point, cache_dir), Path(run_dir) / "model")
+    metrics = describe(point)
+    for stage in STAGES.values():
+        if stage.name == "train" or stage.name in point.stages:
+            metrics.update(stage.run(work))
     return metrics

@@ -18,13 +18,9 @@ file lock, skipping point ids already present. So results.csv is always a whole,
 table; a point killed before its metrics file exists reruns (its training resumes from the last
 checkpoint in its run dir); a point killed after it gets its row on the next run without rerunning.
 
-The engine does not know what a point does: a runner module does the work. It defines
-`parse(config: dict) -> point` (check and type a point's resolved config; called once per point,
-in the driver, so a bad grid fails before anything runs), `run_point(point, run_dir: Path, *,
-cache_dir: Path[, nproc: int]) -> dict[str, float | str]` (nproc only with nproc_per_node), optionally `estimate_seconds(point, *, finished)`
-for `--dry-run` and `columns(point)`, the columns a finished row of the point fills (a row that
-misses one, or is not whole, counts as unfinished: the point runs again). The lab's runner is `synthlab.stages` (generate, train, evaluate); tests pass a
-cheap one. Workers (spawn processes, Ray tasks) import the runner module by name.
+The engine does not know what a point does: a point runner (`PointRunner`, a module) does the
+work; the lab's is `synthlab.stages` (generate, train, evaluate); tests pass a cheap one. Workers
+(spawn processes, Ray tasks) import the runner module by name.
 Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), or Ray tasks (`executor="ray"`);
 the rows are always added by the driver, as each model's points finish. With `nproc_per_node` K
 a worker trains its point as a torchrun job of K processes (the runner's `run_point(..., nproc=K)`),
@@ -43,14 +39,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from synthlab.errors import SynthlabError
 from synthlab.experiments import Experiment, Point
-from synthlab.files import atomic_write_text, check_writable, file_lock, warn
+from synthlab.files import atomic_write_text, check_writable, die_with_parent, file_lock, warn
 from synthlab.progress import Progress
-from synthlab.results import RESULTS, append_rows, factor_column, missing_columns, read_rows
+from synthlab.results import RESULTS, append_rows, cell_number, factor_column, missing_columns, read_rows
 
 
 # --- work units: one trained model and the points evaluated on it --------------------------
@@ -68,19 +63,56 @@ class Unit:
     nproc: int = 0  # >= 1: the runner trains under torchrun with this many processes (0: in the worker)
 
 
-def load_runner(name: str) -> ModuleType:
+@runtime_checkable
+class PointRunner(Protocol):
+    """What a point runner module defines (its optional functions: `RunnerHooks`)."""
+
+    def parse(self, config: dict[str, Any]) -> Any:
+        """Check and type a point's resolved config; called once per point, in the driver, so a bad
+        grid fails before anything runs (raises SynthlabError)."""
+
+    def run_point(self, point: Any, run_dir: Path, *, cache_dir: Path, nproc: int = 0) -> dict[str, Any]:
+        """Do the point's work in run_dir (data cached in cache_dir); return its row's metrics
+        (float or str values). nproc >= 1: train as a torchrun job of that many processes."""
+
+
+class RunnerHooks(Protocol):
+    """What a point runner may define besides; the engine uses each where the runner has it (`hook`)."""
+
+    def estimate_seconds(self, point: Any, *, finished: bool) -> float:
+        """The point's cost in seconds, for --dry-run."""
+
+    def gpu_cost(self, point: Any) -> dict[str, Any]:
+        """Tokens, FLOPs, memory and hours on one GPU: the --dry-run columns of a gpu preset."""
+
+    def columns(self, point: Any) -> list[str]:
+        """The columns a finished row of the point fills (a row that misses one, or is not whole,
+        counts as unfinished: the point runs again)."""
+
+    def changed_since(self, point: Any, run_dir: Path) -> str:
+        """Why the model in run_dir is not the one the point asks for now ("" when it is)."""
+
+
+def hook(runner: PointRunner, name: str) -> Callable | None:
+    """The runner's optional function `name` (one of `RunnerHooks`), None when it has none."""
+    if not callable(getattr(RunnerHooks, name, None)):
+        raise AttributeError(f"{name} is not a point runner hook")
+    return getattr(runner, name, None)
+
+
+def load_runner(name: str) -> PointRunner:
     """The runner module `name`; it must define parse and run_point."""
     try:
         module = importlib.import_module(name)
     except ImportError as err:
         raise SynthlabError(f"--runner '{name}' cannot be imported: {err}") from None
     missing = [f for f in ("parse", "run_point") if not callable(getattr(module, f, None))]
-    if missing:
+    if missing or not isinstance(module, PointRunner):
         raise SynthlabError(f"--runner '{name}' is not a point runner: it defines no {missing[0]}()")
     return module
 
 
-def parse_points(runner: ModuleType, experiment: Experiment, preset: str, points: list[Point]) -> list[Any]:
+def parse_points(runner: PointRunner, experiment: Experiment, preset: str, points: list[Point]) -> list[Any]:
     """Every point's config checked and typed by the runner, once; an error names the point."""
     parsed = []
     for point in points:
@@ -91,13 +123,13 @@ def parse_points(runner: ModuleType, experiment: Experiment, preset: str, points
     return parsed
 
 
-def finished_points(runner: ModuleType, experiment: Experiment, preset: str, points: list[Point],
+def finished_points(runner: PointRunner, experiment: Experiment, preset: str, points: list[Point],
                     path: Path) -> tuple[set[str], set[str]]:
     """(ids of the points with a whole row in the table, ids of those whose row misses a column the
     runner's optional `columns(point)` names: they run again, with a warning, and their new row
     replaces the old one)."""
     rows = {r["point_id"]: r for r in read_rows(path)}
-    columns = getattr(runner, "columns", None)
+    columns = hook(runner, "columns")
     listed = [p for p in points if p.point_id in rows]
     stale = set()
     for point, typed in zip(listed, parse_points(runner, experiment, preset, listed) if columns else []):
@@ -108,11 +140,11 @@ def finished_points(runner: ModuleType, experiment: Experiment, preset: str, poi
     return set(rows) - stale, stale
 
 
-def changed_points(runner: ModuleType, experiment: Experiment, preset: str, points: list[Point],
+def changed_points(runner: PointRunner, experiment: Experiment, preset: str, points: list[Point],
                    runs_dir: Path) -> dict[str, str]:
     """{point id: why} for the points whose trained model no longer matches what the point asks for
     (the runner's optional `changed_since(point, run_dir)`)."""
-    changed_since = getattr(runner, "changed_since", None)
+    changed_since = hook(runner, "changed_since")
     if changed_since is None:
         return {}
     typed = parse_points(runner, experiment, preset, points)
@@ -190,7 +222,7 @@ def timed(path: Path, work: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def make_units(experiment: Experiment, preset: str, points: list[Point], parsed: list[Any], runs_dir: Path,
-               runner: ModuleType, cache_dir: Path, threads: int, nproc: int = 0,
+               runner: PointRunner, cache_dir: Path, threads: int, nproc: int = 0,
                rerun: set[str] = frozenset()) -> list[Unit]:
     """Group points by trained model, keeping grid order; the points in `rerun` run again even where
     their point record is whole."""
@@ -203,7 +235,7 @@ def make_units(experiment: Experiment, preset: str, points: list[Point], parsed:
         )
         unit.points.append({"point_id": point.point_id, "factors": point.factors, "point": typed,
                             "experiment": experiment.name, "preset": preset,
-                            "columns": list(runner.columns(typed)) if hasattr(runner, "columns") else [],
+                            "columns": list(hook(runner, "columns")(typed)) if hook(runner, "columns") else [],
                             "rerun": point.point_id in rerun})
     return list(units.values())
 
@@ -219,9 +251,9 @@ def _execute_local(units: list[Unit], jobs: int, on_done) -> None:
     import concurrent.futures
     import multiprocessing
 
-    # spawn: a fresh interpreter per worker (fork would copy torch's thread pools and locks).
+    # spawn: a fresh interpreter per worker (fork would copy torch's thread pools and locks); each ends with the driver
     ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent) as pool:
         futures = [pool.submit(run_unit, unit) for unit in units]
         for future in concurrent.futures.as_completed(futures):
             on_done(future.result())
@@ -248,7 +280,7 @@ def _execute_ray(units: list[Unit], address: str | None, on_done) -> None:
         on_done(ray.get(ready[0]))
 
 
-def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType, jobs: int = 1,
+def run_sweep(experiment: Experiment, preset: str, out: Path, *, runner: PointRunner, jobs: int = 1,
               executor: str = "local", ray_address: str | None = None, cache_dir: Path | None = None,
               runs_dir: Path | None = None, threads: int | None = None, nproc_per_node: int = 0,
               progress: bool = True, reevaluate: bool = False) -> Path:
@@ -373,7 +405,7 @@ def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir
 # --- dry run ---------------------------------------------------------------------------------
 
 
-def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
+def plan(experiment: Experiment, preset: str, out: Path, *, runner: PointRunner,
          runs_dir: Path | None = None, gpu: bool = False) -> list[dict[str, Any]]:
     """The grid as rows: factors, status (done / partial / todo), measured or estimated cost and the
     run directory in the trained-model store that the point's model is (or would be) trained into.
@@ -387,10 +419,10 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
     out = Path(out)
     runs_dir = store(out, "runs", runs_dir)
     done = {r["point_id"]: r for r in read_rows(out / RESULTS)}
-    estimate = getattr(runner, "estimate_seconds", None)
-    gpu_cost = getattr(runner, "gpu_cost", None) if gpu else None
+    estimate = hook(runner, "estimate_seconds")
+    gpu_cost = hook(runner, "gpu_cost") if gpu else None
     points = experiment.points(preset)
-    changed_since = getattr(runner, "changed_since", None)
+    changed_since = hook(runner, "changed_since")
     rows, trained = [], set()
     for point, typed in zip(points, parse_points(runner, experiment, preset, points)):
         run_dir = runs_dir / point.train_id
@@ -403,7 +435,7 @@ def plan(experiment: Experiment, preset: str, out: Path, *, runner: ModuleType,
         if point.point_id in done:
             changed = changed_since is not None and changed_since(typed, run_dir)
             row.update(status="done, config changed" if changed else "done",
-                       cost_s=float(done[point.point_id]["wall_s"]), cost="measured")
+                       cost_s=cell_number(done[point.point_id], "wall_s", out / RESULTS), cost="measured")
         elif shared:
             own = row["gpu_h"] - row["gpu_h_shared"] if gpu_cost is not None else 0.0
             row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=own * 3600, cost="shared model")

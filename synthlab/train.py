@@ -6,13 +6,17 @@ A run directory describes itself:
 - `metrics.jsonl`: one line every `log_every` steps (step, tokens seen, loss, loss per recurrent
   step, learning rate, tokens/s); with `eval_every` K, every K steps also the per-group accuracy
   and answer loss on fixed samples of held-out and training prompts (`eval/acc_l1`, ...);
-- `checkpoint-<step>.pt` (+ its sha256; `checkpoint.pt` is the newest): model, optimizer,
-  scheduler, torch RNG states, data position, step; written atomically (temporary sibling +
+- `checkpoint-<step>.pt` (+ its sha256; `checkpoint.pt` is the newest): the `TrainState` (model,
+  optimizer, step, tokens seen, data position, RNG states; the learning rate follows from the
+  step); written atomically (temporary sibling +
   rename) every `checkpoint_every` steps, at the end, and when SIGINT or SIGTERM arrives; the
   newest `keep_checkpoints` are kept (a stop's off-schedule one only until the next is written:
   `synthlab.runs.save_checkpoint`);
 - `model.safetensors`: the weights alone, written at the end (`synthlab.load_model` reads them);
 - `summary.json`: final numbers, written at the end.
+
+Each optimizer step is `synthlab.engine.step` (shared with the OUROBOROS trainer); this module
+adds the lab's data, losses, logging and run folder, in one loop (`_loop`).
 
 Resuming a run stopped before its first checkpoint starts it again from step 0. Resuming replays
 nothing: the batcher's state is (epoch, cursor) and the torch RNG states are
@@ -38,20 +42,22 @@ from typing import Any
 import torch
 
 from synthlab import config as configlib
-from synthlab import distributed
+from synthlab import distributed, engine
 from synthlab.board import Loggers, check_loggers
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
-from synthlab.files import atomic_write_text, check_writable
+from synthlab.files import atomic_write_text, check_writable, folder_lock
 from synthlab.models import build_model
 from synthlab.models.layers import Block
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
 from synthlab.optim import adamw, lr_factor
+from synthlab.engine import TrainState
 from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
-from synthlab.runs import (RunConfig, autocast, checkpoint_files, float32_matmul, load_checkpoint, load_run, load_weights,
-                           resolve_device, save_checkpoint, save_weights, data_sha256, trained_data, trim_metrics)
+from synthlab.runs import (RunConfig, autocast, checkpoint_files, clear_unstarted, float32_matmul, load_checkpoint,
+                           load_run, load_weights, resolve_device, save_checkpoint, save_weights, data_sha256,
+                           trained_data, trim_metrics)
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -60,10 +66,10 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
                  betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int):
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
-        step, warmup=cfg.warmup_steps, total=total_steps, min_ratio=cfg.min_lr_ratio, schedule=cfg.schedule,
-        decay_fraction=cfg.decay_fraction))
+def lr_schedule(cfg: TrainConfig, total_steps: int):
+    """The learning rate of a (0-based) step: the peak `lr` times the schedule's factor."""
+    return lambda step: cfg.lr * lr_factor(step, warmup=cfg.warmup_steps, total=total_steps, min_ratio=cfg.min_lr_ratio,
+                                           schedule=cfg.schedule, decay_fraction=cfg.decay_fraction)
 
 
 def to_device(rows: Rows, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -185,7 +191,7 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
         run, recorded = load_run(run_dir)
         run.train.data = str(trained_data(run_dir, run, recorded, moved_to=data))
         ckpt = load_checkpoint(run_dir, missing_ok=True)  # None: stopped before its first checkpoint
-    elif run_dir.exists() and any(run_dir.iterdir()):
+    elif run_dir.exists() and any(run_dir.iterdir()) and not clear_unstarted(run_dir):
         raise SynthlabError(f"--out {run_dir} is not empty; choose a new folder or --resume it")
     check_writable(run_dir)
     if not resume and run.train.init_from is not None:  # a bad --init-from fails before the folder exists
@@ -208,19 +214,21 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
             atomic_write_text(run_dir / "config.json", json.dumps({**configlib.to_dict(run), "derived": derived}, indent=2) + "\n")
         # Weights come from build_model's own seeded generator; torch's global RNG only drives dropout.
         # It is forked so that training can seed and checkpoint it without touching the caller's state.
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), float32_matmul(device, cfg.tf32):
-            trainer = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
-            where = lambda: f"at step {trainer.step + 1}; {trainer.kept()} (continue with: synthlab train --resume {run_dir})"
-            try:
-                with distributed.peers_lost_as_error(world, where):
-                    return trainer.run(progress, GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
-            finally:
-                trainer.parallel = trainer.forward = None  # DDP is freed as the group closes (see process_group)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), float32_matmul(device, cfg.tf32), \
+                folder_lock(run_dir, "training", world.main):
+            state = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
+
+            def where() -> str:
+                return f"at step {state.step + 1}; {_kept(run_dir, cfg)} (continue with: synthlab train --resume {run_dir})"
+
+            with distributed.peers_lost_as_error(world, where):
+                return _loop(run_dir, cfg, derived["total_steps"], state, device, world, progress,
+                             GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None)
 
 
 def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: torch.device,
-           world: distributed.World, ckpt: dict[str, Any] | None) -> _Trainer:
-    """The trainer with its model, fresh (global RNG seeded) or restored from the checkpoint `ckpt`."""
+           world: distributed.World, ckpt: dict[str, Any] | None) -> TrainState:
+    """The training state with its model, fresh (global RNG seeded) or restored from the checkpoint `ckpt`."""
     cfg = run.train
     torch.manual_seed(cfg.seed)
     model = build_model(run.model, seed=cfg.seed).to(device)
@@ -231,161 +239,109 @@ def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: 
             p.requires_grad_(name.startswith("exit_gate."))
     elif cfg.loss in ("last", "mean") and model.exit_gate is not None:  # no gradient reaches the gate (DDP
         model.exit_gate.requires_grad_(False)  # expects one for every parameter that requires it)
-    trainer = _Trainer(run_dir, cfg, total, model, batcher, device, world)
+    # draws inside the model (sampled depth, random initial state) come from `model_rng`; the
+    # global RNG drives dropout
+    state = TrainState(model, build_optimizer(model, cfg), lr_schedule(cfg, total), data={"batcher": batcher},
+                       generators={"model_rng": torch.Generator().manual_seed(cfg.seed + 1)}, global_rng=True)
     if ckpt is not None:
-        trainer.load_state(ckpt)
+        state.load_state_dict(ckpt)
     if world.main:  # lines logged after the checkpoint, or (resumed from step 0) all of them
-        trim_metrics(run_dir, trainer.step)
-    return trainer
+        trim_metrics(run_dir, state.step)
+    return state
 
 
-class _Trainer:
-    """The state of one training run (model, optimizer, schedule, data position, RNGs) and its loop."""
+def _kept(run_dir: Path, cfg: TrainConfig) -> str:
+    """What a stopped run leaves behind, for its error line."""
+    if checkpoint_files(run_dir):
+        return f"the last good checkpoint in {run_dir} is kept"
+    return f"no checkpoint in {run_dir} yet (the first was due at step {cfg.checkpoint_every})"
 
-    def __init__(self, run_dir: Path, cfg: TrainConfig, total: int, model: torch.nn.Module, batcher: Batcher,
-                 device: torch.device, world: distributed.World):
-        self.run_dir, self.cfg, self.total, self.model, self.batcher, self.device = run_dir, cfg, total, model, batcher, device
-        self.world = world
-        # draws inside the model (sampled depth, random initial state) come from this generator
-        self.generator = torch.Generator().manual_seed(cfg.seed + 1)
-        self.optimizer = build_optimizer(model, cfg)
-        self.scheduler = build_scheduler(self.optimizer, cfg, total)
-        self.step, self.tokens_seen = 0, 0
 
-    def state(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "batcher": self.batcher.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "model_rng": self.generator.get_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
-            "step": self.step,
-            "tokens_seen": self.tokens_seen,
-        }
+def _save(run_dir: Path, cfg: TrainConfig, state: TrainState, world: distributed.World) -> None:
+    """Checkpoint the state, unless the last update left non-finite weights (then stop, keeping
+    the last good checkpoint: the loss checked before the update could not see it)."""
+    if not state.weights_finite():
+        raise SynthlabError(f"training diverged at step {state.step}: the weights are not finite "
+                            f"(lr {cfg.lr}); {_kept(run_dir, cfg)}")
+    if world.main:
+        save_checkpoint(run_dir, state.state_dict(), keep=cfg.keep_checkpoints, every=cfg.checkpoint_every)
 
-    def load_state(self, ckpt: dict[str, Any]) -> None:
-        self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.scheduler.load_state_dict(ckpt["scheduler"])
-        self.batcher.load_state_dict(ckpt["batcher"])
-        torch.set_rng_state(ckpt["torch_rng"])
-        self.generator.set_state(ckpt["model_rng"])
-        if self.device.type == "cuda" and ckpt.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
-        self.step, self.tokens_seen = ckpt["step"], ckpt["tokens_seen"]
 
-    def kept(self) -> str:
-        """What a stopped run leaves behind, for its error line."""
-        if checkpoint_files(self.run_dir):
-            return f"the last good checkpoint in {self.run_dir} is kept"
-        return f"no checkpoint in {self.run_dir} yet (the first was due at step {self.cfg.checkpoint_every})"
+def _loop(run_dir: Path, cfg: TrainConfig, total: int, state: TrainState, device: torch.device,
+          world: distributed.World, progress: bool, probe: GroupProbe | None) -> TrainResult:
+    """Train to the end (or a signal); `probe` scores per-group accuracy every `eval_every` steps.
 
-    def save(self) -> None:
-        """Checkpoint the state, unless the last update left non-finite weights (then stop, keeping
-        the last good checkpoint: the loss checked before the update could not see it)."""
-        if not bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all()):
-            raise SynthlabError(f"training diverged at step {self.step}: the weights are not finite "
-                                f"(lr {self.cfg.lr}); {self.kept()}")
-        if self.world.main:
-            save_checkpoint(self.run_dir, self.state(), keep=self.cfg.keep_checkpoints,
-                            every=self.cfg.checkpoint_every)
+    Every process draws the same batch and runs its share (`distributed.share`) as `grad_accum`
+    micro-batches, each weighted by its share of the batch's target tokens (every objective is a
+    masked mean over them), so that the parts sum to the whole batch's. The losses are the whole
+    batch's on logging and checkpoint steps, when a non-finite loss also stops the run with one
+    error line before anything is written; checking every step would cost a device sync on a GPU.
+    """
+    batcher, generator = state.data["batcher"], state.generators["model_rng"]
+    parallel = distributed.wrap(state.model, world, device)
+    forward = model_forward(parallel, cfg.compile, cfg.activation_checkpointing)
+    state.model.train()
+    record: dict[str, Any] = {}
+    board = Loggers(run_dir, cfg) if world.main else None
+    window_tokens, window_start = 0, time.perf_counter()
+    bar = Progress(total, initial=state.step, enabled=progress and world.main, desc=f"train {cfg.task}", unit="step")
+    metrics_path = run_dir / "metrics.jsonl" if world.main else os.devnull  # rank 0 writes the log
+    with _StopOnSignal() as stop, open(metrics_path, "a") as metrics:
+        # a signal reaching any process stops all of them at the same step
+        while state.step < total and not distributed.any_of(world, stop.signum is not None, device):
+            done = state.step + 1
+            eval_now = probe is not None and done % cfg.eval_every == 0
+            log_now = done % cfg.log_every == 0 or done == total or eval_now
+            save_now = done % cfg.checkpoint_every == 0 or done == total
+            rows = batcher.next_batch()
+            targets_total = max(int(rows.loss_mask.sum()), 1)
+            mine = distributed.share(rows, world.rank, world.size)
+            draws = generator.get_state()
 
-    def train_step(self, log_now: bool, check: bool) -> tuple[torch.Tensor, torch.Tensor, int, float]:
-        """One optimizer step: (objective, per-step losses, real tokens in the batch, lr used).
+            def micro(i: int):
+                generator.set_state(draws)  # the model's draws (sampled depth) are the step's, in every micro-batch
+                part = distributed.share(mine, i, cfg.grad_accum)
+                inputs, targets, mask, doc_ids = to_device(part, device)
+                with autocast(device):
+                    objective, per_step = step_losses(forward, inputs, targets, mask, doc_ids, cfg, generator, log_now)
+                weight = int(part.loss_mask.sum()) / targets_total
+                # DDP averages over the processes: the factor K undoes its 1/K
+                return objective * (weight * world.size), (objective.detach() * weight, per_step.detach() * weight)
 
-        Every process draws the same batch and runs its share (`distributed.share`) as
-        `grad_accum` micro-batches; the accumulated gradient is the whole batch's (see
-        `micro_step`). The losses returned are the whole batch's on `check` steps (logging and
-        checkpoint steps), when a non-finite loss also stops the run with one error line before
-        anything is written; checking every step would cost a device sync on a GPU.
-        """
-        rows = self.batcher.next_batch()
-        targets_total = max(int(rows.loss_mask.sum()), 1)
-        mine, parts = distributed.share(rows, self.world.rank, self.world.size), self.cfg.grad_accum
-        self.optimizer.zero_grad(set_to_none=True)
-        draws = self.generator.get_state()
-        objective = per_step = 0.0
-        for i in range(parts):
-            self.generator.set_state(draws)  # the model's draws (sampled depth) are the step's, in every micro-batch
-            with distributed.no_sync(self.parallel, sync=i == parts - 1):
-                micro_objective, micro_per_step = self.micro_step(distributed.share(mine, i, parts), targets_total, log_now)
-            objective, per_step = objective + micro_objective, per_step + micro_per_step
-        if check:
-            objective, per_step = distributed.sum_over(self.world, objective, per_step)
-        if check and not torch.isfinite(objective):
-            raise SynthlabError(f"training diverged at step {self.step + 1}: the loss is {float(objective.detach())} "
-                                f"(lr {self.cfg.lr}); {self.kept()}")
-        if self.cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        lr = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
-        self.scheduler.step()
-        self.step += 1
-        batch_tokens = int((rows.inputs != self.batcher.pad_id).sum())  # real tokens, padding excluded
-        self.tokens_seen += batch_tokens
-        return objective, per_step, batch_tokens, lr
-
-    def micro_step(self, rows: Rows, targets_total: int, log_now: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward and backward of one micro-batch: (objective, per-step losses) weighted by its
-        share of the whole batch's target tokens, so that the parts sum to the whole batch's
-        masked means (every objective is a masked mean over target tokens)."""
-        inputs, targets, mask, doc_ids = to_device(rows, self.device)
-        with autocast(self.device):
-            objective, per_step = step_losses(self.forward, inputs, targets, mask, doc_ids, self.cfg,
-                                              self.generator, log_now)
-        weight = int(rows.loss_mask.sum()) / targets_total
-        (objective * (weight * self.world.size)).backward()  # DDP averages over the processes: undo its 1/K
-        return objective.detach() * weight, per_step.detach() * weight
-
-    def run(self, progress: bool, probe: GroupProbe | None = None) -> TrainResult:
-        """Train to the end (or a signal); `probe` scores per-group accuracy every `eval_every` steps."""
-        cfg, total = self.cfg, self.total
-        self.parallel = distributed.wrap(self.model, self.world, self.device)
-        self.forward = model_forward(self.parallel, cfg.compile, cfg.activation_checkpointing)
-        self.model.train()
-        record: dict[str, Any] = {}
-        board = Loggers(self.run_dir, cfg) if self.world.main else None
-        window_tokens, window_start = 0, time.perf_counter()
-        bar = Progress(total, initial=self.step, enabled=progress and self.world.main, desc=f"train {cfg.task}", unit="step")
-        metrics_path = self.run_dir / "metrics.jsonl" if self.world.main else os.devnull  # rank 0 writes the log
-        with _StopOnSignal() as stop, open(metrics_path, "a") as metrics:
-            # a signal reaching any process stops all of them at the same step
-            while self.step < total and not distributed.any_of(self.world, stop.signum is not None, self.device):
-                done = self.step + 1
-                eval_now = probe is not None and done % cfg.eval_every == 0
-                log_now = done % cfg.log_every == 0 or done == total or eval_now
-                save_now = done % cfg.checkpoint_every == 0 or done == total
-                objective, per_step, batch_tokens, lr = self.train_step(log_now, log_now or save_now)
-                window_tokens += batch_tokens
-                bar.update(1)
-                if log_now:
-                    now = time.perf_counter()
-                    speed = window_tokens / max(now - window_start, 1e-9)
-                    window_tokens, window_start = 0, now
-                    record = {"step": self.step, "tokens": self.tokens_seen, "loss": float(objective.detach()),
-                              "loss_per_step": per_step.detach().float().cpu().tolist(), "lr": lr,
-                              "tokens_per_s": speed}
-                    if eval_now and self.world.main:
-                        record.update(probe(self.model, self.device))
-                        window_start = time.perf_counter()  # the probe's time is not training time
-                    metrics.write(json.dumps(record) + "\n")
-                    metrics.flush()
-                    if board is not None:
-                        board.log(record)
-                    bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{speed:,.0f}")
-                if save_now:
-                    self.save()
-            if self.step < total:  # stopped by a signal
-                self.save()
-        bar.close()
-        if board is not None:
-            board.close()
-        interrupted = self.step < total
-        if not interrupted and record and self.world.main:
-            save_weights(self.run_dir, self.model)  # the weights alone, for load_model
-            atomic_write_text(self.run_dir / "summary.json", json.dumps(record, indent=2) + "\n")
-        elif not record and (self.run_dir / "summary.json").is_file():  # resumed a finished run: nothing to do
-            record = json.loads((self.run_dir / "summary.json").read_text())
-        return TrainResult(self.step, total, record.get("loss", float("nan")), interrupted, self.world.main)
+            done_step = engine.step(state, cfg.grad_accum, micro, world=world, grad_clip=cfg.grad_clip,
+                                    check=log_now or save_now, parallel=parallel,
+                                    where=lambda: f" (lr {cfg.lr}); {_kept(run_dir, cfg)}")
+            batch_tokens = int((rows.inputs != batcher.pad_id).sum())  # real tokens, padding excluded
+            state.tokens_seen += batch_tokens
+            window_tokens += batch_tokens
+            bar.update(1)
+            if log_now:
+                objective, per_step = done_step.logged
+                now = time.perf_counter()
+                speed = window_tokens / max(now - window_start, 1e-9)
+                window_tokens, window_start = 0, now
+                record = {"step": state.step, "tokens": state.tokens_seen, "loss": float(objective),
+                          "loss_per_step": per_step.float().cpu().tolist(), "lr": done_step.lr,
+                          "tokens_per_s": speed}
+                if eval_now and world.main:
+                    record.update(probe(state.model, device))
+                    window_start = time.perf_counter()  # the probe's time is not training time
+                metrics.write(json.dumps(record) + "\n")
+                metrics.flush()
+                if board is not None:
+                    board.log(record)
+                bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{speed:,.0f}")
+            if save_now:
+                _save(run_dir, cfg, state, world)
+        if state.step < total:  # stopped by a signal
+            _save(run_dir, cfg, state, world)
+    bar.close()
+    if board is not None:
+        board.close()
+    interrupted = state.step < total
+    if not interrupted and record and world.main:
+        save_weights(run_dir, state.model)  # the weights alone, for load_model
+        atomic_write_text(run_dir / "summary.json", json.dumps(record, indent=2) + "\n")
+    elif not record and (run_dir / "summary.json").is_file():  # resumed a finished run: nothing to do
+        record = json.loads((run_dir / "summary.json").read_text())
+    return TrainResult(state.step, total, record.get("loss", float("nan")), interrupted, world.main)

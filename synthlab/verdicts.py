@@ -54,7 +54,7 @@ REQUIREMENT = re.compile(r"^\s*([\w.]+)\s*(>=|<=|>|<)\s*([-+]?[\d.]+(?:[eE][-+]?
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    claim: str  # the MISSION.md claim id
+    claim: str  # the claim id (docs/claims.md)
     says: str  # the claim as this rule tests it (one line)
     metric: str  # a results column, or "col1 - col2"
     expect: str  # above / below / within

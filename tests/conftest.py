@@ -51,7 +51,7 @@ TASK_PARAMS = {
 
 @pytest.fixture(scope="session")
 def task_datasets(tmp_path_factory):
-    """{task: dataset folder} for each registered task, written once per test session."""
+    """{task: dataset folder} for each registered task, written once per pytest run."""
     root = tmp_path_factory.mktemp("tasks")
     assert sorted(TASK_PARAMS) == sorted(TASKS)  # a new task joins this fixture
     return {name: write_dataset(TASKS[name], TASKS[name].params_cls(**params), 0, root / name)

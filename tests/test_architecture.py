@@ -13,13 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS = [
     ("synthlab_generators", 0),
     ("synthlab.errors", 1), ("synthlab.config", 1), ("synthlab.files", 1), ("synthlab.tokenizer", 1),
+    ("synthlab.schema", 1),
     ("synthlab.models", 2),
     ("synthlab.scaling", 3),
     ("synthlab.optim", 4), ("synthlab.options", 4), ("synthlab.runs", 4), ("synthlab.board", 4), ("synthlab.data", 4), ("synthlab.distributed", 4),
+    ("synthlab.engine", 4),
     ("synthlab.train", 5), ("synthlab.evaluate", 5), ("synthlab.heldout", 5), ("synthlab.capacity", 5), ("synthlab.hf", 5),
     ("synthlab.results", 6), ("synthlab.cost", 6), ("synthlab.stages", 6), ("synthlab.experiments", 6),
     ("synthlab.sweep", 6), ("synthlab.plots", 6), ("synthlab.curves", 6), ("synthlab.report", 6),
-    ("synthlab.verdicts", 6), ("synthlab.law_verdicts", 6), ("synthlab.draw", 6),
+    ("synthlab.verdicts", 6), ("synthlab.law_verdicts", 6), ("synthlab.draw", 6), ("synthlab.figures", 6), ("synthlab.results_index", 6),
     ("synthlab.cli", 7), ("synthlab.__main__", 7),
     ("synthlab", 1),  # the package itself: the version and the error type (+ lazy re-exports, see _imports)
 ]
@@ -119,3 +121,21 @@ def test_importing_the_cli_does_not_import_torch():
 
     code = "import sys, synthlab.cli; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_one_training_engine():
+    """Backward, clipping and the optimizer step of training live in synthlab.engine alone: both
+    trainers (the lab's, OUROBOROS) go through its `step`."""
+    calls = (".backward(", "clip_grad_norm_(", "optimizer.step(")
+    elsewhere = {m: [c for c in calls if c in p.read_text()] for m, p in MODULES.items() if m != "synthlab.engine"}
+    assert not {m: c for m, c in elsewhere.items() if c}
+    for trainer in ("synthlab.train", "synthlab.hf.train"):
+        assert "synthlab.engine" in GRAPH[trainer], trainer
+
+
+def test_no_lab_type_in_the_task_package():
+    """The generators define their own error (TaskError) and nothing of the lab's."""
+    for module, path in MODULES.items():
+        if module.startswith("synthlab_generators"):
+            classes = {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
+            assert not classes & {"SynthlabError"}, module

@@ -20,7 +20,7 @@ def pool_file(name: str) -> list[str]:
 
 
 def test_n0_and_s0_are_the_generators_pools():
-    """N0 and S0 counted from the pool files the generator draws from (and MISSION.md's figures)."""
+    """N0 and S0 counted from the pool files the generator draws from (and the paper's figures)."""
     assert N0 == len(pool_file("first_name")) * len(pool_file("middle_name")) * len(pool_file("last_name"))
     dates = 12 * 28 * 200
     assert S0 == 2 * dates * len(pool_file("city")) * len(pool_file("university")) * len(pool_file("field")) * len(

@@ -74,13 +74,13 @@ def test_cuda_compiled_training_step(tmp_path, mano_data):
 
 def test_tf32_is_on_during_cuda_training_and_restored(tmp_path, mano_data, monkeypatch):
     seen = []
-    original = train.__globals__["_Trainer"].run
+    original = train.__globals__["_loop"]
 
-    def run(self, *args, **kwargs):
+    def loop(*args, **kwargs):
         seen.append(torch.get_float32_matmul_precision())
-        return original(self, *args, **kwargs)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(train.__globals__["_Trainer"], "run", run)
+    monkeypatch.setitem(train.__globals__, "_loop", loop)
     before = torch.get_float32_matmul_precision()
     train(tmp_path / "on", _run(mano_data, steps=1), progress=False)
     train(tmp_path / "off", _run(mano_data, steps=1, tf32=False), progress=False)

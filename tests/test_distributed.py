@@ -144,6 +144,7 @@ def test_two_processes_follow_the_one_process_curve(tmp_path, datasets, processe
     assert all(torch.allclose(ref[k], got[k], rtol=1e-4, atol=1e-6) for k in ref)
 
 
+@pytest.mark.slow  # a torchrun job of two processes, then a resume
 def test_a_two_process_run_resumes_in_one_process(tmp_path, datasets, processes, one_process):
     run_dir = tmp_path / "two"
     run = run_config(datasets("mano"), "mano", MODEL, steps=STEPS, device="cpu", checkpoint_every=100)
@@ -156,6 +157,7 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path, datasets, processes,
     assert_same_curve(run_dir, one_process)
 
 
+@pytest.mark.slow  # a torchrun job of two processes
 def test_a_killed_process_stops_the_others_with_one_line(tmp_path, datasets, processes):
     run, procs = processes
     run_dir = tmp_path / "two"

@@ -73,7 +73,7 @@ def test_length_distribution_and_test_length(tmp_path):
     gen(out, "--L", "8", "--n-train", "8000", "--n-test", "200")
     counts = Counter(r["length"] for r in read(out / "train.jsonl"))
     assert sorted(counts) == list(range(1, 9))
-    assert chisquare([counts[l] for l in range(1, 9)]).pvalue > 1e-4
+    assert chisquare([counts[length] for length in range(1, 9)]).pvalue > 1e-4
     test = read(out / "test.jsonl")
     assert {r["length"] for r in test if r.get("headline", True)} == {8}
     assert [r["length"] for r in test[:200]] == [8] * 200  # the headline records come first

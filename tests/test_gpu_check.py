@@ -1,5 +1,5 @@
 """benchmarks/gpu_check.sh --dry-run: the GPU check's code on the CPU at tiny sizes, so the script
-cannot rot between GPU sessions (it is run once, for real, when a device is lent)."""
+cannot rot between runs on a GPU (it is run once, for real, when a device is lent)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ def test_accumulated_micro_batches_equal_one_batch(tmp_path, datasets, task, mod
     one, four = (load_checkpoint(runs[a])["model"] for a in (1, 4))
     assert one.keys() == four.keys()
     for name in one:  # fp32 summation order differs; Adam scales it up on rows with tiny gradients
-        # (bioS after issue 13's templates: 1.4e-6 after 5 steps, a 5e-4 share of one lr 3e-3 step)
+        # (bioS with the subject-first templates: 1.4e-6 after 5 steps, a 5e-4 share of one lr 3e-3 step)
         assert torch.allclose(one[name], four[name], rtol=0, atol=1e-5), name
     for a, b in zip(losses_of(runs[1]), losses_of(runs[4]), strict=True):
         assert a == pytest.approx(b, abs=1e-6)

@@ -273,7 +273,7 @@ def test_cli_build_train_eval(checkpoint, tmp_path):
 
 def test_gpu_script_runs_its_tiny_path(monkeypatch, capsys):
     # benchmarks/gpu_ouroboros.py is meant for a GPU; --tiny runs the same code on the CPU so the
-    # script cannot rot between GPU sessions.
+    # script cannot rot between runs on a GPU.
     import importlib.util
     from pathlib import Path
 

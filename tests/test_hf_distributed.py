@@ -74,6 +74,7 @@ def test_two_processes_train_padded_documents_as_one(checkpoint, tmp_path):
     _same_weights(*(_weights(tmp_path / run / "controller") for run in ("one", "two")))
 
 
+@pytest.mark.slow  # torchrun jobs of two processes
 def test_fsdp_shards_the_base_trains_as_one_process_and_resumes_into_it(checkpoint, tmp_path, monkeypatch):
     # one process to the end, and one stopped after its step-2 checkpoint; the stopped run resumed
     # by 2 processes with the base sharded by FSDP ends where the whole run did
@@ -103,6 +104,7 @@ def test_fsdp_shards_the_base_trains_as_one_process_and_resumes_into_it(checkpoi
     assert not (tmp_path / "sharded" / "controller" / runs.STATE).exists()
 
 
+@pytest.mark.slow  # a torchrun job of two processes
 def test_two_processes_evaluate_as_one(checkpoint, tmp_path):
     # each process its half of the rows (3 held out: the second half filled up with a PAD row), the
     # sums added up: the one-process table; with the base sharded by FSDP as well

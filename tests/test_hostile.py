@@ -14,8 +14,8 @@ import torch
 from typer.testing import CliRunner
 
 from synthlab.cli import app
-from synthlab.runs import checkpoint_files
 from synthlab.files import sha256_file
+from synthlab.runs import checkpoint_files
 from synthlab_generators import TASKS, write_dataset
 
 runner = CliRunner()
@@ -99,7 +99,7 @@ def test_a_crafted_checkpoint_is_refused_in_every_load_path(command, run_copy, b
 
 def test_the_labs_own_checkpoints_load_with_weights_only(trained):
     ckpt = torch.load(trained / "checkpoint.pt", weights_only=True)
-    assert ckpt["step"] == 2 and {"model", "optimizer", "scheduler", "batcher", "torch_rng"} <= ckpt.keys()
+    assert ckpt["step"] == 2 and {"model", "optimizer", "batcher", "torch_rng", "model_rng"} <= ckpt.keys()
 
 
 def test_a_crafted_newest_checkpoint_falls_back_to_an_intact_older_one(run_copy, tmp_path):
@@ -124,7 +124,8 @@ def qwen2_base(tmp_path_factory):
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator([" ".join(words)], trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"]))
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+    fast.save_pretrained(folder)
     config = transformers.Qwen2Config(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
                                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32,
                                       tie_word_embeddings=True)
@@ -275,7 +276,8 @@ def test_a_metrics_line_cut_by_a_full_disk_blocks_neither_resume_nor_curves(trai
     result = invoke("train", "--resume", run, "--no-progress")
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["step"], r["loss"]) for r in records] == [(r["step"], r["loss"]) for r in map(json.loads, whole.splitlines())]
+    before = [json.loads(line) for line in whole.splitlines()]
+    assert [(r["step"], r["loss"]) for r in records] == [(r["step"], r["loss"]) for r in before]
 
 
 def test_a_damaged_metrics_line_before_the_last_is_one_error_line(trained, tmp_path):
@@ -284,3 +286,236 @@ def test_a_damaged_metrics_line_before_the_last_is_one_error_line(trained, tmp_p
     lines = (run / "metrics.jsonl").read_text().splitlines()
     (run / "metrics.jsonl").write_text("\n".join(["{garbage", *lines]) + "\n")
     one_error_line(invoke("curves", run, "--out", tmp_path / "fig"), "metrics.jsonl:1")
+
+
+# --- sweeps' tables -----------------------------------------------------------------------------
+
+FAKE = Path(__file__).parent / "fixtures" / "sweep_fake.toml"
+
+
+@pytest.fixture
+def fake_sweep(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+
+    def run(out: Path) -> Path:
+        result = invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", out)
+        assert result.exit_code == 0, result.output
+        return out
+    return run
+
+
+@pytest.mark.parametrize("column", ["accuracy", "wall_s"])
+def test_a_non_numeric_cell_is_one_error_line_naming_it(column, fake_sweep, tmp_path):
+    sweep_dir = fake_sweep(tmp_path / "sweep")
+    lines = (sweep_dir / "results.csv").read_text().splitlines()
+    header, row = lines[0].split(","), lines[1].split(",")
+    row[header.index(column)] = "0.5x"
+    (sweep_dir / "results.csv").write_text("\n".join([lines[0], ",".join(row), *lines[2:]]) + "\n")
+    for args in (["plot", "mano", sweep_dir], ["report", sweep_dir, "--out", tmp_path / "r.md"],
+                 ["sweep", FAKE, "--runner", "sweep_fake_runner", "--out", sweep_dir, "--dry-run"]):
+        if args[0] != "sweep" or column == "wall_s":  # a sweep reads its measured times, not the metrics
+            one_error_line(invoke(*args), column, "'0.5x'", row[header.index("point_id")])
+
+
+def test_report_copy_gives_each_sweep_of_one_experiment_its_own_folder(fake_sweep, tmp_path):
+    first, second = fake_sweep(tmp_path / "first"), fake_sweep(tmp_path / "second")
+    lines = (second / "results.csv").read_text().splitlines()
+    (second / "results.csv").write_text("\n".join(lines[:3]) + "\n")  # two rows: tables that differ
+    result = invoke("report", first, second, "--copy", "--out", tmp_path / "out" / "report.md")
+    assert result.exit_code == 0, result.output
+    copied = {d: (tmp_path / "out" / d / "results.csv").read_text().splitlines() for d in ("first", "second")}
+    assert len(copied["first"]) == len((first / "results.csv").read_text().splitlines()) and len(copied["second"]) == 3
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "(first/results.csv)" in report and "(second/results.csv)" in report
+
+
+# --- failures before the first step -------------------------------------------------------------
+
+def test_out_of_memory_is_one_line_naming_the_size_and_blocks_no_rerun(bios, tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "--data", bios, "--out", run, "--steps", 1, *EXPORTABLE]
+    huge = [*args, "--d-ff", 10**11]  # its first matrix cannot be allocated (later flags win)
+    one_error_line(invoke(*huge), "out of memory", "GiB")
+    one_error_line(invoke("train", "--resume", run, "--no-progress"), "out of memory", "GiB")
+    one_error_line(invoke(*huge), "out of memory", "GiB")  # the same command: the same line, no "not empty"
+    result = invoke(*args)  # the corrected command replaces the folder, with a warning
+    assert result.exit_code == 0 and "warning: replacing" in result.output, result.output
+
+
+def test_a_folder_with_more_than_an_unstarted_run_is_not_replaced(trained, bios, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    (run / "metrics.jsonl").write_text("")  # even with no logged step: checkpoints are kept
+    one_error_line(invoke("train", "--data", bios, "--out", run, "--steps", 1, *EXPORTABLE), "not empty")
+    assert checkpoint_files(run)
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["eval", "RUN", "--batch-size", 0], ["--batch-size", ">= 1"]),
+    (["capacity", "RUN", "--batch-size", 0], ["--batch-size", ">= 1"]),
+    (["eval", "RUN", "--device", "tpu"], ["--device", "tpu"]),
+    (["eval", "RUN", "--steps", 1_000_000], ["--steps", "1..16"]),
+    (["capacity", "RUN", "--steps", 1_000_000], ["--steps", "1..16"]),
+    (["eval", "RUN", "--exit", "diff:nan"], ["diff:nan", "finite"]),
+    (["eval", "RUN", "--exit", "static:inf"], ["static:inf", "finite"]),
+])
+def test_bad_values_are_refused_naming_their_cause(args, needles, trained):
+    one_error_line(invoke(*[trained if a == "RUN" else a for a in args]), *needles)
+
+
+def test_nan_weights_are_an_error_not_an_accuracy(run_copy):
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(run_copy / "model.safetensors")
+    name = sorted(weights)[0]
+    weights[name][0] = float("nan")
+    save_file(weights, run_copy / "model.safetensors")
+    one_error_line(invoke("eval", run_copy, "--device", "cpu", "--threads", 1), "not finite", name)
+
+
+def test_a_damaged_model_safetensors_falls_back_to_the_checkpoint(run_copy):
+    (run_copy / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{bad json")
+    result = invoke("eval", run_copy, "--device", "cpu", "--threads", 1)
+    assert result.exit_code == 0 and "warning: damaged" in result.output and "accuracy" in result.output, result.output
+
+
+def test_a_damaged_checkpoint_without_its_sha256_falls_back(run_copy):
+    newest = checkpoint_files(run_copy)[0]
+    state = torch.load(newest, weights_only=True)
+    state["torch_rng"] = torch.zeros(7, dtype=torch.uint8)  # bytes flipped inside a tensor: torch.load succeeds
+    torch.save(state, newest)
+    newest.with_name(newest.name + ".sha256").unlink()
+    (run_copy / "summary.json").unlink()
+    result = invoke("train", "--resume", run_copy, "--no-progress")
+    assert result.exit_code == 0 and "invalid torch_rng" in result.output and "checkpoint-1.pt" in result.output, \
+        result.output
+
+
+def test_a_full_disk_while_checkpointing_is_one_line_and_the_run_resumes(bios, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    real_save = torch.save
+
+    def disk_full_at_step_2(obj, f, *args, **kwargs):
+        if isinstance(obj, dict) and obj.get("step") == 2:
+            Path(f).write_bytes(b"PK\x03\x04 half")
+            raise RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file "
+                               "data/3: file write failed")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", disk_full_at_step_2)
+    args = ["train", "--data", bios, "--out", run, "--steps", 2, "--checkpoint-every", 1, *EXPORTABLE]
+    one_error_line(invoke(*args), "checkpoint-2.pt", "disk full", "--resume")
+    assert [p.name for p in checkpoint_files(run)] == ["checkpoint-1.pt"]
+    assert not [p for p in run.iterdir() if ".tmp" in p.name]
+    monkeypatch.setattr(torch, "save", real_save)  # space freed
+    result = invoke("train", "--resume", run, "--no-progress")
+    assert result.exit_code == 0 and (run / "model.safetensors").is_file(), result.output
+
+
+def test_a_failed_ouroboros_train_does_not_block_the_corrected_command(qwen2_base, tmp_path, monkeypatch):
+    from synthlab.hf import runs
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(runs, "train", out_of_memory)
+        one_error_line(ouroboros_train(qwen2_base, run, "--lr", 1), "out of memory")
+    assert (run / "run.json").is_file()
+    result = ouroboros_train(qwen2_base, run)  # another lr: another run.json
+    assert result.exit_code == 0, result.output
+    assert (run / "static" / "train_log.csv").is_file()
+
+
+def test_ouroboros_refuses_nan_lr_naming_lr(qwen2_base, tmp_path):
+    one_error_line(ouroboros_train(qwen2_base, tmp_path / "run", "--lr", "nan"), "lr must be a finite number")
+    assert not (tmp_path / "run").exists()
+
+
+def test_ouroboros_build_on_a_non_qwen2_config_is_one_error_line(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    transformers.LlamaConfig(num_hidden_layers=4, hidden_size=32, num_attention_heads=2,
+                             intermediate_size=64).to_json_file(tmp_path / "llama.json")
+    one_error_line(invoke("ouroboros", "build", "--base-config", tmp_path / "llama.json", "--out", tmp_path / "b"),
+                   "llama")
+    assert not (tmp_path / "b").exists()
+
+
+# --- interruptions ------------------------------------------------------------------------------
+
+def test_a_run_in_use_is_refused_naming_its_pid_and_a_killed_holder_frees_it(run_copy, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (run_copy / "summary.json").unlink()  # resumable
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from synthlab.files import folder_lock\n"
+                               "with folder_lock(Path(sys.argv[1]), 'test'):\n    print('held', flush=True)\n"
+                               "    time.sleep(60)\n", str(run_copy)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        one_error_line(invoke("train", "--resume", run_copy, "--no-progress"), f"in use by PID {holder.pid}")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    stale = run_copy / f".checkpoint-9.{holder.pid}.tmp.pt"  # a writer killed mid-write
+    stale.write_bytes(b"\0" * 1024)
+    time.sleep(0.01)
+    result = invoke("train", "--resume", run_copy, "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert not stale.exists() and not (run_copy / ".lock.pid").exists()
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow  # two spawned workers import torch: tens of seconds on 2 cores
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads processes from /proc")
+def test_sweep_workers_die_with_a_killed_driver(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    slow = tmp_path / "sweep_fake.toml"  # every point 'trains' for a minute
+    slow.write_text(FAKE.read_text().replace("steps = 5\nsleep = 0.0", "steps = 600\nsleep = 0.1"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    driver = subprocess.Popen([sys.executable, "-m", "synthlab", "sweep", str(slow), "--runner", "sweep_fake_runner",
+                               "--out", str(tmp_path / "sweep"), "--jobs", "2"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list((tmp_path / "sweep").rglob("starts.log"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)  # both workers are inside a point
+        workers = [c for c in _children(driver.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
+        assert len(workers) == 2
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{w}").exists() and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1][:3]
+              for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [w for w in workers if Path(f"/proc/{w}").exists()
+                and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1][:3]]
+
+
+# --- network ------------------------------------------------------------------------------------
+
+def test_the_ray_executor_never_starts_a_local_cluster(fake_sweep, tmp_path):
+    one_error_line(invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", tmp_path / "s", "--executor", "ray"),
+                   "--ray-address")
+    assert not (tmp_path / "s" / "results.csv").exists()

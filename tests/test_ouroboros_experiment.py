@@ -24,6 +24,7 @@ def smoke(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # the smoke sweep: trains, exports and trains OUROBOROS variants
 def test_smoke_preset_runs_every_variant_and_seed_on_one_base(smoke):
     table = plots.read_results(smoke)
     assert sorted(zip(table["variant"], table["seed"])) == sorted(
@@ -44,6 +45,7 @@ def test_smoke_preset_runs_every_variant_and_seed_on_one_base(smoke):
     assert sizes["nogate"] < sizes["static"] < sizes["controller"]
 
 
+@pytest.mark.slow  # the smoke sweep: trains, exports and trains OUROBOROS variants
 def test_rerun_has_nothing_to_do_and_the_plot_shows_seeds(smoke, monkeypatch):
     before = (smoke / "results.csv").read_text()
     monkeypatch.setattr(stages, "run_point", lambda *a, **k: pytest.fail("a finished point ran again"))
@@ -95,3 +97,31 @@ def test_a_given_checkpoint_trains_no_synthlab_base(smoke, tmp_path):
     metrics = stages.run_point(point, tmp_path / "run", cache_dir=tmp_path / "cache")
     assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "cache").exists()
     assert metrics["ouro_steps"] == 2 and metrics["loss_base"] == pytest.approx(table["loss_base"].iloc[0])
+
+
+def test_the_cpu_static_control_has_the_controllers_trainable_parameters(tmp_path):
+    """static-r148's rank gives the trainable count nearest the controller's, both counted on the
+    built systems (the cpu base's shape), and alpha / r stays that of the rank-8 variants."""
+    import dataclasses
+
+    import torch
+    import transformers
+
+    from synthlab.hf import OuroborosLM, trainable_breakdown
+    from synthlab.hf.checkpoint import meta_base
+
+    points = {p.factors["variant"]: stages.parse(p.config) for p in experiments.load(TOML).points("cpu")
+              if p.factors["seed"] == "0"}
+    model, path = points["controller"].model, tmp_path / "config.json"
+    transformers.Qwen2Config(hidden_size=model.d_model, intermediate_size=model.ff_dim, num_hidden_layers=model.n_layers,
+                             num_attention_heads=model.n_heads, vocab_size=64).to_json_file(path)
+
+    def count(system) -> int:  # a fresh base each time: one base carries the bases of one rank
+        return trainable_breakdown(OuroborosLM(meta_base(path), system, torch.Generator().manual_seed(0)))["total"]
+
+    control, controller = points["static-r148"].ouroboros.system, points["controller"].ouroboros.system
+    target = count(controller)
+    gaps = {r: abs(count(dataclasses.replace(control, rank=r)) - target) for r in range(control.rank - 2, control.rank + 3)}
+    assert min(gaps, key=gaps.get) == control.rank
+    assert (target, count(control), count(points["static"].ouroboros.system)) == (17080, 17056, 9216)
+    assert control.variant == "static" and control.alpha / control.rank == controller.alpha / controller.rank

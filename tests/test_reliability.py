@@ -1,4 +1,4 @@
-"""Nothing lost, nothing cryptic (issue 19): unwritable outputs, runs stopped before their first
+"""Nothing lost, nothing cryptic: unwritable outputs, runs stopped before their first
 checkpoint, divergence, damaged checkpoints and half-written results rows.
 
 We run as root, for whom chmod does not stop a write: an unwritable place here is a path under a
@@ -113,6 +113,7 @@ def test_a_run_with_a_config_and_no_checkpoint_resumes_from_step_0(tmp_path, man
     assert losses(killed) == losses(tmp_path / "fresh")  # same seed, same run, each step once
 
 
+@pytest.mark.slow  # a training in a fresh CLI process
 def test_kill_9_before_the_first_checkpoint_then_resume_gives_the_fresh_run(tmp_path, mano):
     args = ["--data", mano, "--steps", 300, "--log-every", 1, "--checkpoint-every", 300, "--threads", 1, *TINY]
     killed = tmp_path / "killed"

@@ -15,14 +15,12 @@ from synthlab import scaling as sc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from scipy_baseline import scipy_loop  # noqa: E402 (the per-start reference lives beside the benchmark)
 
-CHINCHILLA_CSV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "external" / "chinchilla_svg_extracted.csv"
+CHINCHILLA_CSV = Path(__file__).resolve().parents[1] / "results" / "reference" / "chinchilla_svg_extracted.csv"
 PUBLISHED = {"E": 1.8172, "A": 477.8, "B": 2143.9, "alpha": 0.3473, "beta": 0.3672}  # Besiroglu et al. 2024
 
 
 def chinchilla_data() -> sc.Data:
     """Epoch's digitised Chinchilla runs as the replication uses them: five highest losses dropped, D = C / 6N."""
-    if not CHINCHILLA_CSV.is_file():
-        pytest.skip(f"{CHINCHILLA_CSV} absent: the shared data folder must sit beside the repository")
     import pandas as pd
 
     table = pd.read_csv(CHINCHILLA_CSV)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import experiments, stages, sweep
-from synthlab.results import RESULTS, read_rows, step_rows
+from synthlab import experiments, schema, stages, sweep
+from synthlab.results import RESULTS, factor_column, read_rows, step_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
 # Columns that measure time, or say where things are, legitimately differ between two runs.
@@ -30,10 +30,13 @@ def test_smoke_sweep_end_to_end(tmp_path):
     results = sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=stages, progress=False)
     rows = {r["model"]: r for r in read_rows(results)}
     assert set(rows) == {"1x1", "1x2"}
+    factors = {factor_column(axis) for point in experiments.load(FIXTURE).points("smoke") for axis in point.factors}
     for row in rows.values():
         assert 0.0 <= float(row["accuracy"]) <= 1.0 and int(row["train_steps"]) == 12
         assert float(row["acc_step_" + row["loops"]]) == float(row["accuracy"])
         assert Path(row["run_dir"], "model", "checkpoint.pt").is_file()
+        # every column is a grid factor or named in the schema
+        assert [c for c in row if schema.family(c) is None and c not in factors] == []
     # a looped block is counted once; its FLOPs per step (the `last` loss reads out the last step only)
     assert rows["1x1"]["params"] == rows["1x2"]["params"]
     assert 1.5 < float(rows["1x2"]["train_flops"]) / float(rows["1x1"]["train_flops"]) < 2

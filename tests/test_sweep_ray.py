@@ -37,6 +37,7 @@ def local_cluster(monkeypatch):
         signal.signal(sig, handler)
 
 
+@pytest.mark.slow  # a local Ray cluster
 def test_ray_executor_matches_local(local_cluster, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     exp = experiments.load(FAKE)

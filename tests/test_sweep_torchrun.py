@@ -17,6 +17,7 @@ from synthlab.sweep import Unit, ray_resources
 MANO = Path(__file__).resolve().parent.parent / "experiments" / "mano.toml"
 
 
+@pytest.mark.slow  # a sweep with a torchrun job
 def test_a_point_trained_as_a_two_process_torchrun_job_matches_the_in_process_sweep(tmp_path):
     raw = tomllib.loads(MANO.read_text())
     raw["presets"]["smoke"]["grid"]["arch"] = raw["presets"]["smoke"]["grid"]["arch"][-1:]  # 1x2: one point

@@ -109,7 +109,7 @@ def test_spec_values():
 
 def test_shape_of_default_params():
     """The defaults the sweeps start from; bios's mean matches the 58.1 tokens measured on its data
-    (subject-first templates since issue 13)."""
+    (subject-first templates since commit 29272ea)."""
     shapes = {name: s.shape(s.params_cls()) for name, s in TASKS.items()}
     assert shapes["mano"] == common.TaskShape(4 + 24 + 3 + 23, 2 * 24 + 4, 24 + 6, TASKS["mano"].params_cls().n_train)
     assert shapes["bios"].vocab_size == 2779 and shapes["bios"].row_len is None
@@ -150,5 +150,17 @@ def test_generators_import_nothing_from_synthlab():
             assert not bad, f"{path.name}:{node.lineno} imports {bad}"
 
 
-def test_one_error_class():
-    assert errors.SynthlabError is common.SynthlabError
+def test_the_task_package_has_its_own_error_and_the_lab_meets_it_as_its_own(tmp_path):
+    from synthlab import config as configlib
+    from synthlab.files import check_out
+
+    assert issubclass(errors.SynthlabError, common.TaskError) and not hasattr(common, "SynthlabError")
+    with pytest.raises(common.TaskError) as raised:
+        TASKS["mano"].params_cls(L=0)
+    assert type(raised.value) is common.TaskError  # the generators raise their own type
+    with pytest.raises(errors.SynthlabError, match="--L"):  # the lab's entry points turn it into the lab's
+        configlib.from_dict(TASKS["mano"].params_cls, {"L": 0})
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(errors.SynthlabError, match="not empty"):
+        check_out(tmp_path / "full", overwrite=False)

@@ -1,4 +1,4 @@
-"""Probe (session 7) for C7: how alike are a looped model's keys and values across recurrent steps?
+"""Probe (commit ef6f890) for C7: how alike are a looped model's keys and values across recurrent steps?
 For each run: the cosine similarity, per position and head, between step t's K (and V) and step 1's
 and step T's, averaged over the first 64 training biographies (prefill of each, no decoding).
 usage: python results/kvcache/kv_similarity.py RUN_DIR [RUN_DIR ...]  (a kvcache sweep's runs/<id>)

@@ -2,32 +2,50 @@
 
 Each area registers its commands here from its own module in this package. Command modules import
 heavy libraries (torch, transformers, ray) inside the command functions, so `synthlab gen` and
-`synthlab fit` start fast. A SynthlabError (or an OSError) anywhere becomes one line on stderr and
-exit code 2.
+`synthlab fit` start fast. A SynthlabError (or an OSError, or running out of memory) anywhere
+becomes one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
+
+import re
 
 import click
 import typer
 from typer.core import TyperGroup
 
-from synthlab.errors import SynthlabError
+from synthlab.errors import TaskError
 
 
 # Parse errors: click's own, or those of the click copy that typer >= 0.2x vendors.
 _CLICK_ERRORS = (click.ClickException, getattr(typer, "TyperException", click.ClickException))
 
 
+def _out_of_memory(err: BaseException) -> str | None:
+    """', tried to allocate <size>' of an out-of-memory error ('' if it names none), None for any other error."""
+    message = str(err)
+    if (found := re.search(r"tried to allocate (\d+) bytes", message)) is not None:  # the CPU allocator
+        return f", tried to allocate {int(found.group(1)) / 2**30:,.1f} GiB at once"
+    if (found := re.search(r"out of memory\. Tried to allocate ([\d.]+ [KMGT]?i?B)", message)) is not None:  # CUDA
+        return f" on the GPU, tried to allocate {found.group(1)} at once"
+    oom = isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or "out of memory" in message
+    return "" if oom else None
+
+
 class _ReadableErrors(TyperGroup):
-    """Turns SynthlabError, an OSError (naming its file), and a subcommand's bad option (`--L abc`),
-    into one line and exit code 2."""
+    """Turns SynthlabError (or a generator's TaskError), an OSError (naming its file), and a
+    subcommand's bad option (`--L abc`), into one line and exit code 2."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except SynthlabError as err:
+        except TaskError as err:  # a SynthlabError, or a task generator's own error
             typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(code=2) from None
+        except (MemoryError, RuntimeError) as err:  # out of memory (torch's OutOfMemoryError is a RuntimeError)
+            if (size := _out_of_memory(err)) is None:
+                raise
+            typer.echo(f"error: out of memory{size}: use a smaller model, batch or sequence length", err=True)
             raise typer.Exit(code=2) from None
         except OSError as err:  # a file that could not be read or written: name it, no traceback
             where = f"{err.filename}: " if err.filename else ""
@@ -47,17 +65,38 @@ app = typer.Typer(
     help="synthlab: generate synthetic tasks, train looped and plain models, measure, fit laws.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     rich_markup_mode=None,  # help text as written: no [markup] (it ate '[default: ...]', 'W[h; h]')
 )
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        from synthlab import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                           help="Print the synthlab version and exit.")) -> None:
+    """synthlab: generate synthetic tasks, train looped and plain models, measure, fit laws."""
 
 
 @app.command()
 def version() -> None:
     """Print the synthlab version."""
-    from synthlab import __version__
+    _print_version(True)
 
-    typer.echo(__version__)
+
+@app.command()
+def columns() -> None:
+    """Print the columns of a sweep's results.csv: each family, its type, the stage that writes it
+    and what it means."""
+    from synthlab.schema import table
+
+    typer.echo(table())
 
 
 # --- command registrations (one line per area; keep this list sorted by area) ---

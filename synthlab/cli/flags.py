@@ -2,8 +2,10 @@
 
 Fields carry their help text in `field(metadata={"help": ...})` (`synthlab_generators.common.param`).
 `dataclass_options(cls)` turns them into keyword parameters of a typer command: `--field-name`,
-booleans as `--x/--no-x`. With `unset=True` every default is None, so the command can tell a
-flag the user gave from one they did not (CLI flags > config file > defaults).
+booleans as `--x/--no-x`, tuples as comma-separated words. With `unset=True` every default is None,
+so the command can tell a flag the user gave from one they did not (CLI flags > config file >
+defaults); the help still shows the field's default. Every command builds its options here (a
+test checks that every field is a flag with help).
 """
 
 from __future__ import annotations
@@ -16,11 +18,18 @@ from typing import Any, Optional
 
 import typer
 
+from synthlab.errors import SynthlabError
+from synthlab_generators.common import field_flag as flag_name
 
-def option(name: str, annotation: Any, default: Any, flag: str, help: str) -> inspect.Parameter:
-    """One keyword parameter whose default is a typer Option."""
+
+def option(name: str, annotation: Any, default: Any, flag: str, help: str, shown: str | None = None,
+           metavar: str | None = None) -> inspect.Parameter:
+    """One keyword parameter whose default is a typer Option; `shown`: the default its help shows
+    when that is not `default` itself (the default of a field whose flag defaults to unset)."""
+    if shown:
+        help = f"{help}  [default: {shown}]"
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                             default=typer.Option(default, flag, help=help))
+                             default=typer.Option(default, flag, help=help, show_default=shown is None, metavar=metavar))
 
 
 def _plain(tp: Any) -> Any:
@@ -31,8 +40,16 @@ def _plain(tp: Any) -> Any:
     return tp
 
 
-def flag_name(field: dataclasses.Field) -> str:
-    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+def _shown(value: Any) -> str | None:
+    """A field's default as its help shows it; None for none to show (None or "": the help says
+    what an unset field means)."""
+    if value is None or value == "" or value is dataclasses.MISSING:
+        return None
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
 
 
 def dataclass_options(cls: type, *, unset: bool = False, exclude: tuple[str, ...] = ()) -> list[inspect.Parameter]:
@@ -48,20 +65,32 @@ def dataclass_options(cls: type, *, unset: bool = False, exclude: tuple[str, ...
             flag = f"{flag}/--no-{flag[2:]}"
         if typing.get_origin(tp) is tuple:  # a list of words on the command line: comma-separated
             tp, help = str, f"{help} Comma-separated."
-        default = None if unset else f.default
-        params.append(option(f.name, Optional[tp] if unset else tp, default, flag, help))
+        if unset:
+            params.append(option(f.name, Optional[tp], None, flag, help, _shown(f.default) or ""))
+        else:
+            default = ",".join(str(v) for v in f.default) if isinstance(f.default, tuple) else f.default
+            params.append(option(f.name, tp, default, flag, help))
     return params
 
 
 def given(values: dict[str, Any], cls: type) -> dict[str, Any]:
-    """The fields of `cls` among `values` that the user set (not None), comma lists as tuples."""
+    """The fields of `cls` among `values` that the user set (not None); comma lists as tuples of
+    the field's element type."""
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
         value = values.get(f.name)
-        if value is not None:
-            is_tuple = typing.get_origin(_plain(hints[f.name])) is tuple
-            out[f.name] = tuple(v.strip() for v in value.split(",") if v.strip()) if is_tuple else value
+        if value is None:
+            continue
+        tp = _plain(hints[f.name])
+        if typing.get_origin(tp) is tuple and isinstance(value, str):
+            kind = typing.get_args(tp)[0]
+            words = [v.strip() for v in value.split(",") if v.strip()]
+            try:
+                value = tuple(kind(w) for w in words)
+            except ValueError:
+                raise SynthlabError(f"{flag_name(f)} takes comma-separated {kind.__name__} values, got '{value}'") from None
+        out[f.name] = value
     return out
 
 

@@ -7,10 +7,8 @@ text live in the dataclass), so the CLI and the library cannot drift apart.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import hashlib
-import inspect
 import json
 import shutil
 import signal
@@ -21,11 +19,11 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from synthlab.cli import flags
 from synthlab.config import to_dict
 from synthlab.errors import SynthlabError
 from synthlab.progress import Progress
 from synthlab_generators import TASKS, TaskSpec, write_dataset
-from synthlab_generators.common import flag_of
 
 
 class _TaskGroup(TyperGroup):
@@ -83,29 +81,20 @@ def _raise_exit(signum: int, frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def _option(name: str, annotation, default, flag: str, help: str) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                             default=typer.Option(default, flag, help=help))
-
-
 def _command(spec: TaskSpec):
     """A typer command whose options are the params dataclass's fields + seed, out, overwrite."""
-    hints = typing.get_type_hints(spec.params_cls)
-    options = [_option(f.name, hints[f.name], f.default, flag_of(spec.params_cls, f.name),
-                       f.metadata["help"]) for f in dataclasses.fields(spec.params_cls)]
-    options += [
-        _option("seed", int, 0, "--seed", "Seed of the random generator; same command and "
-                                          "seed give byte-identical files."),
-        _option("out", typing.Optional[Path], None, "--out",
-                "Output folder (default: data/<task>-<hash of the parameters and seed>). "
-                "Written to a temporary sibling, renamed at the end."),
-        _option("overwrite", bool, False, "--overwrite",
-                "Replace --out if it exists and is not empty."),
+    options = flags.dataclass_options(spec.params_cls) + [
+        flags.option("seed", int, 0, "--seed", "Seed of the random generator; same command and "
+                                               "seed give byte-identical files."),
+        flags.option("out", typing.Optional[Path], None, "--out",
+                     "Output folder (default: data/<task>-<hash of the parameters and seed>). "
+                     "Written to a temporary sibling, renamed at the end."),
+        flags.option("overwrite", bool, False, "--overwrite", "Replace --out if it exists and is not empty."),
     ]
 
     def command(**kwargs) -> None:
         seed, out, overwrite = kwargs.pop("seed"), kwargs.pop("out"), kwargs.pop("overwrite")
-        params = spec.params_cls(**kwargs)
+        params = spec.params_cls(**flags.given(kwargs, spec.params_cls))
         out = out if out is not None else default_out(spec.name, params, seed)
         check_size(spec, params, Path(out))
         # SIGTERM (kill, a scheduler) as an exception, so the temporary folder is removed too
@@ -119,10 +108,7 @@ def _command(spec: TaskSpec):
         counts = ", ".join(f"{k} {v}" for k, v in meta["counts"].items())
         typer.echo(f"wrote {out} ({counts})")
 
-    command.__signature__ = inspect.Signature(options)
-    command.__name__ = spec.name
-    command.__doc__ = spec.help
-    return command
+    return flags.with_signature(command, options, spec.name, spec.help)
 
 
 for _spec in TASKS.values():

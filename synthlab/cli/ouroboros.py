@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
+from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 from synthlab.files import check_writable
 
@@ -15,9 +17,6 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,  # help text as written: no [markup] (it ate '[default: ...]', 'W[h; h]')
 )
-
-_VARIANT_HELP = "controller, static, nogate, truncated or base"
-
 
 def _int_list(text: str, name: str) -> list[int]:
     try:
@@ -29,51 +28,24 @@ def _int_list(text: str, name: str) -> list[int]:
     return values
 
 
-def _ouroboros_config(variant, prelude_layers, recurrent_layer, coda_layers, rank, alpha, controller_hidden,
-                      max_steps):
-    from synthlab import config as cfgio
-    from synthlab.hf.system import OuroborosConfig
-
-    return cfgio.merge(OuroborosConfig(), {
-        "variant": variant, "prelude_layers": prelude_layers, "recurrent_layer": recurrent_layer,
-        "coda_layers": coda_layers, "rank": rank, "alpha": alpha, "controller_hidden": controller_hidden,
-        "max_steps": max_steps,
-    })
+_DEVICE_HELP = "Device (default: cuda if available, else cpu)."
 
 
-@app.command()
-def build(
-    out: Path = typer.Option(..., "--out", help="Folder to write summary.json into."),
-    base: Path | None = typer.Option(None, "--base", help="Local Qwen2 checkpoint folder (config.json + weights)."),
-    base_config: Path | None = typer.Option(
-        None, "--base-config", help="A Qwen2 config.json instead of --base: shapes only, on the meta device."),
-    variant: str = typer.Option("controller", help=f"System variant: {_VARIANT_HELP}."),
-    prelude_layers: int | None = typer.Option(
-        None, help="Prelude layers (default: round(8 L / 36), at least 1, fewer where the base is too shallow)."),
-    recurrent_layer: int | None = typer.Option(
-        None, help="Index of the recurrent layer (default: L // 2, or the middle of what lies between prelude and coda)."),
-    coda_layers: int | None = typer.Option(
-        None, help="Coda layers (default: round(8 L / 36), at least 1, fewer where the base is too shallow)."),
-    rank: int = typer.Option(32, help="LoRA rank r of the fixed SVD bases."),
-    alpha: float = typer.Option(16.0, help="LoRA alpha; the update is scaled by alpha / r."),
-    controller_hidden: int = typer.Option(320, help="Width of the controller MLP."),
-    max_steps: int = typer.Option(16, help="Largest recurrent depth (per-step norms and step embeddings)."),
-    device: str | None = typer.Option(None, help="Device for --base (default: cuda if available, else cpu)."),
-) -> None:
-    """Build the system (SVD bases included) and write DIR/summary.json: trainable_params, split, rank, alpha.
-    The split is checked against the base's depth (config.json) before the base is read or anything written."""
+def _build(**kwargs) -> None:
     import torch
 
+    from synthlab import config as cfgio
     from synthlab.files import atomic_write_text
     from synthlab.hf.checkpoint import base_layers, load_base, meta_base, resolve_dtype
     from synthlab.hf.system import OuroborosLM, describe_split, resolve_split, summary
+    from synthlab.options import OuroborosConfig
     from synthlab.runs import resolve_device
 
+    out, base, base_config, device = (kwargs.pop(k) for k in ("out", "base", "base_config", "device"))
     if (base is None) == (base_config is None):
         raise SynthlabError("give exactly one of --base PATH or --base-config CONFIG.json")
     check_writable(out)
-    config = _ouroboros_config(variant, prelude_layers, recurrent_layer, coda_layers, rank, alpha,
-                               controller_hidden, max_steps)
+    config = cfgio.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
     resolve_split(base_layers(base or base_config), config)
     if base is not None:
         dev = resolve_device(device or "auto")
@@ -88,64 +60,40 @@ def build(
                f"({info['trainable_params'] / 1e6:.2f}M); {describe_split(system.split)} -> {out / 'summary.json'}")
 
 
-@app.command()
-def train(
-    base: Path = typer.Option(..., "--base", help="Local Qwen2 checkpoint folder (with its tokenizer)."),
-    corpus: Path = typer.Option(..., "--corpus", help="Training text: .txt, .jsonl (field --text-field) or .parquet."),
-    out: Path = typer.Option(..., "--out", help="Run folder: run.json, <variant>/trainable.safetensors, logs."),
-    variants: str = typer.Option("controller,static,nogate", help="Looped variants to train, comma-separated."),
-    config: Path | None = typer.Option(None, "--config", help="TOML/JSON OuroborosTrainConfig; flags override it."),
-    steps: int | None = typer.Option(None, help="Optimiser steps per variant (default 1000)."),
-    seq_len: int | None = typer.Option(None, help="Packed sequence length (default 2048)."),
-    batch_size: int | None = typer.Option(None, help="Sequences per micro-batch (default 4)."),
-    grad_accum: int | None = typer.Option(None, help="Micro-batches per step (default 8: effective batch 32)."),
-    lr: float | None = typer.Option(None, help="Peak learning rate (default 3e-4)."),
-    warmup_steps: int | None = typer.Option(None, help="Warmup steps (default min(2000, steps // 10))."),
-    depths: str | None = typer.Option(None, help="Depths drawn per step, e.g. 4,8,16 (one value: fixed)."),
-    seed: int | None = typer.Option(None, help="Seed of the data order, depth draws and controller init."),
-    checkpoint_every: int | None = typer.Option(
-        None, help="Save the whole training state every K steps (default 0: at the end only); rerunning the same "
-                   "command into --out resumes a variant from its last checkpoint."),
-    per_document: bool | None = typer.Option(
-        None, "--per-document/--packed", help="One document per sequence (padded, BOS first: how a synthlab base "
-                                              "was trained) or a packed stream (default)."),
-    rank: int = typer.Option(32, help="LoRA rank r."),
-    alpha: float = typer.Option(16.0, help="LoRA alpha."),
-    controller_hidden: int = typer.Option(320, help="Width of the controller MLP."),
-    max_steps: int = typer.Option(16, help="Largest recurrent depth."),
-    prelude_layers: int | None = typer.Option(None, help="Prelude layers (default proportional)."),
-    recurrent_layer: int | None = typer.Option(None, help="Recurrent layer index (default L // 2)."),
-    coda_layers: int | None = typer.Option(None, help="Coda layers (default proportional)."),
-    text_field: str = typer.Option("text", help="Field / column holding the text in .jsonl / .parquet."),
-    device: str | None = typer.Option(None, help="Device (default: cuda if available, else cpu)."),
-    dtype: str | None = typer.Option(None, help="Base dtype: bfloat16 (GPU default), float32 (CPU default), float16."),
-    attn: str = typer.Option("sdpa", help="Attention implementation: sdpa or eager (always causal-masked)."),
-    fsdp: bool = typer.Option(
-        False, "--fsdp", help="Under torchrun: shard the frozen base over the processes with PyTorch's FSDP (1/K of "
-                              "it on each), for a base that does not fit one device; same training and checkpoints."),
-) -> None:
-    """Train the looped variants on a local corpus (resumes when rerun); checkpoints hold the trainable parameters only."""
+def _build_command():
+    """`synthlab ouroboros build`: every OuroborosConfig field is a flag (help from the field)."""
+    from synthlab.options import OuroborosConfig
+
+    params = [
+        flags.option("out", Path, ..., "--out", "Folder to write summary.json into."),
+        flags.option("base", Optional[Path], None, "--base", "Local Qwen2 checkpoint folder (config.json + weights)."),
+        flags.option("base_config", Optional[Path], None, "--base-config",
+                     "A Qwen2 config.json instead of --base: shapes only, on the meta device."),
+        *flags.dataclass_options(OuroborosConfig, unset=True),
+        flags.option("device", Optional[str], None, "--device", _DEVICE_HELP),
+    ]
+    return flags.with_signature(_build, params, "build", "Build the system (SVD bases included) and write "
+                                "DIR/summary.json: trainable_params, split, rank, alpha. The split is checked against the "
+                                "base's depth (config.json) before the base is read or anything written.")
+
+
+def _train(**kwargs) -> None:
     from synthlab import config as cfgio
     from synthlab.distributed import reporting
     from synthlab.hf.checkpoint import base_layers
     from synthlab.hf.runs import train_run
     from synthlab.hf.system import resolve_split
-    from synthlab.hf.train import OuroborosTrainConfig
+    from synthlab.options import OuroborosConfig, OuroborosTrainConfig
 
+    base, corpus, out, variants, config = (kwargs.pop(k) for k in ("base", "corpus", "out", "variants", "config"))
     check_writable(out)
     train_config = cfgio.load(OuroborosTrainConfig, config) if config else OuroborosTrainConfig()
-    train_config = cfgio.merge(train_config, {
-        "steps": steps, "seq_len": seq_len, "batch_size": batch_size, "grad_accum": grad_accum, "lr": lr,
-        "warmup_steps": warmup_steps, "seed": seed, "checkpoint_every": checkpoint_every,
-        "per_document": per_document,
-        "depths": _int_list(depths, "depths") if depths else None,
-    })
-    ouroboros = _ouroboros_config("controller", prelude_layers, recurrent_layer, coda_layers, rank, alpha,
-                                  controller_hidden, max_steps)
+    train_config = cfgio.merge(train_config, flags.given(kwargs, OuroborosTrainConfig))
+    ouroboros = cfgio.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
     resolve_split(base_layers(base), ouroboros)  # a bad split is an error before the base is read
     names = [v.strip() for v in variants.split(",") if v.strip()]
-    run = train_run(str(base), str(corpus), out, names, ouroboros, train_config, device=device, dtype=dtype,
-                    attn=attn, text_field=text_field, fsdp=fsdp)
+    run = train_run(str(base), str(corpus), out, names, ouroboros, train_config, device=kwargs["device"],
+                    dtype=kwargs["dtype"], attn=kwargs["attn"], text_field=kwargs["text_field"], fsdp=kwargs["fsdp"])
     if not reporting():
         return
     if "base_held" in run:
@@ -153,6 +101,35 @@ def train(
         typer.echo(f"FSDP: at most {held['most_per_process']:,} of the base's {held['total']:,} parameters "
                    f"on one process")
     typer.echo(f"trained {', '.join(names)} -> {out}")
+
+
+def _train_command():
+    """`synthlab ouroboros train`: every OuroborosTrainConfig and OuroborosConfig field is a flag."""
+    from synthlab.options import OuroborosConfig, OuroborosTrainConfig
+
+    params = [
+        flags.option("base", Path, ..., "--base", "Local Qwen2 checkpoint folder (with its tokenizer)."),
+        flags.option("corpus", Path, ..., "--corpus", "Training text: .txt, .jsonl (field --text-field) or .parquet."),
+        flags.option("out", Path, ..., "--out", "Run folder: run.json, <variant>/trainable.safetensors, logs."),
+        flags.option("variants", str, "controller,static,nogate", "--variants", "Looped variants to train, comma-separated."),
+        flags.option("config", Optional[Path], None, "--config", "TOML/JSON OuroborosTrainConfig; flags override it."),
+        *flags.dataclass_options(OuroborosTrainConfig, unset=True),
+        *flags.dataclass_options(OuroborosConfig, unset=True, exclude=("variant",)),
+        flags.option("text_field", str, "text", "--text-field", "Field / column holding the text in .jsonl / .parquet."),
+        flags.option("device", Optional[str], None, "--device", _DEVICE_HELP),
+        flags.option("dtype", Optional[str], None, "--dtype",
+                     "Base dtype: bfloat16 (GPU default), float32 (CPU default), float16."),
+        flags.option("attn", str, "sdpa", "--attn", "Attention implementation: sdpa or eager (always causal-masked)."),
+        flags.option("fsdp", bool, False, "--fsdp",
+                     "Under torchrun: shard the frozen base over the processes with PyTorch's FSDP (1/K of it on "
+                     "each), for a base that does not fit one device; same training and checkpoints."),
+    ]
+    return flags.with_signature(_train, params, "train", "Train the looped variants on a local corpus (resumes "
+                                "when rerun); checkpoints hold the trainable parameters only.")
+
+
+app.command("build")(_build_command())
+app.command("train")(_train_command())
 
 
 @app.command("eval")

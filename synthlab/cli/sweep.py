@@ -18,7 +18,8 @@ def sweep(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/NAME-PRESET)."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Points run in parallel processes (local executor)."),
     executor: str = typer.Option("local", "--executor", help="Where points run: local or ray."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (default: start a local one)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (HOST:6379, or 'auto' on its head node); "
+                                                                            "--executor ray needs one."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (Ray: CPUs) per run (default: cores/jobs locally, 1 on Ray)."),
     launcher: str = typer.Option("process", "--launcher", help="How a point trains: process (in its worker) or torchrun (data-parallel, --nproc-per-node processes; Ray asks as many GPUs)."),
     nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Processes per torchrun job (one GPU each on CUDA)."),
@@ -37,6 +38,9 @@ def sweep(
         raise SynthlabError(f"--launcher must be 'process' or 'torchrun', got '{launcher}'")
     if nproc_per_node < 1:
         raise SynthlabError(f"--nproc-per-node must be >= 1, got {nproc_per_node}")
+    if executor == "ray" and ray_address is None and not dry_run:  # a cluster started here: open to the network
+        raise SynthlabError("--executor ray needs --ray-address of a running cluster (`ray start --head` on a trusted "
+                            "network, then HOST:6379, or 'auto' on its head node); none is started here")
     exp = experiments.load(name)
     out = out or Path("runs") / f"{exp.name}-{preset}"
     point_runner = engine.load_runner(runner) if runner else stages
@@ -97,18 +101,23 @@ def _duration(seconds: float) -> str:
 
 
 def plot(
-    name: str = typer.Argument(..., help="Experiment (plot kind) name, e.g. capacity."),
+    name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...), path to a TOML definition, or a built-in plot kind."),
     sweep_dir: Path = typer.Argument(..., help="Sweep directory holding results.csv."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Figure directory (default: SWEEP_DIR/figures)."),
+    metric: Optional[str] = typer.Option(None, "--metric", help="Draw this results column with the generic figure of the grid (default: the definition's figure; without one, the task's headline metric)."),
 ) -> None:
-    """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv."""
-    from synthlab import experiments, plots
+    """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv: its built-in figure, or
+    the generic figure of its grid (a definition without `plot`, or --metric)."""
+    from synthlab import experiments, figures, plots
 
-    kind = experiments.load(name).plot if name in experiments.available() or name.endswith(".toml") else name
     out = out or Path(sweep_dir) / "figures"
     check_writable(out)
     table = plots.read_results(sweep_dir)
-    for path in plots.plot(kind, table, out):
+    if name in experiments.available() or name.endswith(".toml"):
+        paths = figures.draw(experiments.load(name), table, out, metric=metric)
+    else:
+        paths = plots.plot(name, table, out)
+    for path in paths:
         typer.echo(str(path))
 
 
@@ -138,6 +147,7 @@ def report(
     copy_results: bool = typer.Option(False, "--copy/--no-copy", help="Copy each results.csv beside the report (for results/)."),
     notes: Optional[Path] = typer.Option(None, "--notes", help="TOML file: experiment name -> verdict (Markdown); key 'preamble' -> text under the heading."),
     title: str = typer.Option("synthlab results", "--title", help="The report's heading."),
+    index: bool = typer.Option(False, "--index/--one-file", help="Write OUT as an index (claims table with each verdict's scale, a line per experiment) and each experiment's section as EXPERIMENT/README.md beside it."),
 ) -> None:
     """Write a Markdown report with each sweep's claim, commands, table, figures and verdict."""
     from synthlab import report as reporting
@@ -147,5 +157,5 @@ def report(
     if notes is not None and not notes.is_file():
         raise SynthlabError(f"--notes file not found: {notes}")
     check_writable(out)
-    path = reporting.write_report(sweep_dirs, out, copy_results=copy_results, notes=notes, title=title)
+    path = reporting.write_report(sweep_dirs, out, copy_results=copy_results, notes=notes, title=title, index=index)
     typer.echo(str(path))

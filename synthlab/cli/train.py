@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
+import tomllib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
+from synthlab.files import warn
 
 VERIFY_HELP = ("Hash the dataset's files against meta.json before use (once per change of size or mtime); "
                "--no-verify uses them as they are.")
@@ -61,8 +64,14 @@ def _train(**kwargs) -> None:
 
     out, config, resume = kwargs.pop("out"), kwargs.pop("config"), kwargs.pop("resume")
     threads, progress, verify = kwargs.pop("threads"), kwargs.pop("progress"), kwargs.pop("verify")
+    settings = kwargs.pop("set")
     _set_threads(threads)
     model_flags, train_flags = flags.given(kwargs, ModelConfig), flags.given(kwargs, TrainConfig)
+    for section, key, value in map(_setting, settings or []):
+        given = model_flags if section == "model" else train_flags
+        if key in given:
+            raise SynthlabError(f"{section}.{key} is given twice (a flag and --set); keep one")
+        given[key] = value
     if resume is not None:
         moved = train_flags.pop("data", None)  # the run's dataset at a new place (checked by its sha256s)
         given = [*model_flags, *train_flags] + [k for k, v in {"out": out, "config": config}.items() if v is not None]
@@ -87,6 +96,20 @@ def _train(**kwargs) -> None:
         typer.echo(f"done: {result.step} steps, final loss {result.final_loss:.4f}, run in {run_dir}")
 
 
+def _setting(text: str) -> tuple[str, str, Any]:
+    """--set SECTION.FIELD=VALUE as (section, field, value); VALUE in TOML syntax (32, 1e-3, true,
+    [1, 2], "text"), a bare word as text."""
+    key, sep, raw = text.partition("=")
+    section, dot, field = key.strip().partition(".")
+    if not sep or not dot or section not in ("model", "train") or not field:
+        raise SynthlabError(f"--set takes model.FIELD=VALUE or train.FIELD=VALUE (the run.toml keys), got '{text}'")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return section, field, value
+
+
 def _train_command():
     """`synthlab train`: every ModelConfig and TrainConfig field is a flag (help from the field)."""
     from synthlab.models import ModelConfig
@@ -100,7 +123,11 @@ def _train_command():
                      "Continue the run in this directory from its checkpoint (no other run options)."),
         *flags.dataclass_options(TrainConfig, unset=True),
         *flags.dataclass_options(ModelConfig, unset=True, exclude=("vocab_size",)),
-        flags.option("threads", Optional[int], None, "--threads", "torch CPU threads (default: torch's choice)."),
+        flags.option("set", Optional[List[str]], None, "--set",
+                     "SECTION.FIELD=VALUE, as in a run.toml (model.d_model=32, train.lr=3e-4); repeatable; "
+                     "overrides --config like the field's own flag.", metavar="SECTION.FIELD=VALUE"),
+        flags.option("threads", Optional[int], None, "--threads", "torch CPU threads (default: torch's choice; "
+                     "a warning says when they exceed the idle cores)."),
         flags.option("progress", bool, True, "--progress/--no-progress", "Show the progress bar."),
         flags.option("verify", bool, True, "--verify/--no-verify", VERIFY_HELP),
     ]
@@ -112,13 +139,29 @@ train = _train_command()
 
 
 def _set_threads(threads: int | None) -> None:
-    """--threads: torch's CPU threads for this process (None: torch's choice)."""
-    if threads is not None:
-        import torch
+    """--threads: torch's CPU threads for this process (None: torch's choice), with a warning when
+    this machine's processes of the run ask for more threads than it has idle cores."""
+    import torch
 
+    from synthlab.distributed import reporting
+
+    if threads is not None:
         if threads < 1:
             raise SynthlabError(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
+    wanted = torch.get_num_threads() * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun: per machine
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    idle = cores - os.getloadavg()[0]
+    if wanted > max(1.0, idle) and reporting():
+        warn(f"{wanted} torch threads but about {max(0.0, idle):.0f} of {cores} cores are idle (load average "
+             f"{os.getloadavg()[0]:.1f}): threads waiting for busy cores can make training several times slower; "
+             f"consider --threads {max(1, int(idle) // int(os.environ.get('LOCAL_WORLD_SIZE', '1')))}")
+
+
+def _at_least_one(**values: int) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise SynthlabError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
 def evaluate(
@@ -136,8 +179,7 @@ def evaluate(
     from synthlab.data import unverified_data
     from synthlab.evaluate import evaluate_run
 
-    if steps is not None and steps < 1:
-        raise SynthlabError(f"--steps must be >= 1, got {steps}")
+    _at_least_one(batch_size=batch_size)
     _set_threads(threads)
     with unverified_data(not verify):
         result = evaluate_run(run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size,
@@ -170,8 +212,7 @@ def capacity(
     verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Bits of knowledge stored (Physics of LMs 3.3, Def. 4.3) and bits per parameter -> RUN_DIR/capacity.json."""
-    if steps is not None and steps < 1:
-        raise SynthlabError(f"--steps must be >= 1, got {steps}")
+    _at_least_one(batch_size=batch_size)
     from synthlab.capacity import estimate_capacity
     from synthlab.data import unverified_data
 

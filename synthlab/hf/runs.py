@@ -21,7 +21,7 @@ import torch
 from synthlab import config as cfgio
 from synthlab import distributed
 from synthlab.errors import SynthlabError
-from synthlab.files import atomic_write
+from synthlab.files import atomic_write, warn
 from synthlab.hf.checkpoint import load_base, load_tokenizer, resolve_dtype
 from synthlab.hf.data import documents, pack, read_texts, split_heldout
 from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
@@ -133,10 +133,13 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
         "ouroboros": cfgio.to_dict(config), "train": cfgio.to_dict(train_config),
         "sequences": {"train": len(train_seqs), "heldout": len(heldout)},
     }
-    if (out / "run.json").is_file():  # a rerun resumes: it must be the same run
+    trained = any((out / v / name).is_file() for v in VARIANTS for name in (STATE, CHECKPOINT, LOG))
+    if (out / "run.json").is_file() and trained:  # a rerun resumes: it must be the same run
         if json.loads((out / "run.json").read_text()) != json.loads(json.dumps(run)):
             raise SynthlabError(f"{out} holds another OUROBOROS run (its run.json differs): use a new --out")
     elif world.main:
+        if (out / "run.json").is_file() and json.loads((out / "run.json").read_text()) != json.loads(json.dumps(run)):
+            warn(f"replacing {out / 'run.json'}: its run stopped before any variant was trained")
         atomic_write(out / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=2) + "\n"))
     counts, held = {}, {}
     for variant in variants:
@@ -152,13 +155,17 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
         # on the CPU: under torchrun every process reads the file rank 0 wrote from its own device
         state = folder / STATE
         resume = read_state(state) if state.is_file() else None
+        if resume is not None and "data" not in resume:
+            raise SynthlabError(f"{state} holds a training state of an earlier layout; remove it to train {variant} "
+                                f"again from its first step")
 
         def checkpoint(state, m=model, f=folder):
             save_trainable(m, f / CHECKPOINT)
             atomic_write(f / STATE, lambda tmp: torch.save(state, tmp))
 
-        where = (lambda v=variant, f=folder: f"while training {v}; the last checkpoint in {f} is kept "
-                                               f"(rerun the same command to resume)")
+        def where(v=variant, f=folder) -> str:
+            return f"while training {v}; the last checkpoint in {f} is kept (rerun the same command to resume)"
+
         with distributed.peers_lost_as_error(world, where):
             log = train(model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume,
                         world=world)

@@ -1,6 +1,6 @@
 """OUROBOROS on a Qwen2-family checkpoint: prelude, one recurrent layer rewritten per step, coda.
 
-The frozen base is cut into three parts (MISSION.md, "The models"):
+The frozen base is cut into three parts (OUROBOROS, docs/claims.md C11):
 
     embed -> prelude layers -> recurrent layer x depth -> coda layers -> final norm -> lm_head
 
@@ -24,7 +24,7 @@ S = max_steps, H = controller_hidden, K = 7 targets:
     static     S x K x r                                       [static]
 For the Qwen2.5-3B shape (d 2048, S 16, r 32) the gate is 8.39M and the controller with H = 320
 brings the total to 9.18M. The reference states only the total (9.2M); with the gate and norm
-forms above fixed by MISSION.md, H is the one free size and 320 (a multiple of 64) is the width
+forms above fixed by the paper, H is the one free size and 320 (a multiple of 64) is the width
 that total implies: (9.2M - 8.456M) / (d + 1 + K r) = 327 -> 320. See `trainable_breakdown`.
 
 One recurrent step t, with h the state entering it (batch, T, d):
@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -52,11 +51,10 @@ from torch import nn
 
 from synthlab.errors import SynthlabError
 from synthlab.hf.data import PAD
+from synthlab.options import LOOPED_VARIANTS, VARIANTS, OuroborosConfig  # noqa: F401 (re-exported)
 from synthlab.hf.lora import TARGETS, ModulatedLinear, Split, lora_bases, mean_residual, target_linear
 from synthlab.models.controller import causal_running_mean
 
-VARIANTS = ("controller", "static", "nogate", "truncated", "base")
-LOOPED_VARIANTS = ("controller", "static", "nogate")
 # What each row of `ouroboros eval` is (printed under its table).
 VARIANT_ROWS = {
     "controller": "trained: the recurrent layer run `depth` times, rewritten per token by the controller, gated",
@@ -70,30 +68,6 @@ VARIANT_ROWS = {
 
 # Reference split of the 36-layer Qwen2.5-3B: prelude 0-7, recurrent 18, coda 28-35.
 _REFERENCE_LAYERS, _REFERENCE_PRELUDE, _REFERENCE_CODA = 36, 8, 8
-
-
-@dataclass
-class OuroborosConfig:
-    """How to cut the base and what to train; None split fields take the proportional default."""
-
-    variant: str = "controller"
-    prelude_layers: int | None = None
-    recurrent_layer: int | None = None
-    coda_layers: int | None = None
-    rank: int = 32
-    alpha: float = 16.0
-    controller_hidden: int = 320
-    max_steps: int = 16
-    gate_bias: float = -2.0
-
-    def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise SynthlabError(f"variant must be one of {', '.join(VARIANTS)}, got '{self.variant}'")
-        for name in ("rank", "controller_hidden", "max_steps"):
-            if getattr(self, name) < 1:
-                raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.alpha <= 0:
-            raise SynthlabError(f"alpha must be > 0, got {self.alpha}")
 
 
 def resolve_split(num_layers: int, config: OuroborosConfig) -> Split:

@@ -1,66 +1,28 @@
 """Training the looped variants and measuring loss against depth (claim C11).
 
-Optimiser as in MISSION.md ("OUROBOROS training"): AdamW lr 3e-4, weight decay 0.01 on matrices
+Optimiser as in the OUROBOROS reference training (docs/claims.md, C11): AdamW lr 3e-4, weight decay 0.01 on matrices
 only (embeddings, norms and biases are not decayed, as in nanoGPT), betas (0.9, 0.95), linear
 warmup, cosine to 1e-6, gradient clip 1.0; the depth of each optimiser step drawn from a set.
-The optimiser and schedule are the shared ones of `synthlab.optim`.
+The optimiser and schedule are the shared ones of `synthlab.optim`; each optimiser step is
+`synthlab.engine.step` and the state a checkpoint keeps is its `TrainState` (with the log so far),
+as for the lab's own trainer.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from synthlab import distributed
+from synthlab import distributed, engine
+from synthlab.engine import TrainState
 from synthlab.errors import SynthlabError
 from synthlab.hf.data import PAD
 from synthlab.hf.system import OuroborosLM, lm_loss
 from synthlab.optim import adamw, lr_factor
+from synthlab.options import OuroborosTrainConfig
 from synthlab.progress import Progress
 from synthlab.runs import float32_matmul
-
-
-@dataclass
-class OuroborosTrainConfig:
-    """One training run of one looped variant (reference values in the comments)."""
-
-    steps: int = 1000
-    seq_len: int = 2048
-    batch_size: int = 4
-    grad_accum: int = 8  # effective batch 32 sequences, as the reference
-    lr: float = 3e-4
-    min_lr: float = 1e-6
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.95)
-    warmup_steps: int | None = None  # None: min(2000, steps // 10); the reference uses 2000
-    grad_clip: float = 1.0
-    depths: tuple[int, ...] = (4, 8, 16)  # depth per step drawn uniformly; one value = fixed
-    heldout_fraction: float = 0.05
-    checkpoint_every: int = 0  # 0: only at the end
-    seed: int = 0
-    per_document: bool = False  # one document per sequence (padded, BOS first), as synthlab bases train; else packed
-    tf32: bool = True  # on CUDA, TF32 tensor cores for the float32 gate / controller matmuls
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "seq_len", "batch_size", "grad_accum"):
-            if getattr(self, name) < 1:
-                raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.seq_len < 2:
-            raise SynthlabError(f"seq_len must be >= 2, got {self.seq_len}")
-        if not self.depths or min(self.depths) < 1:
-            raise SynthlabError(f"depths must be positive integers, got {self.depths}")
-        if not 0 < self.heldout_fraction < 1:
-            raise SynthlabError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
-        if self.lr <= 0:
-            raise SynthlabError(f"lr must be > 0, got {self.lr}")
-        if not 0 <= self.min_lr <= self.lr:
-            raise SynthlabError(f"min_lr must be in [0, lr], got {self.min_lr}")
-
-    @property
-    def warmup(self) -> int:
-        return min(2000, self.steps // 10) if self.warmup_steps is None else self.warmup_steps
 
 
 def learning_rate(step: int, config: OuroborosTrainConfig) -> float:
@@ -105,53 +67,66 @@ def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainCon
         return _train(model, sequences, config, device, on_checkpoint, resume, progress and world.main, world)
 
 
+class Order:
+    """The data position: a permutation of the `n` sequences and a cursor in it, a new permutation
+    (drawn from `generator`) each epoch."""
+
+    def __init__(self, n: int, generator: torch.Generator):
+        self.n, self.generator = n, generator
+        self.order, self.cursor = torch.randperm(n, generator=generator), 0
+
+    def next(self, batch_size: int) -> torch.Tensor:
+        """The indices of the next micro-batch."""
+        if self.cursor + batch_size > len(self.order):  # new epoch, new order
+            self.order, self.cursor = torch.randperm(self.n, generator=self.generator), 0
+        self.cursor += batch_size
+        return self.order[self.cursor - batch_size: self.cursor]
+
+    def state_dict(self) -> dict:
+        return {"order": self.order, "cursor": self.cursor}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.order, self.cursor = state["order"], state["cursor"]
+
+
 def _train(model, sequences, config, device, on_checkpoint, resume, progress, world) -> list[dict]:
     data_gen = torch.Generator().manual_seed(config.seed)
-    depth_gen = torch.Generator().manual_seed(config.seed + 1)
-    optimizer = make_optimizer(model, config)
-    order, cursor, log, start = torch.randperm(len(sequences), generator=data_gen), 0, [], 0
+    order = Order(len(sequences), data_gen)
+    state = TrainState(model, make_optimizer(model, config), lambda step: learning_rate(step, config),
+                       data={"data": order}, generators={"data_gen": data_gen,
+                                                         "depth_gen": torch.Generator().manual_seed(config.seed + 1)},
+                       trainable_only=True)
+    log = []
     if resume is not None:
-        model.load_state_dict(resume["model"], strict=False)
-        optimizer.load_state_dict(resume["optimizer"])
-        data_gen.set_state(resume["data_gen"])
-        depth_gen.set_state(resume["depth_gen"])
-        order, cursor, log, start = resume["order"], resume["cursor"], list(resume["log"]), resume["step"]
+        state.load_state_dict(resume)
+        log = list(resume["log"])
     model.train()
-    bar = Progress(config.steps, initial=start, enabled=progress, desc=f"train {model.config.variant}", unit="step")
-    for step in range(start, config.steps):
-        depth = config.depths[int(torch.randint(len(config.depths), (1,), generator=depth_gen))]
-        lr = learning_rate(step, config)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        total = torch.zeros((), device=device)  # summed on the device: no host sync per micro-batch
-        for _ in range(config.grad_accum):
-            if cursor + config.batch_size > len(order):  # new epoch, new order
-                order, cursor = torch.randperm(len(sequences), generator=data_gen), 0
-            share = config.batch_size // world.size  # this process's rows of the micro-batch
-            rows = order[cursor + world.rank * share: cursor + (world.rank + 1) * share]
+    bar = Progress(config.steps, initial=state.step, enabled=progress, desc=f"train {model.config.variant}", unit="step")
+    share = config.batch_size // world.size  # this process's rows of each micro-batch
+    while state.step < config.steps:
+        depth = config.depths[int(torch.randint(len(config.depths), (1,), generator=state.generators["depth_gen"]))]
+
+        def micro(i: int):
+            batch = order.next(config.batch_size)
+            rows = batch[world.rank * share: (world.rank + 1) * share]
             # this process's part of the micro-batch's mean: its targets over all of the micro-batch's
             # (counted on the host, known to every process; 1 / K of them in packed rows)
-            whole = int((sequences[order[cursor: cursor + config.batch_size], 1:] != PAD).sum())
+            whole = int((sequences[batch, 1:] != PAD).sum())
             part = world.size * int((sequences[rows, 1:] != PAD).sum()) / whole  # K x: the gradients are averaged
-            batch = sequences[rows].to(device)
-            cursor += config.batch_size
-            loss = lm_loss(model(batch, depth), batch) * part / config.grad_accum
-            loss.backward()
-            total += loss.detach()
-        trainables = [p for p in model.parameters() if p.requires_grad]
-        distributed.average_gradients(world, trainables)
-        norm = torch.nn.utils.clip_grad_norm_(trainables, config.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        total = float(distributed.sum_over(world, total)[0]) / world.size  # one sync per step, for the log
-        log.append({"step": step, "depth": depth, "loss": total, "lr": lr, "grad_norm": float(norm)})
-        bar.set_postfix(loss=f"{total:.3f}", depth=str(depth))
+            inputs = sequences[rows].to(device)
+            loss = lm_loss(model(inputs, depth), inputs) * part / config.grad_accum
+            return loss, (loss.detach(),)
+
+        done = engine.step(state, config.grad_accum, micro, world=world, grad_clip=config.grad_clip, check=True,
+                           where=lambda: f" (lr {config.lr})")
+        loss = float(done.logged[0]) / world.size  # one sync per step, for the log
+        norm = None if done.grad_norm is None else float(done.grad_norm)
+        log.append({"step": state.step - 1, "depth": depth, "loss": loss, "lr": done.lr, "grad_norm": norm})
+        bar.set_postfix(loss=f"{loss:.3f}", depth=str(depth))
         bar.update()
-        last = step + 1 == config.steps
-        if on_checkpoint is not None and world.main and (last or (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0)):
-            on_checkpoint({"step": step + 1, "model": model.trainable_state(), "optimizer": optimizer.state_dict(),
-                           "data_gen": data_gen.get_state(), "depth_gen": depth_gen.get_state(),
-                           "order": order, "cursor": cursor, "log": log})
+        last = state.step == config.steps
+        if on_checkpoint is not None and world.main and (last or (config.checkpoint_every and state.step % config.checkpoint_every == 0)):
+            on_checkpoint(state.state_dict() | {"log": log})
     bar.close()
     model.eval()
     return log

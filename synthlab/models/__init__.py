@@ -10,7 +10,7 @@
     model.save_pretrained(folder); LoopedGPT.from_pretrained(folder)  # also a finished run's folder
     count_params(model, exclude_embedding=False, used_token_ids=None); flops_per_token(config, seq_len)
 
-Where each mechanism of MISSION.md ("The models") lives, reading top to bottom:
+Where each mechanism of the papers (docs/claims.md) lives, reading top to bottom:
 
 config.py      ModelConfig: every option below; JSON/TOML round trip via synthlab.config.
 layers.py      the GPT-2-style base: RMSNorm / LayerNorm (`norm_type`), pre-norm or sandwich norm

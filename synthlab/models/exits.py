@@ -17,6 +17,8 @@ Every rule exits at the maximum step at the latest.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +55,8 @@ def parse_exit_rule(text: str) -> ExitRule:
         value = float(raw)
     except ValueError:
         raise SynthlabError(f"exit rule '{text}': '{raw}' is not a number") from None
+    if not math.isfinite(value):  # diff:nan would never (or always) exit, silently
+        raise SynthlabError(f"exit rule '{text}': the value must be a finite number")
     if kind == "static" and (value < 1 or value != int(value)):
         raise SynthlabError(f"exit rule '{text}': the static step must be an integer >= 1")
     if kind == "q" and not 0.0 < value <= 1.0:

@@ -57,7 +57,7 @@ def ouro_stage2_loss(step_losses: torch.Tensor, exit_lambdas: torch.Tensor,
     """Ouro stage II (gate only, LM frozen): BCE of the continue probability 1 - lambda_t against
     w_t = sigmoid(k (max(0, L(t-1) - L(t)) - tau)), for t = 2..T, averaged over those T - 1 steps
     and the masked positions. The per-token losses are detached: they only make labels.
-    (The Ouro paper writes the step average as 1/T_max; MISSION.md averages over t = 2..T.)
+    (The Ouro paper writes the step average as 1/T_max; synthlab averages over the T - 1 steps t = 2..T it sums.)
     """
     if step_losses.shape[0] < 2:
         raise ValueError("stage II needs at least 2 steps")

@@ -69,7 +69,7 @@ __all__ = [
     "CHINCHILLA", "HOLDOUT_KINDS", "LAWS", "LOOPLM", "POWER", "STATUS", "STEPS",
     "BatchResult", "BootstrapResult", "Data", "FitOptions", "FitResult", "GroupFit", "HoldoutRow", "LackOfFit", "Law",
     "PowerTerm", "TableColumns", "TableFit", "bootstrap", "cold_refits", "data_digest", "digest_now", "default_columns", "derived", "design_cells", "design_levels",
-    "fit", "fit_table", "get_law", "goodness", "holdout", "holdout_splits", "huber_objective", "implausible",
+    "fit", "fit_json", "fit_table", "get_law", "goodness", "holdout", "holdout_splits", "huber_objective", "implausible",
     "lack_of_fit", "lack_of_fit_test", "minimize_batched", "plot_fit",
-    "power_sum_law", "register_law", "saved_fit", "table_data",
+    "power_sum_law", "read_fit_json", "register_law", "saved_fit", "table_data",
 ]
