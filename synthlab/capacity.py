@@ -147,19 +147,25 @@ def used_token_ids(data) -> set[int]:
 
 
 def estimate_capacity(run_dir: str | Path, *, data_dir: str | Path | None = None, batch_size: int = 64,
-                      device: str = "auto", steps: int | None = None) -> dict:
+                      device: str = "auto", steps: int | None = None, checkpoint: int | None = None) -> dict:
     """The capacity report of a bioS run; written to RUN_DIR/capacity.json (capacity_steps{T}.json
-    when read at `steps` recurrent steps) and returned. `data_dir`: the run's dataset if it moved."""
+    when read at `steps` recurrent steps, capacity_checkpoint{S}.json for the kept checkpoint of
+    optimizer step S: a point of the learning curve) and returned. `data_dir`: the run's dataset if
+    it moved."""
     from synthlab.data import load_dataset
     from synthlab.evaluate import check_eval_steps
     from synthlab.files import atomic_write_text
     from synthlab.models import count_params
-    from synthlab.runs import load_run, open_run, resolve_device, trained_data
+    from synthlab.runs import load_run, open_checkpoint, open_run, resolve_device, trained_data
 
     run_dir = Path(run_dir)
     dev = resolve_device(device)
     check_eval_steps(steps, load_run(run_dir)[0].model.loops)
-    model, run, derived = open_run(run_dir, dev)
+    if checkpoint is None:
+        model, run, derived = open_run(run_dir, dev)
+    else:
+        model, run, tokens_seen = open_checkpoint(run_dir, checkpoint, dev)
+        derived = load_run(run_dir)[1]
     if run.train.task != "bios":
         raise SynthlabError(f"capacity needs a run trained on bios; {run_dir} was trained on {run.train.task}")
     data = load_dataset(trained_data(run_dir, run, derived, moved_to=data_dir), "bios")
@@ -173,6 +179,9 @@ def estimate_capacity(run_dir: str | Path, *, data_dir: str | Path | None = None
         "exposures": run.train.exposures,
         "data": str(data.path),
     })
+    if checkpoint is not None:
+        report.update(checkpoint=checkpoint, tokens_seen=tokens_seen)
     name = "capacity.json" if steps is None else f"capacity_steps{steps}.json"
+    name = name if checkpoint is None else name.replace(".json", f"_checkpoint{checkpoint}.json")
     atomic_write_text(run_dir / name, json.dumps(report, indent=2) + "\n")
     return report

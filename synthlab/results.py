@@ -202,7 +202,7 @@ def heldout_columns(result: dict[str, Any]) -> dict[str, Any]:
 def capacity_metrics(report: dict[str, Any]) -> dict[str, Any]:
     """Capacity columns from an estimate_capacity report."""
     keys = ("p1", "p2", "bits", "bits_name", "bits_attributes", "max_bits", "bits_per_param",
-            "bits_per_param_nonemb", "fraction_of_max", "n_people")
+            "bits_per_param_nonemb", "fraction_of_max", "n_people", "exposures")
     out = {k: report[k] for k in keys if k in report}
     out.update({BITS_ATTRIBUTE.name(a): row["bits"] for a, row in report.get("per_attribute", {}).items()})
     out["params_capacity"] = report["params"]  # P as the estimate counts it (used embedding rows only)

@@ -129,7 +129,9 @@ SCHEMA: tuple[Family, ...] = (
                ("bits_per_param", "float", "bits over params_capacity"),
                ("bits_per_param_nonemb", "float", "bits over non-embedding parameters"),
                ("fraction_of_max", "float", "bits over max_bits"),
-               ("params_capacity", "int", "parameters as the estimate counts them (used embedding rows)")),
+               ("params_capacity", "int", "parameters as the estimate counts them (used embedding rows)"),
+               ("exposures", "float", "passes over the data trained for (max_bits / params_capacity: the ceiling of "
+                                      "bits_per_param)")),
     *_families("ouroboros",
                ("trainable_params", "int", "OUROBOROS trainable parameters of the variant"),
                ("ouro_steps", "int", "OUROBOROS training steps"),

@@ -93,6 +93,44 @@ def test_untrained_model_stores_nothing(untrained_run):
     assert saved["bits_per_param_nonemb"] == pytest.approx(saved["bits"] / saved["params_nonemb"])
 
 
+def test_a_capacity_row_carries_its_ceiling_and_exposures(tmp_path):
+    """The results row holds exposures, max_bits and the P bits_per_param divides by, so the
+    ceiling max_bits / P reads off the table."""
+    from synthlab.capacity import estimate_capacity
+    from synthlab.cli.train import resolve_run_config
+    from synthlab.results import capacity_metrics
+    from synthlab.train import train
+
+    write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=8), 0, tmp_path / "bios")
+    model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
+    run = resolve_run_config({}, model, {"data": str(tmp_path / "bios"), "exposures": 2, "batch_size": 4})
+    train(tmp_path / "run", run, progress=False)
+    row = capacity_metrics(estimate_capacity(tmp_path / "run", device="cpu"))
+    assert row["exposures"] == 2 and row["max_bits"] == pytest.approx(max_bits(8))
+    assert row["bits"] / row["params_capacity"] == pytest.approx(row["bits_per_param"])
+
+
+def test_a_kept_checkpoint_is_a_point_of_the_learning_curve(tmp_path):
+    """The estimate at the last kept checkpoint re-derives the final one; an earlier checkpoint is
+    read with its own weights and tokens seen, into its own file."""
+    from synthlab.capacity import estimate_capacity
+    from synthlab.cli.train import resolve_run_config
+    from synthlab.train import train
+
+    write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=8), 0, tmp_path / "bios")
+    model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
+    run = resolve_run_config({}, model, {"data": str(tmp_path / "bios"), "steps": 6, "batch_size": 2, "lr": 1e-2,
+                                         "warmup_steps": 1, "checkpoint_every": 3, "keep_checkpoints": 5})
+    train(tmp_path / "run", run, progress=False)
+    final = estimate_capacity(tmp_path / "run", device="cpu")
+    last = estimate_capacity(tmp_path / "run", device="cpu", checkpoint=6)
+    early = estimate_capacity(tmp_path / "run", device="cpu", checkpoint=3)
+    assert last["bits"] == pytest.approx(final["bits"]) and last["checkpoint"] == 6
+    assert early["bits"] != pytest.approx(final["bits"]) and early["tokens_seen"] < last["tokens_seen"]
+    saved = json.loads((tmp_path / "run" / "capacity_checkpoint3.json").read_text())
+    assert saved["bits"] == pytest.approx(early["bits"])
+
+
 def test_bios_eval_reports_qa_and_biography_recall_per_attribute(untrained_run):
     from synthlab.evaluate import evaluate_run
 

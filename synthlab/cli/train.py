@@ -230,6 +230,8 @@ def capacity(
     steps: Optional[int] = typer.Option(None, help="Recurrent steps to read the model at (default: the trained loops)."),
     batch_size: int = typer.Option(64, help="Biographies per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    checkpoint: Optional[int] = typer.Option(None, help="Read the kept checkpoint of this optimizer step instead of "
+                                                        "the final weights (a point of the learning curve)."),
     verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Bits of knowledge stored (Physics of LMs 3.3, Def. 4.3) and bits per parameter -> RUN_DIR/capacity.json."""
@@ -238,7 +240,8 @@ def capacity(
     from synthlab.data import unverified_data
 
     with unverified_data(not verify):
-        report = estimate_capacity(run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps)
+        report = estimate_capacity(run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps,
+                                   checkpoint=checkpoint)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
