@@ -25,7 +25,6 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-
 from scipy_baseline import scipy_loop  # noqa: E402 (benchmarks/, on sys.path when this script runs)
 
 from synthlab import scaling as sc  # noqa: E402
@@ -49,7 +48,9 @@ def timed(fn):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
-    parser.add_argument("--loop-starts", type=int, default=4500, help="starts the scipy loop runs (time scaled to 4,500)")
+    parser.add_argument(
+        "--loop-starts", type=int, default=4500, help="starts the scipy loop runs (time scaled to 4,500)"
+    )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--cold", type=int, default=10, help="resamples refitted cold from the full grid")
     parser.add_argument("--seed", type=int, default=0)
@@ -64,21 +65,34 @@ def main() -> None:
     t_fit = min(t_first, t_second)
     t_loop_full = t_loop * len(starts) / len(pick)
     best = loop[np.argmin(loop[:, 0])]
-    print(f"grid fit, {len(starts)} starts x {result.n_rows} rows: batched {t_fit:.2f} s (target <= 10 s); "
-          f"per-start scipy loop {t_loop:.1f} s for {len(pick)} starts"
-          + ("" if len(pick) == len(starts) else f" (x {len(starts) / len(pick):.1f} = {t_loop_full:.1f} s)")
-          + f"; ratio {t_loop_full / t_fit:.1f}x")
-    print(f"  batched optimum: objective {result.objective:.10g}, "
-          + ", ".join(f"{k} {v:.5g}" for k, v in result.params.items())
-          + f"; converged {result.converged}, {result.n_reached} starts reached it")
-    print(f"  loop best:       objective {best[0]:.10g}, "
-          + ", ".join(f"{k} {v:.5g}" for k, v in sc.CHINCHILLA.report(best[1:]).items()))
-    print(f"  max |theta batched - theta loop| = {np.abs(result.theta - best[1:]).max():.2e} (log A, log B, log E, alpha, beta)")
+    print(
+        f"grid fit, {len(starts)} starts x {result.n_rows} rows: batched {t_fit:.2f} s (target <= 10 s); "
+        f"per-start scipy loop {t_loop:.1f} s for {len(pick)} starts"
+        + ("" if len(pick) == len(starts) else f" (x {len(starts) / len(pick):.1f} = {t_loop_full:.1f} s)")
+        + f"; ratio {t_loop_full / t_fit:.1f}x"
+    )
+    print(
+        f"  batched optimum: objective {result.objective:.10g}, "
+        + ", ".join(f"{k} {v:.5g}" for k, v in result.params.items())
+        + f"; converged {result.converged}, {result.n_reached} starts reached it"
+    )
+    print(
+        f"  loop best:       objective {best[0]:.10g}, "
+        + ", ".join(f"{k} {v:.5g}" for k, v in sc.CHINCHILLA.report(best[1:]).items())
+    )
+    print(
+        f"  max |theta batched - theta loop| = {np.abs(result.theta - best[1:]).max():.2e} (log A, log B, log E, alpha, beta)"
+    )
 
-    boot, t_boot = timed(lambda: sc.bootstrap("chinchilla", data, result, np.random.default_rng(args.seed),
-                                             n_resamples=args.resamples, compute=5.76e23))
-    print(f"bootstrap: {args.resamples} warm-started refits in {t_boot:.2f} s (target <= 60 s), "
-          f"{boot.n_converged} converged; 95% intervals:")
+    boot, t_boot = timed(
+        lambda: sc.bootstrap(
+            "chinchilla", data, result, np.random.default_rng(args.seed), n_resamples=args.resamples, compute=5.76e23
+        )
+    )
+    print(
+        f"bootstrap: {args.resamples} warm-started refits in {t_boot:.2f} s (target <= 60 s), "
+        f"{boot.n_converged} converged; 95% intervals:"
+    )
     for name, (lo, hi) in boot.intervals.items():
         print(f"  {name:>6} [{lo:.5g}, {hi:.5g}]")
     cold, t_cold = timed(lambda: sc.cold_refits("chinchilla", data, boot.rows[: args.cold]))
@@ -86,9 +100,11 @@ def main() -> None:
     cold_theta = np.array([[c.params[p] for p in params] for c in cold])
     warm_theta = np.array([[boot.samples[p][i] for p in params] for i in range(args.cold)])
     rel = np.abs(warm_theta / cold_theta - 1).max()
-    print(f"cold check: {args.cold} resamples refitted from the full grid in {t_cold:.1f} s "
-          f"({t_cold / args.cold * args.resamples:.0f} s per {args.resamples}); max relative parameter "
-          f"difference warm vs cold {rel:.2e}")
+    print(
+        f"cold check: {args.cold} resamples refitted from the full grid in {t_cold:.1f} s "
+        f"({t_cold / args.cold * args.resamples:.0f} s per {args.resamples}); max relative parameter "
+        f"difference warm vs cold {rel:.2e}"
+    )
     for j, name in enumerate(params):
         w, c = np.percentile(warm_theta[:, j], [2.5, 97.5]), np.percentile(cold_theta[:, j], [2.5, 97.5])
         print(f"  {name:>6} over those {args.cold}: warm [{w[0]:.5g}, {w[1]:.5g}]  cold [{c[0]:.5g}, {c[1]:.5g}]")

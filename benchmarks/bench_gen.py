@@ -44,8 +44,11 @@ def baseline_mano(n_train: int, n_test: int, L: int, mod: int, seed: int, out: P
 
     def record(length: int) -> dict:
         expr = tree(length)
-        return {"prompt": f"<bos> <len_{length}> {' '.join(expr)} <ans>",
-                "answer": str(value(expr)[0]), "length": length}
+        return {
+            "prompt": f"<bos> <len_{length}> {' '.join(expr)} <ans>",
+            "answer": str(value(expr)[0]),
+            "length": length,
+        }
 
     test = {}
     while len(test) < n_test:
@@ -77,8 +80,7 @@ def baseline_bios(n_people: int, seed: int, out: Path) -> None:
             female = rnd.random() < 0.5
             company = rnd.randrange(len(p["employer"]))
             values = {
-                "birth_date": f"{rnd.choice(MONTHS)} {rnd.randint(1, 28)} , "
-                              f"{rnd.randint(1900, 2099)}",
+                "birth_date": f"{rnd.choice(MONTHS)} {rnd.randint(1, 28)} , {rnd.randint(1900, 2099)}",
                 "birth_city": rnd.choice(p["birth_city"]).replace(",", " ,"),
                 "university": rnd.choice(p["university"]).replace(",", " ,"),
                 "major": rnd.choice(p["major"]),
@@ -97,19 +99,19 @@ def baseline_bios(n_people: int, seed: int, out: Path) -> None:
                             words += name.split() + (["'s"] if part in ("{P}", "{p}") else [])
                             spans["name"] = [start, start + 3]
                         else:
-                            pronoun = {"{S}": "He", "{s}": "he", "{P}": "His", "{p}": "his",
-                                       "{o}": "him"}[part]
+                            pronoun = {"{S}": "He", "{s}": "he", "{P}": "His", "{p}": "his", "{o}": "him"}[part]
                             if female:
-                                pronoun = {"He": "She", "he": "she", "His": "Her", "his": "her",
-                                           "him": "her"}[pronoun]
+                                pronoun = {"He": "She", "he": "she", "His": "Her", "his": "her", "him": "her"}[pronoun]
                             words.append(pronoun)
                     else:
                         words.append(part)
             train.write(json.dumps({"text": " ".join(words), "person": i, "spans": spans}) + "\n")
             for attribute in ATTRIBUTES:
                 question = "<bos> " + QUESTIONS[attribute].format(name=name) + " <ans>"
-                test.write(json.dumps({"question": question, "answer": values[attribute],
-                                       "person": i, "attribute": attribute}) + "\n")
+                test.write(
+                    json.dumps({"question": question, "answer": values[attribute], "person": i, "attribute": attribute})
+                    + "\n"
+                )
 
 
 # --- timing -----------------------------------------------------------------------------------
@@ -128,8 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mano-n", type=int, default=1_000_000, help="mano training records")
     parser.add_argument("--bios-n", type=int, default=100_000, help="bios people")
-    parser.add_argument("--baseline-share", type=float, default=0.1,
-                        help="share of the records the baselines generate")
+    parser.add_argument("--baseline-share", type=float, default=0.1, help="share of the records the baselines generate")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
     args = parser.parse_args()
 
@@ -137,20 +138,20 @@ def main() -> None:
         "mano L=24": (
             args.mano_n,
             lambda n, out: baseline_mano(n, 3000, 24, 23, 0, out),
-            lambda n, out: write_dataset(TASKS["mano"], TASKS["mano"].params_cls(
-                L=24, n_train=n), 0, out / "d"),
+            lambda n, out: write_dataset(TASKS["mano"], TASKS["mano"].params_cls(L=24, n_train=n), 0, out / "d"),
             30.0,
         ),
         "bios": (
             args.bios_n,
             lambda n, out: baseline_bios(n, 0, out),
-            lambda n, out: write_dataset(TASKS["bios"], TASKS["bios"].params_cls(
-                n_people=n), 0, out / "d"),
+            lambda n, out: write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=n), 0, out / "d"),
             30.0,
         ),
     }
-    print(f"{'case':<10} {'records':>9} {'library wall s':>15} {'library cpu s':>14} "
-          f"{'baseline cpu s/rec':>19} {'speed-up (cpu)':>15}  target")
+    print(
+        f"{'case':<10} {'records':>9} {'library wall s':>15} {'library cpu s':>14} "
+        f"{'baseline cpu s/rec':>19} {'speed-up (cpu)':>15}  target"
+    )
     for case, (n, baseline, library, target) in cases.items():
         n_base = max(1, int(n * args.baseline_share))
         base_cpu, lib_wall, lib_cpu = [], [], []
@@ -160,9 +161,11 @@ def main() -> None:
             lib_wall.append(wall)
             lib_cpu.append(cpu)
         verdict = "ok" if min(lib_wall) <= target else "MISSED (wall)"
-        print(f"{case:<10} {n:>9} {min(lib_wall):>15.2f} {min(lib_cpu):>14.2f} "
-              f"{min(base_cpu):>19.2e} {min(base_cpu) * n / min(lib_cpu):>14.1f}x  "
-              f"<= {target:.0f} s wall: {verdict}")
+        print(
+            f"{case:<10} {n:>9} {min(lib_wall):>15.2f} {min(lib_cpu):>14.2f} "
+            f"{min(base_cpu):>19.2e} {min(base_cpu) * n / min(lib_cpu):>14.1f}x  "
+            f"<= {target:.0f} s wall: {verdict}"
+        )
 
 
 if __name__ == "__main__":

@@ -51,9 +51,9 @@ import json
 import math
 import tempfile
 import time
-from collections import Counter
 import types
 import typing
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -62,28 +62,47 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from synthlab import config as configlib
+from synthlab import engine
 from synthlab.data import Batcher, load_dataset, training_examples
+from synthlab.distributed import World
 from synthlab.evaluate import GroupProbe, biography_recall, group_columns, group_label
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.layers import attention_mask
 from synthlab.options import TrainConfig
-from synthlab import engine
-from synthlab.distributed import World
 from synthlab.train import build_optimizer, lr_schedule, model_forward, step_losses, to_device
 from synthlab_generators import TASKS, write_dataset
 from synthlab_generators.bios import ATTRIBUTES
 
 # Per task: generator params, model and training sizes, and the metrics printed (key, header).
 TASK_DEFAULTS = {
-    "mano": {"data": {"L": 2, "mod": 7, "n_train": 100_000, "n_test": 500},
-             "d_model": 128, "n_layers": 2, "batch_size": 128, "lr": 1e-3, "steps": 1500,
-             "eval_at": "250,500,1000,1500"},
-    "multihop": {"data": {"hops": 2, "layers": 3, "per_layer": 30, "relations": 6, "n_test": 300,
-                          "train_fraction": 0.6},
-                 "d_model": 128, "n_layers": 1, "batch_size": 128, "lr": 1e-3, "steps": 1000,
-                 "eval_at": "250,500,1000"},
-    "bios": {"data": {"n_people": 200}, "d_model": 64, "n_layers": 1, "batch_size": 4, "lr": 3e-3,
-             "steps": 750, "seq_len": 128, "eval_at": "250,500,750"},
+    "mano": {
+        "data": {"L": 2, "mod": 7, "n_train": 100_000, "n_test": 500},
+        "d_model": 128,
+        "n_layers": 2,
+        "batch_size": 128,
+        "lr": 1e-3,
+        "steps": 1500,
+        "eval_at": "250,500,1000,1500",
+    },
+    "multihop": {
+        "data": {"hops": 2, "layers": 3, "per_layer": 30, "relations": 6, "n_test": 300, "train_fraction": 0.6},
+        "d_model": 128,
+        "n_layers": 1,
+        "batch_size": 128,
+        "lr": 1e-3,
+        "steps": 1000,
+        "eval_at": "250,500,1000",
+    },
+    "bios": {
+        "data": {"n_people": 200},
+        "d_model": 64,
+        "n_layers": 1,
+        "batch_size": 4,
+        "lr": 3e-3,
+        "steps": 750,
+        "seq_len": 128,
+        "eval_at": "250,500,750",
+    },
 }
 
 
@@ -258,9 +277,11 @@ class Scorer:
         if self.probe is not None:
             return group_columns(self.probe.groups(model, self.device))
         recall = biography_recall(model, self.ds, device=self.device, people=self.people)
-        out = {"name_nats": recall["name"]["loss"],
-               "attr_nats": float(np.mean([recall[a]["loss"] for a in ATTRIBUTES])),
-               "attr_acc": float(np.mean([recall[a]["accuracy"] for a in ATTRIBUTES]))}
+        out = {
+            "name_nats": recall["name"]["loss"],
+            "attr_nats": float(np.mean([recall[a]["loss"] for a in ATTRIBUTES])),
+            "attr_acc": float(np.mean([recall[a]["accuracy"] for a in ATTRIBUTES])),
+        }
         for name, r in recall.items():
             out[f"acc_{name}"], out[f"nats_{name}"] = r["accuracy"], r["loss"]
         return out
@@ -269,18 +290,27 @@ class Scorer:
         if self.probe is None:
             return {"biographies": self.people}
         key = TASKS[self.task].group_key
-        return {("train_" if split == "train" else "") + group_label(key, g): n
-                for split, (_, _, groups) in self.probe.items.items() for g, n in Counter(groups).items()}
+        return {
+            ("train_" if split == "train" else "") + group_label(key, g): n
+            for split, (_, _, groups) in self.probe.items.items()
+            for g, n in Counter(groups).items()
+        }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     ap.add_argument("--task", choices=sorted(TASK_DEFAULTS), default="mano", help="task (default mano)")
-    ap.add_argument("--data", default="", help="k=v,... generator params over the task's defaults "
-                    "(mano L=2,mod=7,n_train=100000,n_test=500; multihop hops=2,layers=3,per_layer=30,relations=6,"
-                    "n_test=300,train_fraction=0.6; bios n_people=200)")
+    ap.add_argument(
+        "--data",
+        default="",
+        help="k=v,... generator params over the task's defaults "
+        "(mano L=2,mod=7,n_train=100000,n_test=500; multihop hops=2,layers=3,per_layer=30,relations=6,"
+        "n_test=300,train_fraction=0.6; bios n_people=200)",
+    )
     ap.add_argument("--data-seed", type=int, default=0, help="seed of the generated data")
     ap.add_argument("--seed", type=int, default=0, help="seed of the weights and of the batch order")
     ap.add_argument("--d-model", type=int, help="default: mano, multihop 128; bios 64")
@@ -290,12 +320,18 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, help="packed row length (bios only; default 128)")
     ap.add_argument("--lr", type=float, help="both models' lr (default: mano, multihop 1e-3; bios 3e-3)")
     ap.add_argument("--steps", type=int, help="default: mano 1500, multihop 1000, bios 750")
-    ap.add_argument("--eval-at", help="comma-separated step counts (default: mano 250,500,1000,1500; "
-                    "multihop 250,500,1000; bios 250,500,750)")
+    ap.add_argument(
+        "--eval-at",
+        help="comma-separated step counts (default: mano 250,500,1000,1500; multihop 250,500,1000; bios 250,500,750)",
+    )
     ap.add_argument("--max-eval", type=int, default=2000, help="at most this many prompts per group and split")
-    ap.add_argument("--synthlab", default="", help="k=v,... overrides of synthlab's ModelConfig / TrainConfig "
-                    "fields, e.g. tie_head=false,positions=learned,init=torch,bias=true,norm_type=layernorm,"
-                    "schedule=constant,weight_decay=0,grad_clip=0")
+    ap.add_argument(
+        "--synthlab",
+        default="",
+        help="k=v,... overrides of synthlab's ModelConfig / TrainConfig "
+        "fields, e.g. tie_head=false,positions=learned,init=torch,bias=true,norm_type=layernorm,"
+        "schedule=constant,weight_decay=0,grad_clip=0",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda: both models train there in float32 (default cpu)")
     ap.add_argument("--out", help="write the table to OUT.json and OUT.csv (suffix replaced)")
@@ -317,15 +353,27 @@ def main() -> None:
         scorer = Scorer(ds, task, args.max_eval, device)  # reads train and test while the folder exists
     examples = training_examples(ds)
     seq_len = args.seq_len if spec.pack else int(examples.lengths.max()) - 1
-    batcher = Batcher(examples, batch_size=args.batch_size, seq_len=seq_len, pack=spec.pack, pad_id=ds.pad_id,
-                      seed=args.seed)
+    batcher = Batcher(
+        examples, batch_size=args.batch_size, seq_len=seq_len, pack=spec.pack, pad_id=ds.pad_id, seed=args.seed
+    )
     vocab = len(ds.tokenizer)
 
-    mcfg = configlib.merge(ModelConfig(vocab_size=vocab, d_model=args.d_model, n_layers=args.n_layers,
-                                       n_heads=args.n_heads), model_over)
-    tcfg = configlib.merge(TrainConfig(task=task, seed=args.seed, batch_size=args.batch_size, steps=args.steps,
-                                       lr=args.lr, pack=spec.pack, seq_len=seq_len if spec.pack else None,
-                                       device=device.type), train_over)
+    mcfg = configlib.merge(
+        ModelConfig(vocab_size=vocab, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads), model_over
+    )
+    tcfg = configlib.merge(
+        TrainConfig(
+            task=task,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            steps=args.steps,
+            lr=args.lr,
+            pack=spec.pack,
+            seq_len=seq_len if spec.pack else None,
+            device=device.type,
+        ),
+        train_over,
+    )
     syn = build_model(mcfg, seed=tcfg.seed).to(device)
     syn_trainer = SynthlabTrainer(syn, tcfg, args.steps)
     torch.manual_seed(args.seed)
@@ -333,24 +381,57 @@ def main() -> None:
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=args.lr, weight_decay=0.0)
     n_params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     config = {
-        "data": {"task": task, **data, "seed": args.data_seed, "vocab_size": vocab, "seq_len": seq_len,
-                 "batch_size": args.batch_size, "pack": spec.pack, "batch_seed": args.seed},
-        "synthlab": {"model": configlib.to_dict(mcfg), "train": configlib.to_dict(tcfg), "params": n_params(syn),
-                     "overrides": args.synthlab},
-        "reference": {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads, "d_ff": 4 * args.d_model,
-                      "positions": "learned", "norm": "LayerNorm (bias)", "bias": True, "tie_head": False,
-                      "init": "torch default", "optimizer": "AdamW(betas=(0.9, 0.999), eps=1e-8, weight_decay=0)",
-                      "lr": args.lr, "schedule": "constant, no warmup", "grad_clip": 0, "params": n_params(ref)},
-        "steps": args.steps, "eval_at": eval_at, "threads": args.threads, "device": args.device,
+        "data": {
+            "task": task,
+            **data,
+            "seed": args.data_seed,
+            "vocab_size": vocab,
+            "seq_len": seq_len,
+            "batch_size": args.batch_size,
+            "pack": spec.pack,
+            "batch_seed": args.seed,
+        },
+        "synthlab": {
+            "model": configlib.to_dict(mcfg),
+            "train": configlib.to_dict(tcfg),
+            "params": n_params(syn),
+            "overrides": args.synthlab,
+        },
+        "reference": {
+            "d_model": args.d_model,
+            "n_layers": args.n_layers,
+            "n_heads": args.n_heads,
+            "d_ff": 4 * args.d_model,
+            "positions": "learned",
+            "norm": "LayerNorm (bias)",
+            "bias": True,
+            "tie_head": False,
+            "init": "torch default",
+            "optimizer": "AdamW(betas=(0.9, 0.999), eps=1e-8, weight_decay=0)",
+            "lr": args.lr,
+            "schedule": "constant, no warmup",
+            "grad_clip": 0,
+            "params": n_params(ref),
+        },
+        "steps": args.steps,
+        "eval_at": eval_at,
+        "threads": args.threads,
+        "device": args.device,
     }
     keys = metric_keys(task, data)
     sizes = scorer.sizes()
-    print(f"# data: {task} {data}; {len(examples)} examples, {batcher.rows_per_epoch} rows of {seq_len} per epoch; "
-          f"eval sets {sizes}")
+    print(
+        f"# data: {task} {data}; {len(examples)} examples, {batcher.rows_per_epoch} rows of {seq_len} per epoch; "
+        f"eval sets {sizes}"
+    )
     print(f"# synthlab: {n_params(syn)} params; overrides: {args.synthlab or '(synthlab train defaults)'}")
     print(f"# reference: {n_params(ref)} params")
-    print(f"{'step':>6} " + " ".join(f"{'syn ' + k:>{len(k) + 4}} {'ref ' + k:>{len(k) + 4}} {'ratio':>6}" for k in keys)
-          + f" {'syn loss':>9} {'ref loss':>9}", flush=True)
+    print(
+        f"{'step':>6} "
+        + " ".join(f"{'syn ' + k:>{len(k) + 4}} {'ref ' + k:>{len(k) + 4}} {'ratio':>6}" for k in keys)
+        + f" {'syn loss':>9} {'ref loss':>9}",
+        flush=True,
+    )
 
     rows, syn_losses, ref_losses = [], [], []
     t_syn = t_ref = 0.0
@@ -369,8 +450,13 @@ def main() -> None:
         if step in eval_at:
             syn.eval(), ref.eval()
             scores = {"syn": scorer(syn), "ref": scorer(RefScored(ref))}
-            row = {"step": step, "syn_loss": float(np.mean(syn_losses)), "ref_loss": float(np.mean(ref_losses)),
-                   "syn_s_per_step": t_syn / step, "ref_s_per_step": t_ref / step}
+            row = {
+                "step": step,
+                "syn_loss": float(np.mean(syn_losses)),
+                "ref_loss": float(np.mean(ref_losses)),
+                "syn_s_per_step": t_syn / step,
+                "ref_s_per_step": t_ref / step,
+            }
             for who, values in scores.items():
                 row.update({f"{who}_{k}": v for k, v in values.items()})
             cells = []

@@ -24,8 +24,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-METRICS = {"mano": ["train_acc_l1", "acc_l2"], "bios": ["name_nats", "attr_acc"],
-           "multihop": ["train_acc_h1", "train_acc_h2", "acc_h2"]}
+METRICS = {
+    "mano": ["train_acc_l1", "acc_l2"],
+    "bios": ["name_nats", "attr_acc"],
+    "multihop": ["train_acc_h1", "train_acc_h2", "acc_h2"],
+}
 NAME = re.compile(r"^(?P<task>[a-z]+)_(?P<candidate>.+)_s(?P<seed>\d+)$")
 
 
@@ -73,10 +76,21 @@ def paired(runs: pd.DataFrame) -> pd.DataFrame:
             diff = ref - syn if metric.endswith("nats") else syn - ref
             n = len(diff)
             half = stats.t.ppf(0.975, n - 1) * diff.std(ddof=1) / np.sqrt(n) if n > 1 else float("nan")
-            out.append({"task": task, "candidate": candidate, "step": int(step), "metric": metric, "n": n,
-                        "syn": syn.mean(), "ref": ref.mean(), "diff": diff.mean(),
-                        "low": diff.mean() - half, "high": diff.mean() + half,
-                        "seeds_at_or_above": int((diff >= 0).sum())})
+            out.append(
+                {
+                    "task": task,
+                    "candidate": candidate,
+                    "step": int(step),
+                    "metric": metric,
+                    "n": n,
+                    "syn": syn.mean(),
+                    "ref": ref.mean(),
+                    "diff": diff.mean(),
+                    "low": diff.mean() - half,
+                    "high": diff.mean() + half,
+                    "seeds_at_or_above": int((diff >= 0).sum()),
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -86,26 +100,39 @@ def verdicts(table: pd.DataFrame) -> pd.DataFrame:
     for (task, candidate), group in table.groupby(["task", "candidate"], sort=True):
         below = group[group["high"] < 0]
         where = ", ".join(f"{m}@{s}" for m, s in zip(below["metric"], below["step"]))
-        rows.append({"task": task, "candidate": candidate, "n": int(group["n"].min()),
-                     "verdict": "below at " + where if where else "at or above"})
+        rows.append(
+            {
+                "task": task,
+                "candidate": candidate,
+                "n": int(group["n"].min()),
+                "verdict": "below at " + where if where else "at or above",
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def markdown(table: pd.DataFrame, verdict: pd.DataFrame) -> str:
-    lines = ["| task | candidate | step | metric | n | synthlab | reference | diff (+ = synthlab ahead) "
-             "| 95% interval | seeds at or above |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| task | candidate | step | metric | n | synthlab | reference | diff (+ = synthlab ahead) "
+        "| 95% interval | seeds at or above |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in table.itertuples():
-        lines.append(f"| {r.task} | {r.candidate} | {r.step} | {r.metric} | {r.n} | {r.syn:.3f} | {r.ref:.3f} "
-                     f"| {r.diff:+.3f} | [{r.low:+.3f}, {r.high:+.3f}] | {r.seeds_at_or_above}/{r.n} |")
+        lines.append(
+            f"| {r.task} | {r.candidate} | {r.step} | {r.metric} | {r.n} | {r.syn:.3f} | {r.ref:.3f} "
+            f"| {r.diff:+.3f} | [{r.low:+.3f}, {r.high:+.3f}] | {r.seeds_at_or_above}/{r.n} |"
+        )
     lines += ["", "| task | candidate | n | verdict |", "|---|---|---|---|"]
     lines += [f"| {r.task} | {r.candidate} | {r.n} | {r.verdict} |" for r in verdict.itertuples()]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     ap.add_argument("folders", nargs="+", type=Path, help="folders of bench_learning --out tables")
     ap.add_argument("--table", type=Path, help="also write every run's rows, with task, candidate, seed, to this CSV")
     ap.add_argument("--markdown", type=Path, help="also write the paired table and verdicts as markdown")

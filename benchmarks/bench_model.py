@@ -106,9 +106,11 @@ def exit_savings(cfg: ModelConfig, idx: torch.Tensor, rounds: int) -> None:
             steps[rule] = model.forward_exit(idx, rule).steps_computed
             seconds[rule].append(time.perf_counter() - start)
     full, early = (statistics.median(v) for v in seconds.values())
-    print(f"early exit (loops={T}): static:{T} ran {steps[f'static:{T}']} steps in {full:.2f} s; "
-          f"diff:1e9 ran {steps['diff:1e9']} steps in {early:.2f} s; time ratio {early / full:.2f} "
-          f"(steps ratio {steps['diff:1e9'] / T:.2f})")
+    print(
+        f"early exit (loops={T}): static:{T} ran {steps[f'static:{T}']} steps in {full:.2f} s; "
+        f"diff:1e9 ran {steps['diff:1e9']} steps in {early:.2f} s; time ratio {early / full:.2f} "
+        f"(steps ratio {steps['diff:1e9'] / T:.2f})"
+    )
 
 
 def main() -> None:
@@ -123,18 +125,24 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=3, help="training steps per model per round")
-    parser.add_argument("--exit", action="store_true",
-                        help="also time early exit against the full depth (inference)")
+    parser.add_argument("--exit", action="store_true", help="also time early exit against the full depth (inference)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    cfg = ModelConfig(vocab_size=args.vocab, d_model=args.d_model, n_heads=args.heads,
-                      n_layers=args.layers, max_seq_len=args.seq, loops=args.loops)
+    cfg = ModelConfig(
+        vocab_size=args.vocab,
+        d_model=args.d_model,
+        n_heads=args.heads,
+        n_layers=args.layers,
+        max_seq_len=args.seq,
+        loops=args.loops,
+    )
     torch.manual_seed(0)  # the reference's init (weights do not matter for speed)
-    models = {"reference": RefGPT(args.vocab, args.d_model, args.heads, args.layers, args.seq),
-              "synthlab": build_model(cfg).train()}
-    losses = {"reference": lambda m, i, t: m(i, t),
-              "synthlab": lambda m, i, t: last_step_loss(m(i).step_logits, t)}
+    models = {
+        "reference": RefGPT(args.vocab, args.d_model, args.heads, args.layers, args.seq),
+        "synthlab": build_model(cfg).train(),
+    }
+    losses = {"reference": lambda m, i, t: m(i, t), "synthlab": lambda m, i, t: last_step_loss(m(i).step_logits, t)}
     optimizers = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g)
@@ -142,9 +150,11 @@ def main() -> None:
     tokens = args.batch * args.seq
     n_ref = sum(p.numel() for p in models["reference"].parameters())
     n_syn = sum(p.numel() for p in models["synthlab"].parameters())
-    print(f"d={args.d_model} layers={args.layers} loops={args.loops} seq={args.seq} "
-          f"batch={args.batch} vocab={args.vocab} threads={args.threads} fp32; "
-          f"params reference={n_ref} synthlab={n_syn}")
+    print(
+        f"d={args.d_model} layers={args.layers} loops={args.loops} seq={args.seq} "
+        f"batch={args.batch} vocab={args.vocab} threads={args.threads} fp32; "
+        f"params reference={n_ref} synthlab={n_syn}"
+    )
 
     for name in models:  # warm-up (allocator, kernels)
         train_steps(losses[name], models[name], optimizers[name], idx, targets, 1)
@@ -153,8 +163,7 @@ def main() -> None:
     for r in range(args.rounds):
         order = list(models) if r % 2 == 0 else list(models)[::-1]
         for name in order:
-            seconds = train_steps(losses[name], models[name], optimizers[name], idx, targets,
-                                  args.steps)
+            seconds = train_steps(losses[name], models[name], optimizers[name], idx, targets, args.steps)
             rates[name].append(tokens * args.steps / seconds)
         peaks.append(matmul_peak())
     ref, syn = statistics.median(rates["reference"]), statistics.median(rates["synthlab"])
@@ -163,12 +172,16 @@ def main() -> None:
     train_flops = 3 * flops_per_token(cfg, args.seq)
     print(f"reference: {ref:,.0f} tokens/s (median of {args.rounds} rounds)")
     print(f"synthlab:  {syn:,.0f} tokens/s")
-    print(f"ratio synthlab/reference: {syn / ref:.3f} (median of per-round ratios "
-          f"{statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}) "
-          f"target >= 0.95 at loops=1")
-    print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s; training FLOPs/token {train_flops:,}; "
-          f"MFU synthlab {syn * train_flops / peak:.1%}, reference {ref * train_flops / peak:.1%}"
-          + ("" if args.loops == 1 else " (reference MFU uses synthlab's looped FLOPs: ignore)"))
+    print(
+        f"ratio synthlab/reference: {syn / ref:.3f} (median of per-round ratios "
+        f"{statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}) "
+        f"target >= 0.95 at loops=1"
+    )
+    print(
+        f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s; training FLOPs/token {train_flops:,}; "
+        f"MFU synthlab {syn * train_flops / peak:.1%}, reference {ref * train_flops / peak:.1%}"
+        + ("" if args.loops == 1 else " (reference MFU uses synthlab's looped FLOPs: ignore)")
+    )
     if args.exit:
         exit_savings(cfg, idx, args.rounds)
 

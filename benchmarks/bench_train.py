@@ -19,12 +19,12 @@ from pathlib import Path
 
 import torch
 
-from synthlab.data import load_dataset
-from synthlab.cli.train import resolve_run_config
 from synthlab import engine
+from synthlab.cli.train import resolve_run_config
+from synthlab.data import load_dataset
 from synthlab.distributed import World
-from synthlab.train import build_optimizer, lr_schedule, model_forward, prepare_run, step_losses, to_device, train
 from synthlab.models import build_model
+from synthlab.train import build_optimizer, lr_schedule, model_forward, prepare_run, step_losses, to_device, train
 from synthlab_generators import TASKS, write_dataset
 
 DATA = {"bios": {"n_people": 1000}, "mano": {"L": 8, "n_train": 20000, "n_test": 100}}
@@ -50,7 +50,9 @@ def main() -> None:
         derived, batcher = prepare_run(run, load_dataset(data_dir))
         device = torch.device("cpu")
         model = build_model(run.model)
-        state = engine.TrainState(model, build_optimizer(model, run.train), lr_schedule(run.train, derived["total_steps"]))
+        state = engine.TrainState(
+            model, build_optimizer(model, run.train), lr_schedule(run.train, derived["total_steps"])
+        )
         generator = torch.Generator().manual_seed(0)
         fixed = to_device(batcher.next_batch(), device)
         forward = model_forward(model)
@@ -78,18 +80,24 @@ def main() -> None:
         for _ in range(n):  # the data work alone, over the same number of batches
             to_device(batcher.next_batch(), device)
         data_only = time.perf_counter() - start
-        print(f"task {args.task}: rows {args.batch_size} x {derived['seq_len']} (pack={derived['pack']}), "
-              f"{derived['rows_per_epoch']} rows per epoch, epochs crossed: {batcher.epoch}")
+        print(
+            f"task {args.task}: rows {args.batch_size} x {derived['seq_len']} (pack={derived['pack']}), "
+            f"{derived['rows_per_epoch']} rows per epoch, epochs crossed: {batcher.epoch}"
+        )
         print(f"model only:  {n / model_only:8.2f} steps/s")
         print(f"end to end:  {n / end_to_end:8.2f} steps/s (data loading included)")
-        print(f"data only:   {1e3 * data_only / n:8.2f} ms per batch "
-              f"(bound on the ratio: {model_only / (model_only + data_only):.3f})")
+        print(
+            f"data only:   {1e3 * data_only / n:8.2f} ms per batch "
+            f"(bound on the ratio: {model_only / (model_only + data_only):.3f})"
+        )
         print(f"ratio end-to-end / model-only: {model_only / end_to_end:.3f} (target >= 0.9)")
 
         run = resolve_run_config({}, MODEL, {**train_flags, "steps": n, "log_every": 10, "checkpoint_every": n})
         start = time.perf_counter()
         train(Path(tmp) / "run", run, progress=False)
-        print(f"full train() call, {n} steps incl. startup, logging, checkpoint: {n / (time.perf_counter() - start):8.2f} steps/s")
+        print(
+            f"full train() call, {n} steps incl. startup, logging, checkpoint: {n / (time.perf_counter() - start):8.2f} steps/s"
+        )
 
 
 if __name__ == "__main__":

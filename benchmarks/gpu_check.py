@@ -101,10 +101,19 @@ class RefGPT(nn.Module):
         super().__init__()
         self.heads = heads
         self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(nn.ModuleDict({
-            "n1": nn.RMSNorm(d), "qkv": nn.Linear(d, 3 * d, bias=False), "o": nn.Linear(d, d, bias=False),
-            "n2": nn.RMSNorm(d), "up": nn.Linear(d, 4 * d, bias=False), "down": nn.Linear(4 * d, d, bias=False),
-        }) for _ in range(layers))
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict(
+                {
+                    "n1": nn.RMSNorm(d),
+                    "qkv": nn.Linear(d, 3 * d, bias=False),
+                    "o": nn.Linear(d, d, bias=False),
+                    "n2": nn.RMSNorm(d),
+                    "up": nn.Linear(d, 4 * d, bias=False),
+                    "down": nn.Linear(4 * d, d, bias=False),
+                }
+            )
+            for _ in range(layers)
+        )
         self.norm = nn.RMSNorm(d)
         half = d // heads // 2
         freqs = torch.arange(seq)[:, None] * 10000.0 ** (-torch.arange(half) / half)
@@ -172,12 +181,23 @@ def throughput(args, part: Part) -> None:
     targets = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
     ref_cfg = dataclasses.replace(cfg, n_layers=cfg.n_layers * cfg.loops, loops=1)
     flops = 3 * flops_per_token(cfg, seq, all_steps=False) * batch * seq  # == the reference's
-    part.record("shape", {"d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_layers": cfg.n_layers,
-                          "loops": cfg.loops, "vocab": cfg.vocab_size, "batch": batch, "seq": seq,
-                          "tokens_per_step": batch * seq, "train_flops_per_step": flops,
-                          "reference_flops_per_step": 3 * flops_per_token(ref_cfg, seq) * batch * seq,
-                          # the cost model's peak (synthlab.cost), to hold against mano_eager's measured peak_gib
-                          "predicted_peak_gib": round(peak_gib(cfg, seq, batch * seq, all_steps=False), 3)})
+    part.record(
+        "shape",
+        {
+            "d_model": cfg.d_model,
+            "n_heads": cfg.n_heads,
+            "n_layers": cfg.n_layers,
+            "loops": cfg.loops,
+            "vocab": cfg.vocab_size,
+            "batch": batch,
+            "seq": seq,
+            "tokens_per_step": batch * seq,
+            "train_flops_per_step": flops,
+            "reference_flops_per_step": 3 * flops_per_token(ref_cfg, seq) * batch * seq,
+            # the cost model's peak (synthlab.cost), to hold against mano_eager's measured peak_gib
+            "predicted_peak_gib": round(peak_gib(cfg, seq, batch * seq, all_steps=False), 3),
+        },
+    )
     backend = "aot_eager" if args.dry_run else "inductor"
     for name in ("mano_eager", "reference_eager", "mano_compiled", "reference_compiled"):
         torch.manual_seed(0)
@@ -193,6 +213,7 @@ def throughput(args, part: Part) -> None:
 
             def forward(x, model=model):
                 return model(x)[None]
+
         compiled = name.endswith("compiled")
         fn = torch.compile(forward, backend=backend) if compiled else forward
 
@@ -212,20 +233,35 @@ def throughput(args, part: Part) -> None:
         first = time.perf_counter() - start
         seconds = time_steps(step, device, 1 if args.dry_run else 3, steps)
         peak = part.data["peak_bf16_flops"]
-        part.record(name, {"params": count_params(model) if name.startswith("mano") else sum(p.numel() for p in model.parameters()),
-                           "first_step_s": round(first, 2), "step_ms": round(seconds * 1e3, 3),
-                           "tokens_per_s": round(batch * seq / seconds), "flops_per_s": flops / seconds,
-                           "mfu": None if peak is None else round(flops / seconds / peak, 4),
-                           "peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
-                           if device.type == "cuda" else None})
+        part.record(
+            name,
+            {
+                "params": count_params(model)
+                if name.startswith("mano")
+                else sum(p.numel() for p in model.parameters()),
+                "first_step_s": round(first, 2),
+                "step_ms": round(seconds * 1e3, 3),
+                "tokens_per_s": round(batch * seq / seconds),
+                "flops_per_s": flops / seconds,
+                "mfu": None if peak is None else round(flops / seconds / peak, 4),
+                "peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+                if device.type == "cuda"
+                else None,
+            },
+        )
         del model, optimizer, fn
         if device.type == "cuda":
             torch.cuda.empty_cache()
     d = part.data
-    part.record("ratios", {"mano_vs_reference_eager": d["reference_eager"]["step_ms"] / d["mano_eager"]["step_ms"],
-                           "mano_vs_reference_compiled": d["reference_compiled"]["step_ms"] / d["mano_compiled"]["step_ms"],
-                           "compile_speedup_mano": d["mano_eager"]["step_ms"] / d["mano_compiled"]["step_ms"],
-                           "compile_speedup_reference": d["reference_eager"]["step_ms"] / d["reference_compiled"]["step_ms"]})
+    part.record(
+        "ratios",
+        {
+            "mano_vs_reference_eager": d["reference_eager"]["step_ms"] / d["mano_eager"]["step_ms"],
+            "mano_vs_reference_compiled": d["reference_compiled"]["step_ms"] / d["mano_compiled"]["step_ms"],
+            "compile_speedup_mano": d["mano_eager"]["step_ms"] / d["mano_compiled"]["step_ms"],
+            "compile_speedup_reference": d["reference_eager"]["step_ms"] / d["reference_compiled"]["step_ms"],
+        },
+    )
 
 
 # --- learn ---------------------------------------------------------------------------------------
@@ -245,27 +281,54 @@ def learn(args, part: Part) -> None:
     data = write_dataset(spec, params, 0, work / f"mano_{'dry' if dry else 'gpu'}")
     model = {"d_model": 32 if dry else 512, "n_heads": 2 if dry else 8, "n_layers": 2, "loops": 2, "max_seq_len": 32}
     steps = 30 if dry else 200
-    run = resolve_run_config({}, model, {
-        "task": "mano", "data": str(data), "steps": steps, "batch_size": 32 if dry else 128, "lr": 1e-3,
-        "warmup_steps": 20, "log_every": 10, "checkpoint_every": steps, "device": "cpu" if dry else "auto"})
+    run = resolve_run_config(
+        {},
+        model,
+        {
+            "task": "mano",
+            "data": str(data),
+            "steps": steps,
+            "batch_size": 32 if dry else 128,
+            "lr": 1e-3,
+            "warmup_steps": 20,
+            "log_every": 10,
+            "checkpoint_every": steps,
+            "device": "cpu" if dry else "auto",
+        },
+    )
     run_dir = work / f"learn_{time.strftime('%H%M%S')}"
     start = time.perf_counter()
     result = train(run_dir, run, progress=False)
     seconds = time.perf_counter() - start
     metrics = read_metrics(run_dir)
     first, last = metrics[0]["loss"], metrics[-1]["loss"]
-    part.record("train", {"model": model, "steps": result.step, "seconds": round(seconds, 1),
-                          "device": json.loads((run_dir / "config.json").read_text())["derived"]["device"],
-                          "loss_first_log": first, "loss_last": last, "loss_fell": last < 0.7 * first,
-                          "tokens_per_s_last_window": round(metrics[-1]["tokens_per_s"])})
+    part.record(
+        "train",
+        {
+            "model": model,
+            "steps": result.step,
+            "seconds": round(seconds, 1),
+            "device": json.loads((run_dir / "config.json").read_text())["derived"]["device"],
+            "loss_first_log": first,
+            "loss_last": last,
+            "loss_fell": last < 0.7 * first,
+            "tokens_per_s_last_window": round(metrics[-1]["tokens_per_s"]),
+        },
+    )
     device = torch.device("cpu" if dry else "cuda")
     net = load_model(run_dir, device)
     dataset = load_dataset(data, "mano")
     prompts, answers, _ = split_items(dataset, "train")
     scores = score_answers(net, prompts[:1000], answers[:1000], pad_id=dataset.pad_id, device=device)
     test = evaluate_run(run_dir, device=device.type)
-    part.record("accuracy", {"one_operator_train_prompts": float(scores.correct[-1].mean()),
-                             "one_operator_unseen_test_prompts": test["accuracy"], "chance": 1 / params.mod})
+    part.record(
+        "accuracy",
+        {
+            "one_operator_train_prompts": float(scores.correct[-1].mean()),
+            "one_operator_unseen_test_prompts": test["accuracy"],
+            "chance": 1 / params.mod,
+        },
+    )
     shutil.rmtree(work)
 
 
@@ -292,13 +355,26 @@ def ouroboros(args, part: Part) -> None:
         base = Qwen2ForCausalLM._from_config(config, dtype=dtype)
     base.eval().requires_grad_(False)
     sync(device)
-    part.record("base", {"shape": "tiny" if dry else "Qwen2.5-3B", "params": sum(p.numel() for p in base.parameters()),
-                         "dtype": str(dtype), "build_s": round(time.perf_counter() - start, 1)})
+    part.record(
+        "base",
+        {
+            "shape": "tiny" if dry else "Qwen2.5-3B",
+            "params": sum(p.numel() for p in base.parameters()),
+            "dtype": str(dtype),
+            "build_s": round(time.perf_counter() - start, 1),
+        },
+    )
     start = time.perf_counter()
     model = OuroborosLM(base, OuroborosConfig(), torch.Generator().manual_seed(0))
     sync(device)
-    part.record("system", {"bases_s": round(time.perf_counter() - start, 1), "split": model.split.__dict__,
-                           "trainable": trainable_breakdown(model)})
+    part.record(
+        "system",
+        {
+            "bases_s": round(time.perf_counter() - start, 1),
+            "split": model.split.__dict__,
+            "trainable": trainable_breakdown(model),
+        },
+    )
     ids = torch.randint(0, config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(1)).to(device)
     optimizer = make_optimizer(model, OuroborosTrainConfig())
 
@@ -319,8 +395,11 @@ def ouroboros(args, part: Part) -> None:
                 torch.cuda.reset_peak_memory_stats(device)
             seconds = time_steps(lambda d=depth: train_step(d), device, 0, 2)
             peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
-            rows[depth] = {"step_s": round(seconds, 3), "tokens_per_s": round(batch * seq / seconds),
-                           "peak_gib": round(peak, 2)}
+            rows[depth] = {
+                "step_s": round(seconds, 3),
+                "tokens_per_s": round(batch * seq / seconds),
+                "peak_gib": round(peak, 2),
+            }
             part.record("train_steps", {"batch": batch, "seq": seq, "by_depth": rows})
         model.eval()
         with torch.no_grad():

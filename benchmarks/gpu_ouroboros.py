@@ -22,11 +22,28 @@ import time
 
 import torch
 
-SHAPE_3B = dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
-                num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1e6,
-                rms_norm_eps=1e-6, tie_word_embeddings=True)
-SHAPE_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=256, max_position_embeddings=256, tie_word_embeddings=True)
+SHAPE_3B = dict(
+    hidden_size=2048,
+    intermediate_size=11008,
+    num_hidden_layers=36,
+    num_attention_heads=16,
+    num_key_value_heads=2,
+    vocab_size=151936,
+    max_position_embeddings=32768,
+    rope_theta=1e6,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
+SHAPE_TINY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=8,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=256,
+    max_position_embeddings=256,
+    tie_word_embeddings=True,
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -84,16 +101,20 @@ def main() -> None:
     with torch.device(device):
         base, seconds, _ = measure(device, lambda: Qwen2ForCausalLM._from_config(config, dtype=dtype))
     base.eval().requires_grad_(False)
-    print(f"random {'tiny' if args.tiny else 'Qwen2.5-3B-shaped'} base: "
-          f"{sum(p.numel() for p in base.parameters()) / 1e9:.3f}B params, {dtype}, built in {seconds:.1f}s")
+    print(
+        f"random {'tiny' if args.tiny else 'Qwen2.5-3B-shaped'} base: "
+        f"{sum(p.numel() for p in base.parameters()) / 1e9:.3f}B params, {dtype}, built in {seconds:.1f}s"
+    )
 
     generator = torch.Generator().manual_seed(args.seed)
     model, seconds, peak = measure(device, lambda: OuroborosLM(base, OuroborosConfig(), generator))
     info = summary(model)
-    print(f"system: split prelude {info['split']['prelude'][0]}-{info['split']['prelude'][-1]}, recurrent "
-          f"{info['split']['recurrent']}, coda {info['split']['coda'][0]}-{info['split']['coda'][-1]}; "
-          f"trainable {info['trainable_params']:,} ({info['trainable_breakdown']}); SVD bases in {seconds:.1f}s, "
-          f"peak {peak:.1f} GiB")
+    print(
+        f"system: split prelude {info['split']['prelude'][0]}-{info['split']['prelude'][-1]}, recurrent "
+        f"{info['split']['recurrent']}, coda {info['split']['coda'][0]}-{info['split']['coda'][-1]}; "
+        f"trainable {info['trainable_params']:,} ({info['trainable_breakdown']}); SVD bases in {seconds:.1f}s, "
+        f"peak {peak:.1f} GiB"
+    )
 
     ids_gen = torch.Generator().manual_seed(args.seed + 1)
     batch = torch.randint(0, config.vocab_size, (batch_size, seq_len), generator=ids_gen).to(device)
@@ -128,17 +149,23 @@ def main() -> None:
     print(f"\ntraining step (batch {batch_size} x {seq_len} = {tokens} tokens)")
     for depth in train_depths:
         loss, seconds, peak = measure(device, lambda d=depth: train_step(d))
-        print(f"  depth {depth:2d}: loss {loss:.3f}  {seconds:6.2f}s  {tokens / seconds:9.0f} tok/s  "
-              f"peak {peak:6.1f} GiB  (effective batch 32: {seconds * 32 / batch_size:.1f}s/step)")
+        print(
+            f"  depth {depth:2d}: loss {loss:.3f}  {seconds:6.2f}s  {tokens / seconds:9.0f} tok/s  "
+            f"peak {peak:6.1f} GiB  (effective batch 32: {seconds * 32 / batch_size:.1f}s/step)"
+        )
 
     model.eval()
     print("\nevaluation (no grad)")
     with torch.no_grad():
         rows = [(f"controller depth {d:2d}", model, d) for d in eval_depths]
-        rows += [(name, OuroborosLM(base, OuroborosConfig(variant=name), generator), 1) for name in ("truncated", "base")]
+        rows += [
+            (name, OuroborosLM(base, OuroborosConfig(variant=name), generator), 1) for name in ("truncated", "base")
+        ]
         for name, system, depth in rows:
             loss, seconds, peak = measure(device, lambda s=system, d=depth: lm_loss(s(batch, d), batch).item())
-            print(f"  {name:20s}: loss {loss:.3f}  {seconds:6.2f}s  {tokens / seconds:9.0f} tok/s  peak {peak:6.1f} GiB")
+            print(
+                f"  {name:20s}: loss {loss:.3f}  {seconds:6.2f}s  {tokens / seconds:9.0f} tok/s  peak {peak:6.1f} GiB"
+            )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,9 @@ def fit_free(M: np.ndarray, loss: np.ndarray) -> tuple[float, np.ndarray, float]
     return float(np.sum(residuals(beta) ** 2)), jac(beta), float(r2)
 
 
-def form_tests(table: pd.DataFrame, rng: np.random.Generator, resamples: int = 1000, name: str = "table"
-               ) -> tuple[pd.DataFrame, str]:
+def form_tests(
+    table: pd.DataFrame, rng: np.random.Generator, resamples: int = 1000, name: str = "table"
+) -> tuple[pd.DataFrame, str]:
     """(one row per model of MODELS: its constants, R^2 and lack-of-fit test; a line describing the
     table), the table's N, D, Tm, loss and runs read as `synthlab fit looplm` reads them."""
     data, _, _ = sc.table_data(table, sc.LOOPLM, name=name)
@@ -80,16 +81,29 @@ def form_tests(table: pd.DataFrame, rng: np.random.Generator, resamples: int = 1
         test = sc.lack_of_fit_test(data, cells, sse, M.shape[1], J, rng, resamples)
         if test is None:
             raise SynthlabError(f"{name}: no design point has replicates (seeds), or too few points for {model}")
-        rows.append({"model": model, "params": M.shape[1], "R2": r2, "F": test.f, "p (rows)": test.p,
-                     "p (runs)": test.p_runs, "R2 ceiling": test.r2_ceiling})
-    described = (f"{len(table)} rows, {cells.max() + 1} design points, {len(np.unique(data.runs))} runs; levels: "
-                 + ", ".join(f"{v} {x.max() + 1}" for v, x in levels.items()))
+        rows.append(
+            {
+                "model": model,
+                "params": M.shape[1],
+                "R2": r2,
+                "F": test.f,
+                "p (rows)": test.p,
+                "p (runs)": test.p_runs,
+                "R2 ceiling": test.r2_ceiling,
+            }
+        )
+    described = (
+        f"{len(table)} rows, {cells.max() + 1} design points, {len(np.unique(data.runs))} runs; levels: "
+        + ", ".join(f"{v} {x.max() + 1}" for v, x in levels.items())
+    )
     return pd.DataFrame(rows), described
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("table", type=Path, help="a scaling sweep's results.csv (params, eval_tokens, loops, eval_loss, run_dir)")
+    parser.add_argument(
+        "table", type=Path, help="a scaling sweep's results.csv (params, eval_tokens, loops, eval_loss, run_dir)"
+    )
     parser.add_argument("--min-checkpoint", type=int, default=0, help="keep the rows read at this step or later")
     parser.add_argument("--resamples", type=int, default=1000, help="wild-bootstrap draws of the test over runs")
     parser.add_argument("--seed", type=int, default=0, help="seed of the wild bootstrap")

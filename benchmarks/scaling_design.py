@@ -51,10 +51,30 @@ from synthlab import scaling as sc  # noqa: E402
 from synthlab.scaling.optimize import FitOptions, huber_objective, refit_from  # noqa: E402
 
 LAWS = {
-    "test": {"E": 1.0, "A": 400.0, "alpha": 0.45, "t1": 2e4, "B": 2000.0, "beta": 0.5, "t2": 1e5,
-             "C": 0.5, "gamma": 1.0, "t3": 0.5},
-    "runs": {"E": 0.08, "A": 5600.0, "alpha": 1.0, "t1": 1e3, "B": 4.6e5, "beta": 1.0, "t2": 1e4,
-             "C": 0.27, "gamma": 1.0, "t3": 0.1},
+    "test": {
+        "E": 1.0,
+        "A": 400.0,
+        "alpha": 0.45,
+        "t1": 2e4,
+        "B": 2000.0,
+        "beta": 0.5,
+        "t2": 1e5,
+        "C": 0.5,
+        "gamma": 1.0,
+        "t3": 0.5,
+    },
+    "runs": {
+        "E": 0.08,
+        "A": 5600.0,
+        "alpha": 1.0,
+        "t1": 1e3,
+        "B": 4.6e5,
+        "beta": 1.0,
+        "t2": 1e4,
+        "C": 0.27,
+        "gamma": 1.0,
+        "t3": 0.1,
+    },
 }
 
 
@@ -84,9 +104,12 @@ def from_truth(law: sc.Law, data: sc.Data, constants: dict[str, float]) -> tuple
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("table", type=Path, help="a scaling sweep's results.csv (params, eval_tokens, loops, eval_loss)")
-    parser.add_argument("--noise", type=float, nargs="+", default=[0.003, 0.01, 0.03, 0.1],
-                        help="log-space noise levels to simulate")
+    parser.add_argument(
+        "table", type=Path, help="a scaling sweep's results.csv (params, eval_tokens, loops, eval_loss)"
+    )
+    parser.add_argument(
+        "--noise", type=float, nargs="+", default=[0.003, 0.01, 0.03, 0.1], help="log-space noise levels to simulate"
+    )
     parser.add_argument("--trials", type=int, default=3, help="noisy tables per law and level")
     parser.add_argument("--seed", type=int, default=0, help="seed of the noise")
     parser.add_argument("--laws", nargs="+", choices=list(LAWS), default=list(LAWS), help="assumed laws to simulate")
@@ -94,13 +117,23 @@ def main() -> None:
     parser.add_argument("--d", type=float, nargs="+", help="tokens (checkpoints) of another design")
     parser.add_argument("--tm", type=float, nargs="+", help="loop counts of another design")
     parser.add_argument("--replicates", type=int, default=3, help="rows per point of another design (seeds)")
-    parser.add_argument("--shape", choices=["even", "observed"], default="even",
-                        help="noise with one sd everywhere, or each row's cell's sd in the table (its root mean square "
-                        "scaled to --noise)")
-    parser.add_argument("--shared", type=float, help="fraction of the noise variance a run's rows share "
-                        "(default: the table's own)")
-    parser.add_argument("--steps", type=float, metavar="TM", help="TABLE is a steps.csv (`synthlab steps`): "
-                        "simulate the step-wise law on its rows with loops = TM (the law's T: the step)")
+    parser.add_argument(
+        "--shape",
+        choices=["even", "observed"],
+        default="even",
+        help="noise with one sd everywhere, or each row's cell's sd in the table (its root mean square "
+        "scaled to --noise)",
+    )
+    parser.add_argument(
+        "--shared", type=float, help="fraction of the noise variance a run's rows share (default: the table's own)"
+    )
+    parser.add_argument(
+        "--steps",
+        type=float,
+        metavar="TM",
+        help="TABLE is a steps.csv (`synthlab steps`): "
+        "simulate the step-wise law on its rows with loops = TM (the law's T: the step)",
+    )
     args = parser.parse_args()
     table = pd.read_csv(args.table)
     law, depth, cell = sc.LOOPLM, "loops", ["d_model", "loops", "eval.checkpoint"]
@@ -111,12 +144,14 @@ def main() -> None:
         law, depth, cell = sc.STEPS, "step", [*cell, "step"]
         print(f"the step-wise law at loops = {args.steps:g}: {len(table)} rows")
     sd = cell_noise(table, cell)
-    rms = float(np.sqrt(np.mean(sd ** 2)))
+    rms = float(np.sqrt(np.mean(sd**2)))
     table_shared = shared_fraction(table, cell)
     shared = table_shared if args.shared is None else args.shared
-    print(f"{args.table}: {len(table)} rows; its seed-to-seed noise (sd of log loss in a cell): median "
-          f"{np.median(sd):.3f}, root mean square {rms:.3f}; shared by a run's checkpoints: {table_shared:.2f}",
-          flush=True)
+    print(
+        f"{args.table}: {len(table)} rows; its seed-to-seed noise (sd of log loss in a cell): median "
+        f"{np.median(sd):.3f}, root mean square {rms:.3f}; shared by a run's checkpoints: {table_shared:.2f}",
+        flush=True,
+    )
     if args.n or args.d or args.tm:
         if not (args.n and args.d and args.tm):
             parser.error("another design needs all of --n, --d and --tm")
@@ -124,15 +159,19 @@ def main() -> None:
             parser.error("--shape observed needs the table's own design (no --n, --d, --tm)")
         grid = np.stack([a.ravel() for a in np.meshgrid(args.n, args.d, args.tm, indexing="ij")], axis=1)
         X = np.repeat(grid, args.replicates, axis=0)
-        i_n, _, i_tm, rep = np.unravel_index(np.arange(len(X)), (len(args.n), len(args.d), len(args.tm), args.replicates))
+        i_n, _, i_tm, rep = np.unravel_index(
+            np.arange(len(X)), (len(args.n), len(args.d), len(args.tm), args.replicates)
+        )
         runs = (i_n * len(args.tm) + i_tm) * args.replicates + rep  # one run: a size, a loop count, a seed; all its D
         print(f"design: N {args.n} x D {args.d} x Tm {args.tm}, {args.replicates} rows each: {len(X)} rows")
     else:
         X = table[["params", "eval_tokens", depth]].to_numpy(float)
         runs = np.unique(table["run_dir"].astype(str), return_inverse=True)[1].ravel()
     print(f"noise shape: {args.shape}, shared by a run's rows: {shared:.2f}")
-    print(f"{'law':<5} {'noise':>6} {'identified':>11} {'F rejects':>10} {'runs reject':>12} {'median R2':>10} "
-          f"{'median hold-out R2':>19} {'missed':>9}")
+    print(
+        f"{'law':<5} {'noise':>6} {'identified':>11} {'F rejects':>10} {'runs reject':>12} {'median R2':>10} "
+        f"{'median hold-out R2':>19} {'missed':>9}"
+    )
     rng = np.random.default_rng(args.seed)
     shape = sd / rms if args.shape == "observed" else np.ones(len(X))
     for name in args.laws:
@@ -141,9 +180,14 @@ def main() -> None:
         for noise in args.noise:
             identified, by_rows, by_runs, r2, r2_test, missed = 0, 0, 0, [], [], 0
             for _ in range(args.trials):
-                z = np.sqrt(shared) * rng.standard_normal(runs.max() + 1)[runs] + np.sqrt(1 - shared) * rng.standard_normal(len(X))
-                data = sc.Data({"N": X[:, 0], "D": X[:, 1], law.variables[2]: X[:, 2]}, clean * np.exp(noise * shape * z),
-                               runs=runs)
+                z = np.sqrt(shared) * rng.standard_normal(runs.max() + 1)[runs] + np.sqrt(
+                    1 - shared
+                ) * rng.standard_normal(len(X))
+                data = sc.Data(
+                    {"N": X[:, 0], "D": X[:, 1], law.variables[2]: X[:, 2]},
+                    clean * np.exp(noise * shape * z),
+                    runs=runs,
+                )
                 result = sc.fit(law, data)
                 identified += bool(result.converged and not sc.implausible(result.params))
                 lack = sc.lack_of_fit(law, data, result.theta, rng)
@@ -152,9 +196,12 @@ def main() -> None:
                 r2_test.append(sc.holdout(law, data, "size")[0].r2_test)
                 objective, params = from_truth(law, data, constants)
                 missed += objective < result.objective * (1 - 1e-6) and not sc.implausible(params)
-            print(f"{name:<5} {noise:>6.3f} {f'{identified} of {args.trials}':>11} {f'{by_rows} of {args.trials}':>10} "
-                  f"{f'{by_runs} of {args.trials}':>12} {np.median(r2):>10.4f} {np.median(r2_test):>19.4f} "
-                  f"{f'{missed} of {args.trials}':>9}", flush=True)
+            print(
+                f"{name:<5} {noise:>6.3f} {f'{identified} of {args.trials}':>11} {f'{by_rows} of {args.trials}':>10} "
+                f"{f'{by_runs} of {args.trials}':>12} {np.median(r2):>10.4f} {np.median(r2_test):>19.4f} "
+                f"{f'{missed} of {args.trials}':>9}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

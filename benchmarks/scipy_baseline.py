@@ -33,7 +33,8 @@ def scipy_loop(law: Law | str, data: Data, starts: np.ndarray, options: FitOptio
     fun = _scalar(huber_objective(law, X, np.log(loss), np.ones((1, len(loss))), options))
     out = []
     for start in starts:
-        res = optimize.minimize(fun, start, jac=True, method="L-BFGS-B",
-                                options={"ftol": options.ftol, "gtol": options.gtol})
+        res = optimize.minimize(
+            fun, start, jac=True, method="L-BFGS-B", options={"ftol": options.ftol, "gtol": options.gtol}
+        )
         out.append([res.fun if np.isfinite(res.fun) else np.inf, *res.x])
     return np.array(out)

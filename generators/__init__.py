@@ -14,8 +14,6 @@ from synthlab_generators import bios, mano, multihop, reach
 from synthlab_generators.common import SPECIAL_TOKENS, Dataset, TaskSpec
 from synthlab_generators.writer import write_dataset
 
-TASKS: dict[str, TaskSpec] = {
-    spec.name: spec for spec in (mano.SPEC, bios.SPEC, multihop.SPEC, reach.SPEC)
-}
+TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (mano.SPEC, bios.SPEC, multihop.SPEC, reach.SPEC)}
 
 __all__ = ["SPECIAL_TOKENS", "TASKS", "Dataset", "TaskSpec", "write_dataset"]

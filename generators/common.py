@@ -75,8 +75,7 @@ class TaskParams:
         value = getattr(self, name)
         is_int = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
         bound = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
-        self.require(is_int and value >= low and (high is None or value <= high), name,
-                     f"must be {bound}")
+        self.require(is_int and value >= low and (high is None or value <= high), name, f"must be {bound}")
 
     def require_choice(self, name: str, choices: Iterable[str]) -> None:
         choices = tuple(choices)

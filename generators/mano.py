@@ -30,8 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, TaskParams, TaskShape,
-                                         TaskSpec, chunked, param)
+from synthlab_generators.common import SPECIAL_TOKENS, Dataset, TaskParams, TaskShape, TaskSpec, chunked, param
 
 OPERATORS = {"asm": ("+", "-", "*"), "asmd": ("+", "-", "*", "/")}
 ROUNDS, MAX_BATCH = 20, 1_000_000  # held-out draws of a shorter length: batches, trees per batch
@@ -41,14 +40,16 @@ ROUNDS, MAX_BATCH = 20, 1_000_000  # held-out draws of a shorter length: batches
 class ManoParams(TaskParams):
     """Parameters of `synthlab gen mano`."""
 
-    L: int = param(24, "Test length: number of operators per test expression; training "
-                       "lengths are uniform on 1..L.", flag="--L")
+    L: int = param(
+        24, "Test length: number of operators per test expression; training lengths are uniform on 1..L.", flag="--L"
+    )
     n_train: int = param(100_000, "Number of training records.")
     n_test: int = param(3_000, "Number of headline test records (distinct prompts of length L).")
-    n_test_per_length: int = param(200, "Held-out records of each shorter length l = 1..L-1 "
-                                        "(distinct prompts not in train; fewer where fewer exist).")
-    ops: str = param("asm", "Operator set: 'asm' (+ - *) or 'asmd' (+ - * and / as the "
-                            "modular inverse).")
+    n_test_per_length: int = param(
+        200,
+        "Held-out records of each shorter length l = 1..L-1 (distinct prompts not in train; fewer where fewer exist).",
+    )
+    ops: str = param("asm", "Operator set: 'asm' (+ - *) or 'asmd' (+ - * and / as the modular inverse).")
     mod: int = param(23, "Modulus, a prime; operands are 0..mod-1 and values are taken mod it.")
 
     def __post_init__(self) -> None:
@@ -58,12 +59,18 @@ class ManoParams(TaskParams):
         self.require_int("n_test_per_length", 0)
         self.require_choice("ops", OPERATORS)
         self.require_int("mod", 2, 1000)
-        self.require(all(self.mod % d for d in range(2, math.isqrt(self.mod) + 1)), "mod",
-                     "must be a prime (division and the operand range rely on it)")
+        self.require(
+            all(self.mod % d for d in range(2, math.isqrt(self.mod) + 1)),
+            "mod",
+            "must be a prime (division and the operand range rely on it)",
+        )
         distinct = distinct_prompts(self.L, len(OPERATORS[self.ops]), self.mod)
-        self.require(2 * self.n_test <= distinct, "n_test",
-                     f"must be at most half of the {distinct} distinct prompts of length --L "
-                     f"{self.L}, so that training can still draw length-L prompts")
+        self.require(
+            2 * self.n_test <= distinct,
+            "n_test",
+            f"must be at most half of the {distinct} distinct prompts of length --L "
+            f"{self.L}, so that training can still draw length-L prompts",
+        )
 
 
 def distinct_prompts(length: int, n_ops: int, mod: int) -> int:
@@ -82,7 +89,7 @@ def valid_prompts(max_length: int, n_ops: int, mod: int) -> list[int]:
     if n_ops < len(OPERATORS["asmd"]):
         return [distinct_prompts(length, n_ops, mod) for length in range(max_length + 1)]
     flat = _operator_table(mod).reshape(n_ops, -1)
-    results = [table[table >= 0] for table in flat]   # value of each valid operand pair
+    results = [table[table >= 0] for table in flat]  # value of each valid operand pair
     valid = [table >= 0 for table in flat]
     count = [np.ones(mod)]  # count[l][v]: expressions of l operators with value v
     with np.errstate(over="ignore", invalid="ignore"):
@@ -93,18 +100,21 @@ def valid_prompts(max_length: int, n_ops: int, mod: int) -> list[int]:
                 for result, ok in zip(results, valid):
                     total += np.bincount(result, weights=pairs[ok], minlength=mod)
             count.append(total)
-    return [int(c.sum()) if np.isfinite(c.sum()) else distinct_prompts(length, n_ops, mod)
-            for length, c in enumerate(count)]
+    return [
+        int(c.sum()) if np.isfinite(c.sum()) else distinct_prompts(length, n_ops, mod) for length, c in enumerate(count)
+    ]
 
 
 def tokens(params: ManoParams) -> list[str]:
     """The vocabulary after the special tokens: <len_1>..<len_L>, operators, operands."""
-    return ([f"<len_{i}>" for i in range(1, params.L + 1)] + list(OPERATORS[params.ops])
-            + [str(v) for v in range(params.mod)])
+    return (
+        [f"<len_{i}>" for i in range(1, params.L + 1)]
+        + list(OPERATORS[params.ops])
+        + [str(v) for v in range(params.mod)]
+    )
 
 
-def sample_trees(length: int, count: int, n_ops: int, mod: int,
-                 rng: np.random.Generator) -> np.ndarray:
+def sample_trees(length: int, count: int, n_ops: int, mod: int, rng: np.random.Generator) -> np.ndarray:
     """`count` random trees with `length` operators, as prefix codes (count, 2*length+1).
 
     Code c < mod is the operand c; code mod + k is operator k.
@@ -115,7 +125,7 @@ def sample_trees(length: int, count: int, n_ops: int, mod: int,
     pending = np.zeros(count * depth, dtype=np.int32)
     base = np.arange(count, dtype=np.int32) * depth
     pending[base] = length
-    top = np.ones(count, dtype=np.int32)             # stack height per row
+    top = np.ones(count, dtype=np.int32)  # stack height per row
     sizes = np.empty((width, count), dtype=np.int32)  # column-major: one row per position
     split = rng.random((width, count))
     for col in range(width):
@@ -123,15 +133,18 @@ def sample_trees(length: int, count: int, n_ops: int, mod: int,
         slot = base + top
         size = pending[slot]
         sizes[col] = size
-        left = (split[col] * size).astype(np.int32)   # l1 uniform in 0..size-1
+        left = (split[col] * size).astype(np.int32)  # l1 uniform in 0..size-1
         # Push the right subtree, then the left one so that it is expanded first. A leaf
         # (size 0) writes into free slots above its stack and does not grow it.
         pending[slot] = size - 1 - left
         pending[slot + 1] = left
         top += 2 * (size > 0)
     is_op = sizes.T > 0
-    return np.where(is_op, mod + rng.integers(0, n_ops, size=is_op.shape, dtype=np.int32),
-                    rng.integers(0, mod, size=is_op.shape, dtype=np.int32))
+    return np.where(
+        is_op,
+        mod + rng.integers(0, n_ops, size=is_op.shape, dtype=np.int32),
+        rng.integers(0, mod, size=is_op.shape, dtype=np.int32),
+    )
 
 
 def _operator_table(mod: int) -> np.ndarray:
@@ -147,9 +160,9 @@ def evaluate(codes: np.ndarray, mod: int) -> tuple[np.ndarray, np.ndarray]:
     count, width = codes.shape
     table = _operator_table(mod).ravel()
     depth = width + 2
-    stack = np.zeros(count * depth, dtype=np.int32)   # flat, as in sample_trees
+    stack = np.zeros(count * depth, dtype=np.int32)  # flat, as in sample_trees
     base = np.arange(count, dtype=np.int32) * depth
-    top = np.full(count, 2, dtype=np.int32)           # two dummy slots: top - 2 >= 0 always
+    top = np.full(count, 2, dtype=np.int32)  # two dummy slots: top - 2 >= 0 always
     div_by_zero = np.zeros(count, dtype=bool)
     columns = np.ascontiguousarray(codes.T)
     # Right to left: an operand is pushed; an operator pops its left operand (the most recent
@@ -172,8 +185,9 @@ def _prompt_bodies(codes: np.ndarray, names: np.ndarray) -> list[str]:
     return [" ".join(row) for row in names[codes].tolist()]
 
 
-def _draw(length: int, count: int, params: ManoParams, names: np.ndarray,
-          rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
+def _draw(
+    length: int, count: int, params: ManoParams, names: np.ndarray, rng: np.random.Generator
+) -> tuple[list[str], np.ndarray]:
     """Expression strings and answers of `count` valid trees (fewer if some divide by 0)."""
     codes = sample_trees(length, count, len(OPERATORS[params.ops]), params.mod, rng)
     values, bad = evaluate(codes, params.mod)
@@ -184,12 +198,12 @@ def _draw(length: int, count: int, params: ManoParams, names: np.ndarray,
 def _line(length: int, expr: str, value: int, headline: bool = True) -> str:
     # Same layout as json.dumps; tokens never contain quotes or backslashes.
     flag = "" if headline else ', "headline": false'
-    return f'{{"prompt": "<bos> <len_{length}> {expr} <ans>", "answer": "{value}", ' \
-           f'"length": {length}{flag}}}\n'
+    return f'{{"prompt": "<bos> <len_{length}> {expr} <ans>", "answer": "{value}", "length": {length}{flag}}}\n'
 
 
-def _unseen(length: int, want: int, seen: set[str], valid: int, params: ManoParams,
-            names: np.ndarray, rng: np.random.Generator) -> tuple[dict[str, int], int]:
+def _unseen(
+    length: int, want: int, seen: set[str], valid: int, params: ManoParams, names: np.ndarray, rng: np.random.Generator
+) -> tuple[dict[str, int], int]:
     """(up to `want` distinct prompts of `length` not in `seen`, how many such prompts exist);
     `valid`: how many valid prompts of that length exist.
 
@@ -212,8 +226,7 @@ def _unseen(length: int, want: int, seen: set[str], valid: int, params: ManoPara
 
 def generate(params: ManoParams, rng: np.random.Generator) -> Dataset:
     # code -> token: operands 0..mod-1, then operators
-    names = np.array([str(v) for v in range(params.mod)] + list(OPERATORS[params.ops]),
-                     dtype=object)
+    names = np.array([str(v) for v in range(params.mod)] + list(OPERATORS[params.ops]), dtype=object)
     # Test first: distinct prompts of length L.
     test: dict[str, int] = {}
     while len(test) < params.n_test:
@@ -242,8 +255,9 @@ def generate(params: ManoParams, rng: np.random.Generator) -> Dataset:
     per_length, unseen = {params.L: len(test_lines)}, {}
     valid = valid_prompts(params.L - 1, len(OPERATORS[params.ops]), params.mod)
     for length in range(1, params.L):
-        found, unseen[length] = _unseen(length, params.n_test_per_length, seen.get(length, set()),
-                                        valid[length], params, names, rng)
+        found, unseen[length] = _unseen(
+            length, params.n_test_per_length, seen.get(length, set()), valid[length], params, names, rng
+        )
         test_lines += [_line(length, e, v, headline=False) for e, v in found.items()]
         per_length[length] = len(found)
 
@@ -251,24 +265,34 @@ def generate(params: ManoParams, rng: np.random.Generator) -> Dataset:
         tokens=tokens(params),
         files={"train.jsonl": chunked(train_lines), "test.jsonl": chunked(test_lines)},
         counts={"train": len(train_lines), "test": len(test_lines)},
-        extra={"distinct_test_length_prompts": str(
-            distinct_prompts(params.L, len(OPERATORS[params.ops]), params.mod)),
-               "unseen_prompts_per_length": {str(k): str(v) for k, v in unseen.items()},
-               "test_per_length": {str(k): per_length[k] for k in sorted(per_length)}},
+        extra={
+            "distinct_test_length_prompts": str(distinct_prompts(params.L, len(OPERATORS[params.ops]), params.mod)),
+            "unseen_prompts_per_length": {str(k): str(v) for k, v in unseen.items()},
+            "test_per_length": {str(k): per_length[k] for k in sorted(per_length)},
+        },
     )
 
 
 def shape(params: ManoParams) -> TaskShape:
     """A record of length l is <bos> <len_l> EXPR (2l + 1 tokens) <ans> answer: 2l + 5 tokens.
     The longest test records have l = L; train lengths are uniform on 1..L (mean L + 6)."""
-    return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(tokens(params)),
-                     row_len=2 * params.L + 4, tokens_per_record=params.L + 6.0,
-                     train_records=params.n_train)
+    return TaskShape(
+        vocab_size=len(SPECIAL_TOKENS) + len(tokens(params)),
+        row_len=2 * params.L + 4,
+        tokens_per_record=params.L + 6.0,
+        train_records=params.n_train,
+    )
 
 
 SPEC = TaskSpec(
-    name="mano", params_cls=ManoParams, generate=generate,
+    name="mano",
+    params_cls=ManoParams,
+    generate=generate,
     help="Mano: modular arithmetic expression trees in prefix notation.",
-    shape=shape, extra_files=(), group_key="length", headline="accuracy", pack=False,
+    shape=shape,
+    extra_files=(),
+    group_key="length",
+    headline="accuracy",
+    pack=False,
     data_columns={"L": "L"},
 )

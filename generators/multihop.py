@@ -41,8 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, TaskParams, TaskShape,
-                                         TaskSpec, chunked, param)
+from synthlab_generators.common import SPECIAL_TOKENS, Dataset, TaskParams, TaskShape, TaskSpec, chunked, param
 
 WORDS = ("who", "is", "the", "of", "?")  # the vocabulary besides relations and entities
 
@@ -55,10 +54,14 @@ class MultihopParams(TaskParams):
     layers: int = param(5, "Number of entity layers; relations link one layer to the next.")
     per_layer: int = param(100, "Entities per layer.")
     relations: int = param(20, "Number of relations; every entity has each one.")
-    head_layers: str = param("all", "Layers k-hop questions start from: all (every layer with k "
-                                    "layers after it), first (layer 0), or a list like 0,1.")
-    train_fraction: float = param(0.15, "Fraction of ALL possible k-hop questions put in train, "
-                                        "in (0, 1); the held-out ones must still fit.")
+    head_layers: str = param(
+        "all",
+        "Layers k-hop questions start from: all (every layer with k "
+        "layers after it), first (layer 0), or a list like 0,1.",
+    )
+    train_fraction: float = param(
+        0.15, "Fraction of ALL possible k-hop questions put in train, in (0, 1); the held-out ones must still fit."
+    )
     n_test: int = param(3_000, "Number of held-out k-hop test questions.")
 
     def __post_init__(self) -> None:
@@ -67,17 +70,28 @@ class MultihopParams(TaskParams):
         self.require_int("per_layer", 1, 100_000)
         self.require_int("relations", 1, 10_000)
         self.require_int("n_test", 1)
-        self.require(isinstance(self.train_fraction, (int, float))
-                     and 0 < self.train_fraction < 1, "train_fraction", "must be in (0, 1)")
-        self.require(self.n_test < self.n_questions, "n_test",
-                     f"must be below the {self.n_questions} possible {self.hops}-hop questions")
-        self.require(self.n_train >= 1, "train_fraction",
-                     f"leaves no training question out of {self.n_questions}")
-        self.require(self.n_train + self.n_test <= self.n_questions, "train_fraction",
-                     f"asks for {self.n_train} training questions; with --n-test {self.n_test} at "
-                     f"most {self.n_questions - self.n_test} of the {self.n_questions} fit")
-        self.require(self.n_train + self.n_test <= 20_000_000, "train_fraction",
-                     f"asks for {self.n_train} training questions; at most 20,000,000 in all")
+        self.require(
+            isinstance(self.train_fraction, (int, float)) and 0 < self.train_fraction < 1,
+            "train_fraction",
+            "must be in (0, 1)",
+        )
+        self.require(
+            self.n_test < self.n_questions,
+            "n_test",
+            f"must be below the {self.n_questions} possible {self.hops}-hop questions",
+        )
+        self.require(self.n_train >= 1, "train_fraction", f"leaves no training question out of {self.n_questions}")
+        self.require(
+            self.n_train + self.n_test <= self.n_questions,
+            "train_fraction",
+            f"asks for {self.n_train} training questions; with --n-test {self.n_test} at "
+            f"most {self.n_questions - self.n_test} of the {self.n_questions} fit",
+        )
+        self.require(
+            self.n_train + self.n_test <= 20_000_000,
+            "train_fraction",
+            f"asks for {self.n_train} training questions; at most 20,000,000 in all",
+        )
 
     @property
     def heads(self) -> tuple[int, ...]:
@@ -89,8 +103,11 @@ class MultihopParams(TaskParams):
             return (0,)
         parts = [p.strip() for p in str(self.head_layers).split(",")]
         ok = all(p.isdigit() and int(p) <= last for p in parts)
-        self.require(ok and len({int(p) for p in parts}) == len(parts), "head_layers",
-                     f"must be all, first or distinct layers in 0..{last} separated by commas")
+        self.require(
+            ok and len({int(p) for p in parts}) == len(parts),
+            "head_layers",
+            f"must be all, first or distinct layers in 0..{last} separated by commas",
+        )
         return tuple(sorted(int(p) for p in parts))
 
     @property
@@ -115,9 +132,11 @@ def _question_lines(heads: np.ndarray, paths: np.ndarray, answers: np.ndarray) -
     for head, path, answer in zip(heads.tolist(), paths.tolist(), answers.tolist()):
         outside_in = " of the ".join(f"r{r}" for r in reversed(path))
         relations = ", ".join(f'"r{r}"' for r in path)
-        lines.append(f'{{"question": "<bos> who is the {outside_in} of e{head} ? <ans>", '
-                     f'"answer": "e{answer}", "head": "e{head}", "relations": [{relations}], '
-                     f'"hops": {hops}}}\n')
+        lines.append(
+            f'{{"question": "<bos> who is the {outside_in} of e{head} ? <ans>", '
+            f'"answer": "e{answer}", "head": "e{head}", "relations": [{relations}], '
+            f'"hops": {hops}}}\n'
+        )
     return lines
 
 
@@ -130,9 +149,10 @@ def generate(params: MultihopParams, rng: np.random.Generator) -> Dataset:
     # Atomic facts, in (layer, slot, relation) order.
     layer, slot, rel = (a.ravel() for a in np.indices((K - 1, n, R)))
     heads, tails = entity_id[layer, slot], entity_id[layer + 1, successor[layer, slot, rel]]
-    facts = [f'{{"head": "e{h}", "relation": "r{r}", "tail": "e{t}", '
-             f'"text": "the r{r} of e{h} is e{t}"}}\n'
-             for h, r, t in zip(heads.tolist(), rel.tolist(), tails.tolist())]
+    facts = [
+        f'{{"head": "e{h}", "relation": "r{r}", "tail": "e{t}", "text": "the r{r} of e{h} is e{t}"}}\n'
+        for h, r, t in zip(heads.tolist(), rel.tolist(), tails.tolist())
+    ]
     atomic = _question_lines(heads, rel[:, None], tails)
 
     layers_of = np.asarray(params.heads)
@@ -161,14 +181,18 @@ def generate(params: MultihopParams, rng: np.random.Generator) -> Dataset:
     order = rng.permutation(len(train))
 
     return Dataset(
-        tokens=list(WORDS) + [f"r{r}" for r in range(R)]
-        + [f"e{e}" for e in range(K * n)],
-        files={"facts.jsonl": chunked(facts), "train.jsonl": chunked(train[i] for i in order),
-               "test.jsonl": chunked(test)},
-        counts={"facts": len(facts), "train": len(train), "train_khop": params.n_train,
-                "test": len(test)},
-        extra={"possible_questions": params.n_questions, "head_layers": list(params.heads),
-               "train_questions": params.n_train},
+        tokens=list(WORDS) + [f"r{r}" for r in range(R)] + [f"e{e}" for e in range(K * n)],
+        files={
+            "facts.jsonl": chunked(facts),
+            "train.jsonl": chunked(train[i] for i in order),
+            "test.jsonl": chunked(test),
+        },
+        counts={"facts": len(facts), "train": len(train), "train_khop": params.n_train, "test": len(test)},
+        extra={
+            "possible_questions": params.n_questions,
+            "head_layers": list(params.heads),
+            "train_questions": params.n_train,
+        },
     )
 
 
@@ -178,14 +202,23 @@ def shape(params: MultihopParams) -> TaskShape:
     K, n, R, k = params.layers, params.per_layer, params.relations, params.hops
     atomic = (K - 1) * n * R
     mean = (atomic * (3 + 7) + params.n_train * (3 * k + 7)) / (atomic + params.n_train)
-    return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(WORDS) + R + K * n,
-                     row_len=3 * k + 6, tokens_per_record=mean, train_records=atomic + params.n_train)
+    return TaskShape(
+        vocab_size=len(SPECIAL_TOKENS) + len(WORDS) + R + K * n,
+        row_len=3 * k + 6,
+        tokens_per_record=mean,
+        train_records=atomic + params.n_train,
+    )
 
 
 SPEC = TaskSpec(
-    name="multihop", params_cls=MultihopParams, generate=generate,
+    name="multihop",
+    params_cls=MultihopParams,
+    generate=generate,
     help="Multi-hop knowledge-graph QA: k-hop questions over a layered entity graph.",
-    shape=shape, extra_files=("facts.jsonl",), group_key="hops", headline="accuracy",
-    pack=False, data_columns={"train_fraction": "train_fraction", "n_train": "train_questions",
-                              "head_layers": "head_layers"},
+    shape=shape,
+    extra_files=("facts.jsonl",),
+    group_key="hops",
+    headline="accuracy",
+    pack=False,
+    data_columns={"train_fraction": "train_fraction", "n_train": "train_questions", "head_layers": "head_layers"},
 )

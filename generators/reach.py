@@ -76,8 +76,17 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, TaskError, TaskParams,
-                                         TaskShape, TaskSpec, chunked, json_line, param)
+from synthlab_generators.common import (
+    SPECIAL_TOKENS,
+    Dataset,
+    TaskError,
+    TaskParams,
+    TaskShape,
+    TaskSpec,
+    chunked,
+    json_line,
+    param,
+)
 
 MAX_TRIES = 1_000  # rejection-sampling tries per query before giving up
 WORDS = ("->", ",", ".", "can", "reach", "what", "?", "yes", "no")  # besides the node tokens

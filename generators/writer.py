@@ -56,8 +56,9 @@ def check_writable(path: str | Path, what: str = "--out") -> None:
         raise TaskError(f"cannot write {what} {path}: {err.strerror or err}") from None
 
 
-def check_out(out: Path, overwrite: bool, *, own: Callable[[Path], bool] | None = None,
-              source: Path | None = None) -> None:
+def check_out(
+    out: Path, overwrite: bool, *, own: Callable[[Path], bool] | None = None, source: Path | None = None
+) -> None:
     """Fail early (before any work) if the folder `out` cannot be (re)placed: never the working
     directory or a folder holding it (`.`, `..`), nor `source` (what the command reads) or a folder
     holding it, even with `overwrite`; a non-empty folder only with `overwrite` or when `own(out)`
@@ -78,8 +79,7 @@ def check_out(out: Path, overwrite: bool, *, own: Callable[[Path], bool] | None 
 
 
 def _write_json(path: Path, obj: Any, indent: int | None = 1) -> None:
-    path.write_text(json.dumps(obj, ensure_ascii=False, indent=indent, sort_keys=True) + "\n",
-                    encoding="utf-8")
+    path.write_text(json.dumps(obj, ensure_ascii=False, indent=indent, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def sha256_file(path: str | Path) -> str:
@@ -120,8 +120,14 @@ def replace_dir(tmp: Path, out: Path) -> None:
         shutil.rmtree(old)
 
 
-def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
-                  overwrite: bool = False, progress: Callable[[int], Any] | None = None) -> Path:
+def write_dataset(
+    spec: TaskSpec,
+    params: Any,
+    seed: int,
+    out: str | Path,
+    overwrite: bool = False,
+    progress: Callable[[int], Any] | None = None,
+) -> Path:
     """Generate `spec` with `params` from `seed` and write it to `out`; returns the folder.
 
     progress: a factory, called with the number of records to write, of a display with
@@ -134,8 +140,7 @@ def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
     tmp = make_temp_sibling(out)
     try:
         dataset = spec.generate(params, np.random.default_rng(seed))
-        vocab = {"special_tokens": list(SPECIAL_TOKENS),
-                 "tokens": list(SPECIAL_TOKENS) + list(dataset.tokens)}
+        vocab = {"special_tokens": list(SPECIAL_TOKENS), "tokens": list(SPECIAL_TOKENS) + list(dataset.tokens)}
         if len(set(vocab["tokens"])) != len(vocab["tokens"]):
             raise AssertionError(f"{spec.name}: duplicate tokens in the vocabulary")
         _write_json(tmp / "vocab.json", vocab)
@@ -151,8 +156,7 @@ def write_dataset(spec: TaskSpec, params: Any, seed: int, out: str | Path,
                         bar.update(chunk.count("\n"))
         if bar is not None:
             bar.close()
-        files = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-                 for p in sorted(tmp.iterdir())}
+        files = {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
         meta = {
             "task": spec.name,
             "params": dataclasses.asdict(params),  # JSON below: tuples become lists

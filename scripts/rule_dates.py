@@ -25,8 +25,9 @@ import datetime
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from synthlab import experiments
 from synthlab.files import atomic_write_text
@@ -35,8 +36,12 @@ from synthlab.verdicts import LawRule, Rule, fingerprint, table_fingerprint
 
 def _history(path: str) -> list[tuple[str, str, str]]:
     """(commit, committer date, the file's path then), oldest first, following renames."""
-    out = subprocess.run(["git", "log", "--follow", "--format=@%H %cI", "--name-only", "--", path],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "log", "--follow", "--format=@%H %cI", "--name-only", "--", path],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     found, head = [], None
     for line in out.splitlines():
         if line.startswith("@"):
@@ -83,11 +88,17 @@ def main(dirs: list[str]) -> None:
     for folder in map(Path, dirs):
         info = json.loads((folder / "sweep.json").read_text())
         definition = Path("experiments") / f"{Path(info['definition']).stem}.toml"
-        info.update(definition=str(definition), data_began=data_began(folder / "results.csv", definition), rules=rules_fixed(definition),
-                    rules_from="git history")
+        info.update(
+            definition=str(definition),
+            data_began=data_began(folder / "results.csv", definition),
+            rules=rules_fixed(definition),
+            rules_from="git history",
+        )
         atomic_write_text(folder / "sweep.json", json.dumps(info, indent=1))
-        print(f"{folder}: data began {info['data_began']}; rules fixed " +
-              ", ".join(f"{k} {v[:10]}" for k, v in info["rules"].items()))
+        print(
+            f"{folder}: data began {info['data_began']}; rules fixed "
+            + ", ".join(f"{k} {v[:10]}" for k, v in info["rules"].items())
+        )
 
 
 if __name__ == "__main__":

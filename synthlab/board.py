@@ -25,7 +25,9 @@ def summary_writer():
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise SynthlabError("train.tensorboard needs the tensorboard package: pip install 'synthlab[tensorboard]'") from None
+        raise SynthlabError(
+            "train.tensorboard needs the tensorboard package: pip install 'synthlab[tensorboard]'"
+        ) from None
     return SummaryWriter
 
 
@@ -83,8 +85,9 @@ class WandbLog:
         config = json.loads((run_dir / "config.json").read_text())
         id_file = run_dir / WANDB_ID
         run_id = id_file.read_text().strip() if id_file.is_file() else None  # None: W&B picks one
-        self._run = wandb.init(project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir),
-                               config=config)
+        self._run = wandb.init(
+            project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), config=config
+        )
         atomic_write_text(id_file, self._run.id + "\n")
 
     def log(self, record: dict[str, Any]) -> None:
@@ -99,7 +102,8 @@ class Loggers:
 
     def __init__(self, run_dir: str | Path, cfg):
         self._all = ([Board(run_dir)] if cfg.tensorboard else []) + (
-            [WandbLog(run_dir, cfg.wandb)] if cfg.wandb else [])
+            [WandbLog(run_dir, cfg.wandb)] if cfg.wandb else []
+        )
 
     def log(self, record: dict[str, Any]) -> None:
         for logger in self._all:

@@ -93,7 +93,11 @@ def capacity_report(losses: PersonLosses, params: int, params_nonemb: int | None
         "params": params,
         "bits_per_param": bits / params,
         "per_attribute": {
-            a: {"loss": per_attribute[a], "values": ATTRIBUTE_VALUES[a], "bits": term_bits(n, ATTRIBUTE_VALUES[a], per_attribute[a])}
+            a: {
+                "loss": per_attribute[a],
+                "values": ATTRIBUTE_VALUES[a],
+                "bits": term_bits(n, ATTRIBUTE_VALUES[a], per_attribute[a]),
+            }
             for a in per_attribute
         },
     }
@@ -111,11 +115,19 @@ def person_losses(model, data, *, device, batch_size: int = 64, steps: int | Non
     from synthlab.evaluate import score_sequences
 
     records = data.records("train")
-    losses, _ = score_sequences(model, [data.encode_text(r["text"]) for r in records],
-                                pad_id=data.pad_id, device=device, steps=steps, batch_size=batch_size)
+    losses, _ = score_sequences(
+        model,
+        [data.encode_text(r["text"]) for r in records],
+        pad_id=data.pad_id,
+        device=device,
+        steps=steps,
+        batch_size=batch_size,
+    )
     n = len(data.records("people"))
     if len(set(r["person"] for r in records)) < n:
-        raise SynthlabError(f"{data.path}: {n - len(set(r['person'] for r in records))} people have no biography in train.jsonl")
+        raise SynthlabError(
+            f"{data.path}: {n - len(set(r['person'] for r in records))} people have no biography in train.jsonl"
+        )
     return span_losses(records, losses, n)
 
 
@@ -146,8 +158,15 @@ def used_token_ids(data) -> set[int]:
     return set(np.unique(training_examples(data).tokens).tolist())
 
 
-def estimate_capacity(run_dir: str | Path, *, data_dir: str | Path | None = None, batch_size: int = 64,
-                      device: str = "auto", steps: int | None = None, checkpoint: int | None = None) -> dict:
+def estimate_capacity(
+    run_dir: str | Path,
+    *,
+    data_dir: str | Path | None = None,
+    batch_size: int = 64,
+    device: str = "auto",
+    steps: int | None = None,
+    checkpoint: int | None = None,
+) -> dict:
     """The capacity report of a bioS run; written to RUN_DIR/capacity.json (capacity_steps{T}.json
     when read at `steps` recurrent steps, capacity_checkpoint{S}.json for the kept checkpoint of
     optimizer step S: a point of the learning curve) and returned. `data_dir`: the run's dataset if
@@ -170,15 +189,18 @@ def estimate_capacity(run_dir: str | Path, *, data_dir: str | Path | None = None
         raise SynthlabError(f"capacity needs a run trained on bios; {run_dir} was trained on {run.train.task}")
     data = load_dataset(trained_data(run_dir, run, derived, moved_to=data_dir), "bios")
     losses = person_losses(model, data, device=dev, batch_size=batch_size, steps=steps)
-    report = capacity_report(losses, count_params(model, used_token_ids=used_token_ids(data)),
-                             count_params(model, exclude_embedding=True))
-    report.update({
-        "params_all": count_params(model),
-        "model": {k: getattr(run.model, k) for k in ("d_model", "n_layers", "n_heads", "loops", "topology")},
-        "steps": steps or run.model.loops,
-        "exposures": run.train.exposures,
-        "data": str(data.path),
-    })
+    report = capacity_report(
+        losses, count_params(model, used_token_ids=used_token_ids(data)), count_params(model, exclude_embedding=True)
+    )
+    report.update(
+        {
+            "params_all": count_params(model),
+            "model": {k: getattr(run.model, k) for k in ("d_model", "n_layers", "n_heads", "loops", "topology")},
+            "steps": steps or run.model.loops,
+            "exposures": run.train.exposures,
+            "data": str(data.path),
+        }
+    )
     if checkpoint is not None:
         report.update(checkpoint=checkpoint, tokens_seen=tokens_seen)
     name = "capacity.json" if steps is None else f"capacity_steps{steps}.json"

@@ -15,13 +15,13 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import tomllib
 import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import tomli_w
+import tomllib
 
 from synthlab.errors import SynthlabError, from_tasks
 

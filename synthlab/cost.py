@@ -17,8 +17,15 @@ import numpy as np
 import torch
 
 from synthlab import config as configlib
-from synthlab.models import (LoopedGPT, ModelConfig, activation_bytes_per_token, build_model, count_params,
-                             flops_per_token, layer_activation_bytes)
+from synthlab.models import (
+    LoopedGPT,
+    ModelConfig,
+    activation_bytes_per_token,
+    build_model,
+    count_params,
+    flops_per_token,
+    layer_activation_bytes,
+)
 
 # Training FLOP/s assumed until a finished point of the sweep has measured one. Measured on an idle
 # 2-core machine with one torch thread per run (two runs side by side, train_flops / train_s):
@@ -35,8 +42,11 @@ def size_metrics(run_config: dict[str, Any]) -> dict[str, Any]:
     positions = derived["total_steps"] * run_config["train"]["batch_size"] * derived["seq_len"]
     # with the `last` objective training reads out only the last step (synthlab.train.step_losses)
     per_token = flops_per_token(model_config, derived["seq_len"], all_steps=run_config["train"]["loss"] != "last")
-    return {"params": count_params(model), "params_nonemb": count_params(model, exclude_embedding=True),
-            "train_flops": 3 * per_token * positions}
+    return {
+        "params": count_params(model),
+        "params_nonemb": count_params(model, exclude_embedding=True),
+        "train_flops": 3 * per_token * positions,
+    }
 
 
 def positions(point) -> tuple[int, int]:
@@ -104,13 +114,22 @@ def ouroboros_cost(options) -> tuple[int, float, float]:
     return micro_batches * t.batch_size * t.seq_len, hours, peak_gib
 
 
-def peak_gib(model: ModelConfig, seq_len: int, tokens: int, *, all_steps: bool, masked: bool = False,
-             dense: bool = False, checkpoint: bool = False) -> float:
+def peak_gib(
+    model: ModelConfig,
+    seq_len: int,
+    tokens: int,
+    *,
+    all_steps: bool,
+    masked: bool = False,
+    dense: bool = False,
+    checkpoint: bool = False,
+) -> float:
     """Peak training memory of `model` on a micro-batch of `tokens` tokens in rows of seq_len: 18
     bytes per parameter (float32 weights, gradients, two AdamW moments; bf16 weight copies), the
     activations kept (and, with checkpoint, one step recomputed), the loss's logits."""
-    kept, recomputed = activation_bytes_per_token(model, seq_len, all_steps=all_steps, masked=masked, dense=dense,
-                                                  checkpoint=checkpoint)
+    kept, recomputed = activation_bytes_per_token(
+        model, seq_len, all_steps=all_steps, masked=masked, dense=dense, checkpoint=checkpoint
+    )
     with torch.device("meta"):
         params = count_params(LoopedGPT(model))
     readouts = model.loops if all_steps else 1
@@ -132,8 +151,16 @@ def gpu_cost(point) -> dict[str, Any]:
     ouroboros = getattr(point, "ouroboros", None) if "ouroboros" in point.stages else None
     if ouroboros is not None and ouroboros.source.base is not None:  # no synthlab model is trained
         tokens, hours, peak = ouroboros_cost(ouroboros)
-        return {"tokens": tokens, "pflop": math.nan, "layer_mib": "-", "act_gib": "-", "peak_gib": round(peak, 1),
-                "gpu_h": round(hours, 2), "gpu_h_shared": 0.0, "mfu": math.nan}
+        return {
+            "tokens": tokens,
+            "pflop": math.nan,
+            "layer_mib": "-",
+            "act_gib": "-",
+            "peak_gib": round(peak, 1),
+            "gpu_h": round(hours, 2),
+            "gpu_h_shared": 0.0,
+            "mfu": math.nan,
+        }
     train, model = point.train, point.model
     steps, seq = positions(point)
     all_steps = train.loss != "last"
@@ -147,14 +174,18 @@ def gpu_cost(point) -> dict[str, Any]:
     micro = train.batch_size // train.grad_accum * seq  # tokens per micro-batch
 
     def act(checkpoint: bool, dense: bool) -> float:
-        kept, recomputed = activation_bytes_per_token(model, seq, all_steps=all_steps, masked=pack,
-                                                      dense=dense and pack, checkpoint=checkpoint)
+        kept, recomputed = activation_bytes_per_token(
+            model, seq, all_steps=all_steps, masked=pack, dense=dense and pack, checkpoint=checkpoint
+        )
         return (kept + recomputed) * micro / GIB
 
-    layer = {dense: layer_activation_bytes(model, seq, masked=pack, dense=dense) * micro / 2**20 for dense in (False, True)}
+    layer = {
+        dense: layer_activation_bytes(model, seq, masked=pack, dense=dense) * micro / 2**20 for dense in (False, True)
+    }
     mfu = calibrated_mfu(model, train.compile, pack)
-    peak = peak_gib(model, seq, micro, all_steps=all_steps, masked=pack, dense=pack,
-                    checkpoint=train.activation_checkpointing)
+    peak = peak_gib(
+        model, seq, micro, all_steps=all_steps, masked=pack, dense=pack, checkpoint=train.activation_checkpointing
+    )
     if _calibration.get("memory_measured_over_predicted"):
         peak *= max(1.0, _calibration["memory_measured_over_predicted"])
     shared = work / (mfu * GPU_PEAK_FLOPS) / 3600
@@ -164,10 +195,17 @@ def gpu_cost(point) -> dict[str, Any]:
     if ouroboros is not None:  # on the exported synthlab base
         tokens_own, hours_own, peak_own = ouroboros_cost(ouroboros)
         tokens, peak, own = tokens + tokens_own, max(peak, peak_own), own + hours_own
-    return {**host, "tokens": tokens, "pflop": round(flops / 1e15, 1),
-            "layer_mib": f"{layer[False]:.0f}/{layer[True]:.0f}" if pack else f"{layer[False]:.0f}",
-            "act_gib": f"{act(False, pack):.1f}/{act(True, pack):.1f}", "peak_gib": round(peak, 1),
-            "gpu_h": round(shared + own, 2), "gpu_h_shared": round(shared, 2), "mfu": mfu}
+    return {
+        **host,
+        "tokens": tokens,
+        "pflop": round(flops / 1e15, 1),
+        "layer_mib": f"{layer[False]:.0f}/{layer[True]:.0f}" if pack else f"{layer[False]:.0f}",
+        "act_gib": f"{act(False, pack):.1f}/{act(True, pack):.1f}",
+        "peak_gib": round(peak, 1),
+        "gpu_h": round(shared + own, 2),
+        "gpu_h_shared": round(shared, 2),
+        "mfu": mfu,
+    }
 
 
 # --- the host's share: packing, checkpoints, evaluation --------------------------------------
@@ -235,8 +273,13 @@ def host_cost(point, gpu_h: float) -> dict[str, Any]:
     eval_flops = stages * shape.train_records * shape.tokens_per_record * flops_per_token(point.model, seq)
     eval_h = eval_flops / (ASSUMED_MFU[train.compile] * GPU_PEAK_FLOPS) / 3600
     stall_h = snapshot_h + max(0.0, pack_h - gpu_h) + max(0.0, write_h - gpu_h)
-    return {"pack_h": round(pack_h, 3), "ckpt_n": count, "ckpt_h": round(write_h, 3), "eval_h": round(eval_h, 3),
-            "stall_h": round(stall_h, 3)}
+    return {
+        "pack_h": round(pack_h, 3),
+        "ckpt_n": count,
+        "ckpt_h": round(write_h, 3),
+        "eval_h": round(eval_h, 3),
+        "stall_h": round(stall_h, 3),
+    }
 
 
 # --- recalibration from the GPU check (benchmarks/gpu_calibrate.py -> cost_calibration.json) ------

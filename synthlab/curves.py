@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from synthlab.errors import SynthlabError
 from synthlab.draw import pyplot, save
+from synthlab.errors import SynthlabError
 from synthlab.plots import read_results
 from synthlab.results import RESULTS, _model_dir
 from synthlab.runs import read_metrics
@@ -50,7 +50,9 @@ def collect(paths: list[Path], by: str | None = None) -> list[Curve]:
         if (path / RESULTS).is_file():
             table = read_results(path)
             if by is not None and by not in table.columns:
-                raise SynthlabError(f"--by {by}: no such column in {path / RESULTS}; columns: {', '.join(table.columns)}")
+                raise SynthlabError(
+                    f"--by {by}: no such column in {path / RESULTS}; columns: {', '.join(table.columns)}"
+                )
             for _, row in table.iterrows():
                 run_dir = _model_dir(path, str(row["run_dir"]))
                 if any(curve.run_dir == run_dir for curve in curves):  # points sharing one model: one curve
@@ -76,13 +78,15 @@ def _tables(curves: list[Curve]) -> tuple[pd.DataFrame, pd.DataFrame]:
         if not records:
             raise SynthlabError(f"{curve.run_dir / 'metrics.jsonl'} is empty (no step logged yet)")
         for r in records:
-            over_training.append({"run": curve.label, "group": curve.group, "step": r["step"], "loss": r["loss"],
-                                  "lr": r["lr"]})
-        tail = [r["loss_per_step"] for r in records[-max(1, len(records) // 10):]]
+            over_training.append(
+                {"run": curve.label, "group": curve.group, "step": r["step"], "loss": r["loss"], "lr": r["lr"]}
+            )
+        tail = [r["loss_per_step"] for r in records[-max(1, len(records) // 10) :]]
         for t in range(len(tail[-1])):
             values = [losses[t] for losses in tail if len(losses) == len(tail[-1])]
-            per_step.append({"run": curve.label, "group": curve.group, "recurrent step": t + 1,
-                             "loss": sum(values) / len(values)})
+            per_step.append(
+                {"run": curve.label, "group": curve.group, "recurrent step": t + 1, "loss": sum(values) / len(values)}
+            )
     return pd.DataFrame(over_training), pd.DataFrame(per_step)
 
 
@@ -102,7 +106,9 @@ def plot_curves(curves: list[Curve], out: str | Path, name: str = "curves") -> l
     narrow = len(positive) and positive.max() / positive.min() < 10  # within a decade: label the minor ticks too
     axes[0].yaxis.set_minor_formatter(FormatStrFormatter("%.3g") if narrow else NullFormatter())
     sns.lineplot(data=per_step, x="recurrent step", y="loss", marker="o", ax=axes[1], **style)
-    axes[1].set(xlabel="recurrent step t", ylabel="loss after step t (nats/token)", title="loss per recurrent step (end)")
+    axes[1].set(
+        xlabel="recurrent step t", ylabel="loss after step t (nats/token)", title="loss per recurrent step (end)"
+    )
     axes[1].set_xticks(sorted(per_step["recurrent step"].unique()))  # whole steps (one loop: just 1)
     sns.lineplot(data=training, x="step", y="lr", ax=axes[2], **{**style, "legend": "auto"})
     axes[2].set(xlabel="optimizer step", ylabel="learning rate", title="schedule")
@@ -121,8 +127,15 @@ def _learning(curves: list[Curve]) -> pd.DataFrame:
         for r in read_metrics(curve.run_dir):
             for key, value in r.items():
                 if match := EVAL_ACCURACY.match(key):
-                    rows.append({"run": curve.label, "step": r["step"], "group": match[2], "acc": 100 * value,
-                                 "prompts": "training" if match[1] else "held-out"})
+                    rows.append(
+                        {
+                            "run": curve.label,
+                            "step": r["step"],
+                            "group": match[2],
+                            "acc": 100 * value,
+                            "prompts": "training" if match[1] else "held-out",
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -132,8 +145,17 @@ def plot_learning(learning: pd.DataFrame, out: str | Path, name: str) -> list[Pa
     runs = list(dict.fromkeys(learning["run"]))
     fig, axes = plt.subplots(1, len(runs), figsize=(4.5 * len(runs), 3.8), squeeze=False, sharey=True)
     for ax, run in zip(axes[0], runs):
-        sns.lineplot(data=learning[learning["run"] == run], x="step", y="acc", hue="group",
-                     hue_order=list(dict.fromkeys(learning["group"])), style="prompts",
-                     style_order=["held-out", "training"], marker="o", ax=ax, legend=ax is axes[0][-1])
+        sns.lineplot(
+            data=learning[learning["run"] == run],
+            x="step",
+            y="acc",
+            hue="group",
+            hue_order=list(dict.fromkeys(learning["group"])),
+            style="prompts",
+            style_order=["held-out", "training"],
+            marker="o",
+            ax=ax,
+            legend=ax is axes[0][-1],
+        )
         ax.set(xlabel="optimizer step", ylabel="exact-match accuracy (%)", ylim=(-2, 102), title=run)
     return save(fig, Path(out), name)

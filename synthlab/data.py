@@ -81,8 +81,10 @@ def verify_files(folder: Path, meta: dict[str, Any]) -> None:
             raise SynthlabError(f"{folder} is incomplete: {name} (listed in meta.json) is missing") from None
         checked[name] = [stat.st_size, stat.st_mtime_ns, entry.get("sha256")]
         if known.get(name) != checked[name] and sha256_file(folder / name) != entry.get("sha256"):
-            raise SynthlabError(f"{folder / name} does not match the sha256 in {folder / 'meta.json'} (edited or "
-                                f"damaged): regenerate it with `synthlab gen`, or pass --no-verify to use it as it is")
+            raise SynthlabError(
+                f"{folder / name} does not match the sha256 in {folder / 'meta.json'} (edited or "
+                f"damaged): regenerate it with `synthlab gen`, or pass --no-verify to use it as it is"
+            )
     if checked != known:
         with contextlib.suppress(SynthlabError):  # a read-only dataset is hashed at every start
             atomic_write_text(folder / VERIFIED, json.dumps(checked) + "\n")
@@ -105,7 +107,9 @@ class Dataset:
             raise SynthlabError(f"{self.path / 'meta.json'} is not valid JSON ({err.msg})") from None
         self.task: str = self.meta.get("task", "")
         if self.task not in TASKS:
-            raise SynthlabError(f"{self.path / 'meta.json'}: unknown task {self.task!r} (expected one of {', '.join(TASKS)})")
+            raise SynthlabError(
+                f"{self.path / 'meta.json'}: unknown task {self.task!r} (expected one of {', '.join(TASKS)})"
+            )
         if task is not None and task != self.task:
             raise SynthlabError(f"--task {task} does not match the data in {self.path}, which is a {self.task} dataset")
         for name in ("train.jsonl", "test.jsonl", *TASKS[self.task].extra_files):
@@ -236,7 +240,9 @@ class Rows:
         )
 
 
-def _scatter(examples: Examples, order: np.ndarray, row: np.ndarray, start: np.ndarray, n_rows: int, seq_len: int, pad_id: int) -> Rows:
+def _scatter(
+    examples: Examples, order: np.ndarray, row: np.ndarray, start: np.ndarray, n_rows: int, seq_len: int, pad_id: int
+) -> Rows:
     """Place example order[k] (its n - 1 input/target pairs) at row[k], positions start[k].. ."""
     lengths = examples.lengths[order] - 1  # input positions each example occupies
     total = int(lengths.sum())
@@ -283,8 +289,10 @@ def pack_rows(examples: Examples, order: np.ndarray, seq_len: int, pad_id: int) 
     n_rows = max(r, 1)
     rows = _scatter(examples, order, row, start, n_rows, seq_len, pad_id)
     doc_ids = np.full(n_rows * seq_len, -1, dtype=np.int64)
-    flat = np.repeat(row, occupied) * seq_len + np.repeat(start, occupied) + (
-        np.arange(int(occupied.sum())) - np.repeat(np.cumsum(occupied) - occupied, occupied)
+    flat = (
+        np.repeat(row, occupied) * seq_len
+        + np.repeat(start, occupied)
+        + (np.arange(int(occupied.sum())) - np.repeat(np.cumsum(occupied) - occupied, occupied))
     )
     doc_ids[flat] = np.repeat(doc, occupied)
     doc_ids = doc_ids.reshape(n_rows, seq_len)

@@ -92,9 +92,11 @@ def peers_lost_as_error(world: World, where) -> Iterator[None]:
 def check_split(batch_size: int, world: World, grad_accum: int) -> None:
     """The batch must split evenly into processes x micro-batches."""
     if batch_size % (world.size * grad_accum):
-        raise SynthlabError(f"train.batch_size {batch_size} does not split into {world.size} processes x "
-                            f"{grad_accum} micro-batches (train.grad_accum); make it a multiple of "
-                            f"{world.size * grad_accum}")
+        raise SynthlabError(
+            f"train.batch_size {batch_size} does not split into {world.size} processes x "
+            f"{grad_accum} micro-batches (train.grad_accum); make it a multiple of "
+            f"{world.size * grad_accum}"
+        )
 
 
 def share(rows: Rows, index: int, parts: int) -> Rows:
@@ -151,14 +153,21 @@ def average_gradients(world: World, params: list[torch.nn.Parameter]) -> None:
 def check_shardable(world: World, device: torch.device) -> None:
     """FSDP needs several processes and a device its collectives run on (gloo: CPU, NCCL: CUDA)."""
     if world.size == 1:
-        raise SynthlabError("FSDP shards the model across processes and this is the only one: start the command "
-                            "with torchrun --nproc-per-node K (K >= 2)")
+        raise SynthlabError(
+            "FSDP shards the model across processes and this is the only one: start the command "
+            "with torchrun --nproc-per-node K (K >= 2)"
+        )
     if device.type not in ("cpu", "cuda"):
         raise SynthlabError(f"FSDP runs on cpu (gloo) or cuda (NCCL), not on {device.type}")
 
 
-def shard(model: torch.nn.Module, units: list[torch.nn.Module], keep: list[torch.nn.Parameter],
-          world: World, device: torch.device) -> None:
+def shard(
+    model: torch.nn.Module,
+    units: list[torch.nn.Module],
+    keep: list[torch.nn.Parameter],
+    world: World,
+    device: torch.device,
+) -> None:
     """Shard `model` in place with PyTorch's FSDP (`fully_shard`) over the processes: each module
     of `units` (e.g. the decoder layers) one group, the rest of `model` the root group; every
     process keeps 1/K of each group's parameters on `device` and gathers a group's whole weights
@@ -178,8 +187,13 @@ def shard(model: torch.nn.Module, units: list[torch.nn.Module], keep: list[torch
         p.data = p.data.to(device)
 
 
-def fill_from_rank0(module: torch.nn.Module, full: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-                    world: World, device: torch.device) -> None:
+def fill_from_rank0(
+    module: torch.nn.Module,
+    full: dict[str, torch.Tensor],
+    buffers: dict[str, torch.Tensor],
+    world: World,
+    device: torch.device,
+) -> None:
     """Give `module`, built on the meta device and sharded by `shard`, its weights from rank 0: rank 0
     passes the whole state dict `full` and the module's `buffers` (host tensors), the others pass
     {}; each parameter is broadcast in turn and every process keeps its own shard, so no process
@@ -188,8 +202,9 @@ def fill_from_rank0(module: torch.nn.Module, full: dict[str, torch.Tensor], buff
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     module.to_empty(device=device)
-    set_model_state_dict(module, full if world.main else {},
-                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    set_model_state_dict(
+        module, full if world.main else {}, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
     for name, buffer in list(module.named_buffers()):
         value = buffers[name].to(device) if world.main else torch.empty_like(buffer, device=device)
         dist.broadcast(value, 0)

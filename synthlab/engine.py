@@ -69,8 +69,12 @@ class TrainState:
             weights = {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad}
         else:
             weights = self.model.state_dict()
-        state = {"model": weights, "optimizer": self.optimizer.state_dict(), "step": self.step,
-                 "tokens_seen": self.tokens_seen}
+        state = {
+            "model": weights,
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "tokens_seen": self.tokens_seen,
+        }
         state |= {name: part.state_dict() for name, part in self.data.items()}
         state |= {name: g.get_state() for name, g in self.generators.items()}
         if self.global_rng:
@@ -102,9 +106,17 @@ class Step:
     grad_norm: torch.Tensor | None
 
 
-def step(state: TrainState, micro_batches: int, micro: Callable[[int], tuple[torch.Tensor, tuple[torch.Tensor, ...]]],
-         *, world: distributed.World, grad_clip: float, check: bool, parallel: nn.Module | None = None,
-         where: Callable[[], str] = lambda: "") -> Step:
+def step(
+    state: TrainState,
+    micro_batches: int,
+    micro: Callable[[int], tuple[torch.Tensor, tuple[torch.Tensor, ...]]],
+    *,
+    world: distributed.World,
+    grad_clip: float,
+    check: bool,
+    parallel: nn.Module | None = None,
+    where: Callable[[], str] = lambda: "",
+) -> Step:
     """One optimizer step of `state` over `micro_batches` micro-batches.
 
     micro(i) runs the forward of micro-batch i and returns (the loss to differentiate, the values

@@ -62,9 +62,10 @@ import copy
 import dataclasses
 import importlib.resources
 import itertools
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from synthlab.config import content_hash
 from synthlab.errors import SynthlabError
@@ -117,8 +118,11 @@ class Experiment:
         if preset not in self.presets:
             raise SynthlabError(f"unknown preset '{preset}' for {self.name} (have {', '.join(self.presets)})")
         spec = self.presets[preset]
-        base = {s: {**self.base.get(s, {}), **spec.get(s, {})} for s in SECTIONS
-                if s in ALWAYS_SECTIONS or s in self.base or s in spec}
+        base = {
+            s: {**self.base.get(s, {}), **spec.get(s, {})}
+            for s in SECTIONS
+            if s in ALWAYS_SECTIONS or s in self.base or s in spec
+        }
         axes = seed_axes(spec, base) + list(spec.get("grid", {}).items())
         points = []
         for combo in itertools.product(*(values for _, values in axes)):
@@ -162,8 +166,12 @@ def seed_list(value: Any, key: str) -> list[int]:
         if value < 1:
             raise SynthlabError(f"{key} must be >= 1, got {value}")
         return list(range(value))
-    if (not isinstance(value, list) or not value or len(set(value)) != len(value)
-            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value)):
+    if (
+        not isinstance(value, list)
+        or not value
+        or len(set(value)) != len(value)
+        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value)
+    ):
         raise SynthlabError(f"{key} must be a count or a list of distinct integers >= 0, got {value!r}")
     return value
 
@@ -276,9 +284,18 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
     verdicts = parse_rules(raw.get("verdicts", []), where)
     laws = parse_law_rules(raw.get("laws", []), where)
     return Experiment(
-        name=raw["name"], claim=raw["claim"], title=raw["title"], task=raw["task"],
-        plot=raw.get("plot", ""), stages=stages, base=base, presets=raw["presets"],
-        notes=raw.get("notes", ""), source=source, verdicts=verdicts, laws=laws,
+        name=raw["name"],
+        claim=raw["claim"],
+        title=raw["title"],
+        task=raw["task"],
+        plot=raw.get("plot", ""),
+        stages=stages,
+        base=base,
+        presets=raw["presets"],
+        notes=raw.get("notes", ""),
+        source=source,
+        verdicts=verdicts,
+        laws=laws,
     )
 
 

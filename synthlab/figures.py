@@ -40,8 +40,10 @@ def plot_grid(table: pd.DataFrame, out: Path, name: str, factors: list[str], met
     """The generic figure: `metric` against the first grid axis that varies, one line or bar per
     combination of the others."""
     if metric not in table:
-        raise SynthlabError(f"the figure of {name} needs column '{metric}' in results.csv "
-                            f"(have {', '.join(c for c in table.columns if table[c].dtype.kind in 'if')})")
+        raise SynthlabError(
+            f"the figure of {name} needs column '{metric}' in results.csv "
+            f"(have {', '.join(c for c in table.columns if table[c].dtype.kind in 'if')})"
+        )
     varying = [f for f in factors if f in table and table[f].nunique(dropna=False) > 1]
     data = table.copy()
     x = varying[0] if varying else "runs"
@@ -70,8 +72,9 @@ def plot_grid(table: pd.DataFrame, out: Path, name: str, factors: list[str], met
     return save(fig, Path(out), name)
 
 
-def draw(experiment: experiments.Experiment, table: pd.DataFrame, out: str | Path,
-         metric: str | None = None) -> list[Path]:
+def draw(
+    experiment: experiments.Experiment, table: pd.DataFrame, out: str | Path, metric: str | None = None
+) -> list[Path]:
     """The experiment's figures from its results table: its built-in kind, else the generic figure
     (of `metric`, default the task's headline)."""
     if table.empty:
@@ -79,7 +82,9 @@ def draw(experiment: experiments.Experiment, table: pd.DataFrame, out: str | Pat
     if experiment.plot and metric is None:
         return plots.plot(experiment.plot, table, out)
     preset = str(table["preset"].iloc[0]) if "preset" in table else None
-    return plot_grid(table, Path(out), experiment.name, grid_factors(experiment, preset), metric or headline(experiment.task))
+    return plot_grid(
+        table, Path(out), experiment.name, grid_factors(experiment, preset), metric or headline(experiment.task)
+    )
 
 
 def figures_of(info: dict[str, Any], table: pd.DataFrame, out: Path, factors: list[str]) -> list[Path]:
@@ -88,4 +93,6 @@ def figures_of(info: dict[str, Any], table: pd.DataFrame, out: Path, factors: li
     if info.get("plot"):
         return plots.plot(info["plot"], table, out)
     experiment = experiments.load_recorded(info["definition"])
-    return plot_grid(table, out, experiment.name, [f for f in factors if f not in SEED_COLUMNS], headline(experiment.task))
+    return plot_grid(
+        table, out, experiment.name, [f for f in factors if f not in SEED_COLUMNS], headline(experiment.task)
+    )

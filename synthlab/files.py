@@ -20,9 +20,22 @@ from synthlab.errors import SynthlabError, from_tasks
 from synthlab_generators import writer
 from synthlab_generators.writer import sha256_file
 
-__all__ = ["as_new_file", "atomic_write", "atomic_write_text", "cached_dir", "check_out", "check_writable",
-           "die_with_parent", "file_lock", "folder_lock", "make_temp_sibling", "new_file_mode", "replace_dir",
-           "sha256_file", "warn"]
+__all__ = [
+    "as_new_file",
+    "atomic_write",
+    "atomic_write_text",
+    "cached_dir",
+    "check_out",
+    "check_writable",
+    "die_with_parent",
+    "file_lock",
+    "folder_lock",
+    "make_temp_sibling",
+    "new_file_mode",
+    "replace_dir",
+    "sha256_file",
+    "warn",
+]
 
 
 def _lab(task_function: Callable) -> Callable:

@@ -31,8 +31,16 @@ HELDOUT_SEED_OFFSET = 1_000_003  # the held-out dataset's seed is the training d
 
 
 @torch.no_grad()
-def heldout_loss(run_dir: str | Path, data_dir: str | Path, *, rows: int, checkpoint: int | None = None,
-                 batch_size: int = 16, device: str = "cpu", train_dir: str | Path | None = None) -> dict[str, Any]:
+def heldout_loss(
+    run_dir: str | Path,
+    data_dir: str | Path,
+    *,
+    rows: int,
+    checkpoint: int | None = None,
+    batch_size: int = 16,
+    device: str = "cpu",
+    train_dir: str | Path | None = None,
+) -> dict[str, Any]:
     """{"loss_per_step": [mean loss after step t, t = 1..loops], "tokens": D, "step": optimizer step,
     "n_tokens": target tokens scored} of the run's final model or its checkpoint at `checkpoint`;
     with `train_dir` (the run's training dataset) also "seen": the share of the scored examples that
@@ -54,7 +62,9 @@ def heldout_loss(run_dir: str | Path, data_dir: str | Path, *, rows: int, checkp
     enough = np.arange(min(len(examples), rows * seq_len))  # each example fills at least one position
     layout = (pack_rows if pack else pad_rows)(examples, enough, seq_len, data.pad_id)
     if len(layout) < rows:
-        raise SynthlabError(f"the held-out dataset {data_dir} has {len(layout)} rows, fewer than eval.heldout_rows = {rows}")
+        raise SynthlabError(
+            f"the held-out dataset {data_dir} has {len(layout)} rows, fewer than eval.heldout_rows = {rows}"
+        )
     totals, count = None, 0
     for start in range(0, rows, batch_size):
         part = layout.take(np.arange(start, min(rows, start + batch_size)))
@@ -77,13 +87,15 @@ def heldout_loss(run_dir: str | Path, data_dir: str | Path, *, rows: int, checkp
 def examples_in_rows(layout: Rows, rows: int, pad_id: int) -> int:
     """How many examples the first `rows` packed rows hold (whole examples laid in order, so they
     are the first ones): the distinct document ids of each row's non-padding tokens."""
-    return sum(len(np.unique(ids[tokens != pad_id])) for ids, tokens in zip(layout.doc_ids[:rows], layout.inputs[:rows]))
+    return sum(
+        len(np.unique(ids[tokens != pad_id])) for ids, tokens in zip(layout.doc_ids[:rows], layout.inputs[:rows])
+    )
 
 
 def sequences(examples: Examples, count: int | None = None) -> list[bytes]:
     """The token sequence of each of the first `count` examples (default: all) as bytes (hashable)."""
     count = len(examples) if count is None else min(count, len(examples))
-    return [examples.tokens[examples.offsets[i]:examples.offsets[i + 1]].tobytes() for i in range(count)]
+    return [examples.tokens[examples.offsets[i] : examples.offsets[i + 1]].tobytes() for i in range(count)]
 
 
 @functools.lru_cache(maxsize=2)

@@ -86,7 +86,7 @@ class SeedEstimate:
             mid = u.mean(-1)
             scale = 1.0 / (mid * (1 - mid) * (bounds[1] - bounds[0]))  # d logit(u) / d x at the mean
         spread = z.var(-1, ddof=1) if n > 1 else np.full(estimate.shape, np.nan)
-        shared = test_var * scale ** 2
+        shared = test_var * scale**2
         return cls(estimate, z.mean(-1), spread, shared, n - 1, bounds)
 
     @property
@@ -149,8 +149,18 @@ def holm(p) -> np.ndarray:
     return out
 
 
-def seeds_needed(values, test_var, bounds, expect: str, threshold: float, margin: float, alpha: float,
-                 power: float = 0.8, most: int = 1000, prompts: float = 1000.0) -> int | None:
+def seeds_needed(
+    values,
+    test_var,
+    bounds,
+    expect: str,
+    threshold: float,
+    margin: float,
+    alpha: float,
+    power: float = 0.8,
+    most: int = 1000,
+    prompts: float = 1000.0,
+) -> int | None:
     """The seeds at which the one-sided test at `alpha` decides the observed effect with probability
     `power`, if the per-seed spread and the effect are what was observed: the smallest n with
     (t_{1-alpha} + t_{power}) * se(n) below the estimate's distance from the threshold (the nearer

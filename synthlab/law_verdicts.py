@@ -37,22 +37,46 @@ def decide_law(rule: LawRule, saved: dict | None, digest_now: str | None) -> Ver
     """The outcome of `rule` from a saved fit (None: no file) and the digest of the numbers the
     table holds now (None: the table cannot be read with the fit's columns)."""
     if saved is None:
-        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0, f"no {rule.fit}: run `synthlab fit ... --save`")
+        return Verdict(
+            rule, "no data", math.nan, math.nan, math.nan, 0, f"no {rule.fit}: run `synthlab fit ... --save`"
+        )
     if digest_now != saved.get("data_sha256"):
-        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0,
-                       f"{rule.fit} is a fit of other numbers than {rule.table} holds now: rerun its command")
+        return Verdict(
+            rule,
+            "no data",
+            math.nan,
+            math.nan,
+            math.nan,
+            0,
+            f"{rule.fit} is a fit of other numbers than {rule.table} holds now: rerun its command",
+        )
     if (saved.get("holdout_kind") or "") != rule.holdout:
-        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0,
-                       f"{rule.fit} has hold-out {saved.get('holdout_kind') or 'none'}, the rule needs {rule.holdout or 'none'}")
+        return Verdict(
+            rule,
+            "no data",
+            math.nan,
+            math.nan,
+            math.nan,
+            0,
+            f"{rule.fit} has hold-out {saved.get('holdout_kind') or 'none'}, the rule needs {rule.holdout or 'none'}",
+        )
     fits = saved.get("fits", [saved])
-    level = rule.lack_of_fit_level / len(fits)  # Bonferroni: the step-wise law's fits (one per Tm) together at the level
+    level = rule.lack_of_fit_level / len(
+        fits
+    )  # Bonferroni: the step-wise law's fits (one per Tm) together at the level
     rejected, unidentified, short, said = {}, {}, {}, {}  # per fit (Tm for the step-wise law): what decided it
     for part in fits:
         name = f"Tm = {part['Tm']:g}" if "Tm" in part else ""
         lof = part.get("lack_of_fit")
         p = (lof["p_runs"] if lof.get("resamples") else lof["p"]) if lof else math.nan
-        form = [f"lack of fit F = {lof['f']:.3g}, p = {p:.2g}" + (" over runs" if lof.get("resamples") else ""),
-                f"R^2 ceiling {lof['r2_ceiling']:.3f}"] if lof else []
+        form = (
+            [
+                f"lack of fit F = {lof['f']:.3g}, p = {p:.2g}" + (" over runs" if lof.get("resamples") else ""),
+                f"R^2 ceiling {lof['r2_ceiling']:.3f}",
+            ]
+            if lof
+            else []
+        )
         rejected[name] = form[:1] if lof and p < level else []
         problems = [] if part["converged"] else ["not converged"]
         problems += [f"{k} = {part[k]:.3g}" for k in part.get("implausible", [])]
@@ -65,23 +89,37 @@ def decide_law(rule: LawRule, saved: dict | None, digest_now: str | None) -> Ver
             problems.append("every hold-out split leaves too few levels")
         facts = [f"R^2 {part['r2']:.3f}", *form] + [f"{h['split']}: test R^2 {h['r2_test']:.3f}" for h in held]
         fails = [f"R^2 {part['r2']:.3f} < {rule.min_r2:g}"] if part["r2"] < rule.min_r2 else []
-        fails += [f"{h['split']}: test R^2 {h['r2_test']:.3f} < {rule.min_holdout_r2:g}" for h in held
-                  if h["r2_test"] < rule.min_holdout_r2]
+        fails += [
+            f"{h['split']}: test R^2 {h['r2_test']:.3f} < {rule.min_holdout_r2:g}"
+            for h in held
+            if h["r2_test"] < rule.min_holdout_r2
+        ]
         unidentified[name], short[name], said[name] = problems, fails, facts
     n = sum(int(part["n_rows"]) for part in fits)
     estimate = min(part["r2"] for part in fits)
     if any(rejected.values()):
-        found = {k: [f"the law's form departs from the data beyond seed noise ({', '.join(v)} < {level:.2g})"]
-                 if v else [] for k, v in rejected.items()}
+        found = {
+            k: [f"the law's form departs from the data beyond seed noise ({', '.join(v)} < {level:.2g})"] if v else []
+            for k, v in rejected.items()
+        }
         return Verdict(rule, "contradicted", estimate, math.nan, math.nan, n, _per_fit(found))
     if any(unidentified.values()):
         found = {k: unidentified[k] + said[k] for k in said}
         return Verdict(rule, "not identified", estimate, math.nan, math.nan, n, _per_fit(found))
     failed = any(short.values())
-    return Verdict(rule, "contradicted" if failed else "reproduced", estimate, math.nan, math.nan, n,
-                   _per_fit(short if failed else said))
+    return Verdict(
+        rule,
+        "contradicted" if failed else "reproduced",
+        estimate,
+        math.nan,
+        math.nan,
+        n,
+        _per_fit(short if failed else said),
+    )
 
 
 def _per_fit(found: dict[str, list[str]]) -> str:
     """'Tm = 2: a, b; Tm = 3: c' (a fit without a name: 'a, b'), fits with nothing to say left out."""
-    return "; ".join(f"{name}: {', '.join(items)}" if name else ", ".join(items) for name, items in found.items() if items)
+    return "; ".join(
+        f"{name}: {', '.join(items)}" if name else ", ".join(items) for name, items in found.items() if items
+    )

@@ -17,8 +17,15 @@ from typing import Any
 SCHEDULES = ("cosine", "constant", "wsd")
 
 
-def adamw(params: Iterable[Any], decay: Callable[[Any], bool], *, lr: float, weight_decay: float,
-          betas: tuple[float, float], eps: float = 1e-8):
+def adamw(
+    params: Iterable[Any],
+    decay: Callable[[Any], bool],
+    *,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    eps: float = 1e-8,
+):
     """torch AdamW over the trainable `params`, weight decay only on those for which `decay(p)` holds."""
     import torch  # here, not at the top: the schedule names are read by torch-free config code
 
@@ -30,8 +37,9 @@ def adamw(params: Iterable[Any], decay: Callable[[Any], bool], *, lr: float, wei
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas), eps=eps)
 
 
-def lr_factor(step: int, *, warmup: int, total: int, min_ratio: float, schedule: str = "cosine",
-              decay_fraction: float = 0.2) -> float:
+def lr_factor(
+    step: int, *, warmup: int, total: int, min_ratio: float, schedule: str = "cosine", decay_fraction: float = 0.2
+) -> float:
     """Multiplier of the peak learning rate at `step` (0-based) of a `total`-step run."""
     if step < warmup:
         return (step + 1) / warmup

@@ -44,14 +44,21 @@ class TrainConfig:
     data: str = option("", "Dataset folder written by `synthlab gen`.")
     seed: int = option(0, "Seed of the initial weights and the data order.")
     batch_size: int = option(64, "Rows per batch.")
-    grad_accum: int = option(1, "Split each batch into this many micro-batches, gradients accumulated (same "
-                                "loss as one batch, less memory); batch_size must divide by it.")
+    grad_accum: int = option(
+        1,
+        "Split each batch into this many micro-batches, gradients accumulated (same "
+        "loss as one batch, less memory); batch_size must divide by it.",
+    )
     seq_len: int | None = option(None, "Row length when packing (default: the model's max_seq_len).")
-    pack: bool | None = option(None, "Pack several examples per row with document masking (default: the task's choice, bios only).")
+    pack: bool | None = option(
+        None, "Pack several examples per row with document masking (default: the task's choice, bios only)."
+    )
     steps: int | None = option(None, "Optimizer steps (or use exposures).")
     exposures: float | None = option(None, "Passes over the training data (bioS: times each biography is seen).")
     lr: float = option(1e-3, "Peak learning rate.")
-    schedule: str = option("cosine", "Learning-rate schedule after the linear warmup: cosine, constant or wsd (warmup-stable-decay).")
+    schedule: str = option(
+        "cosine", "Learning-rate schedule after the linear warmup: cosine, constant or wsd (warmup-stable-decay)."
+    )
     min_lr_ratio: float = option(0.1, "cosine (and wsd's cooldown) decay to lr times this.")
     decay_fraction: float = option(0.2, "wsd: share of the run spent in the final linear cooldown.")
     warmup_steps: int = option(50, "Linear warmup steps.")
@@ -60,38 +67,72 @@ class TrainConfig:
     beta2: float = option(0.98, "AdamW beta2.")
     eps: float = option(1e-8, "AdamW epsilon.")
     grad_clip: float = option(1.0, "Gradient norm clip (0: off).")
-    loss: str = option("last", "Objective: last (last step), mean (of steps), ouro (stage I, needs the exit gate) "
-                              "or ouro_stage2 (gate only, LM frozen, needs init_from).")
+    loss: str = option(
+        "last",
+        "Objective: last (last step), mean (of steps), ouro (stage I, needs the exit gate) "
+        "or ouro_stage2 (gate only, LM frozen, needs init_from).",
+    )
     entropy_beta: float = option(0.05, "Ouro stage I entropy weight.")
-    init_from: str | None = option(None, "Start from the weights of this run directory's checkpoint (e.g. stage II after stage I).")
+    init_from: str | None = option(
+        None, "Start from the weights of this run directory's checkpoint (e.g. stage II after stage I)."
+    )
     checkpoint_every: int = option(1000, "Write a checkpoint every K steps (unless train.checkpoints is set).")
-    checkpoints: int = option(0, "Write K checkpoints evenly spaced over the run, one every ceil(steps / K) steps, "
-                                 "whatever its length (0: every train.checkpoint_every steps).")
-    keep_checkpoints: int = option(2, "Checkpoints kept, the newest K (a damaged newest one falls back to an older one).")
+    checkpoints: int = option(
+        0,
+        "Write K checkpoints evenly spaced over the run, one every ceil(steps / K) steps, "
+        "whatever its length (0: every train.checkpoint_every steps).",
+    )
+    keep_checkpoints: int = option(
+        2, "Checkpoints kept, the newest K (a damaged newest one falls back to an older one)."
+    )
     log_every: int = option(10, "Append to metrics.jsonl every K steps.")
-    eval_every: int = option(0, "Every K steps, log per-group accuracy and answer loss on fixed samples of held-out "
-                                "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).")
+    eval_every: int = option(
+        0,
+        "Every K steps, log per-group accuracy and answer loss on fixed samples of held-out "
+        "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).",
+    )
     device: str = option("auto", "auto (CUDA with bf16 if present, else CPU fp32), cpu or cuda.")
     compile: bool = option(False, "torch.compile the model (with step_sampling: each block, since the depth varies).")
-    activation_checkpointing: bool = option(False, "Activation checkpointing per recurrent step: keep each step's input "
-                                                   "state only and recompute the step (core and readout) in the backward "
-                                                   "pass; the same loss and gradients, far less activation memory for "
-                                                   "about one more forward pass of compute.")
-    tensorboard: bool = option(False, "Also log the metrics to RUN_DIR/tensorboard (needs the tensorboard package: "
-                                      "pip install 'synthlab[tensorboard]').")
-    wandb: str | None = option(None, "Also log the metrics to Weights & Biases, in this project (needs the wandb "
-                                     "package: pip install 'synthlab[wandb]'; WANDB_MODE=offline keeps the run in "
-                                     "RUN_DIR/wandb for `wandb sync`).")
-    tf32: bool = option(True, "On CUDA, TF32 tensor cores for the float32 matmuls autocast leaves (false: full float32).")
+    activation_checkpointing: bool = option(
+        False,
+        "Activation checkpointing per recurrent step: keep each step's input "
+        "state only and recompute the step (core and readout) in the backward "
+        "pass; the same loss and gradients, far less activation memory for "
+        "about one more forward pass of compute.",
+    )
+    tensorboard: bool = option(
+        False,
+        "Also log the metrics to RUN_DIR/tensorboard (needs the tensorboard package: "
+        "pip install 'synthlab[tensorboard]').",
+    )
+    wandb: str | None = option(
+        None,
+        "Also log the metrics to Weights & Biases, in this project (needs the wandb "
+        "package: pip install 'synthlab[wandb]'; WANDB_MODE=offline keeps the run in "
+        "RUN_DIR/wandb for `wandb sync`).",
+    )
+    tf32: bool = option(
+        True, "On CUDA, TF32 tensor cores for the float32 matmuls autocast leaves (false: full float32)."
+    )
 
     def __post_init__(self) -> None:
         if self.task not in ("", *TASKS):
             raise SynthlabError(f"train.task must be one of {', '.join(TASKS)}, not {self.task!r}")
         if (self.steps is None) == (self.exposures is None):
             raise SynthlabError("set exactly one of train.steps (--steps) and train.exposures (--exposures)")
-        _finite("train.", lr=self.lr, min_lr_ratio=self.min_lr_ratio, weight_decay=self.weight_decay,
-                beta1=self.beta1, beta2=self.beta2, eps=self.eps, grad_clip=self.grad_clip,
-                entropy_beta=self.entropy_beta, exposures=self.exposures, decay_fraction=self.decay_fraction)
+        _finite(
+            "train.",
+            lr=self.lr,
+            min_lr_ratio=self.min_lr_ratio,
+            weight_decay=self.weight_decay,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            eps=self.eps,
+            grad_clip=self.grad_clip,
+            entropy_beta=self.entropy_beta,
+            exposures=self.exposures,
+            decay_fraction=self.decay_fraction,
+        )
         if self.steps is not None and self.steps < 1:
             raise SynthlabError(f"train.steps must be >= 1, got {self.steps}")
         if self.exposures is not None and self.exposures <= 0:
@@ -102,7 +143,9 @@ class TrainConfig:
         if self.eval_every < 0:
             raise SynthlabError(f"train.eval_every must be >= 0 (0: off), got {self.eval_every}")
         if self.checkpoints < 0:
-            raise SynthlabError(f"train.checkpoints must be >= 0 (0: every train.checkpoint_every steps), got {self.checkpoints}")
+            raise SynthlabError(
+                f"train.checkpoints must be >= 0 (0: every train.checkpoint_every steps), got {self.checkpoints}"
+            )
         if self.batch_size % self.grad_accum:
             raise SynthlabError(f"train.grad_accum {self.grad_accum} must divide train.batch_size {self.batch_size}")
         if self.seq_len is not None and self.seq_len < 2:
@@ -132,8 +175,11 @@ class EvalOptions:
     kv: str | None = option(None, "Decode-time KV-cache strategy: full, first, last or mean.")
     agreement: bool = option(False, "Report the step x step answer agreement matrix.")
     batch_size: int = option(256, "Examples per forward pass.")
-    checkpoint: int | None = option(None, "heldout stage: score the checkpoint of this optimizer step instead of the "
-                                          "final model (the run must keep it: train.keep_checkpoints).")
+    checkpoint: int | None = option(
+        None,
+        "heldout stage: score the checkpoint of this optimizer step instead of the "
+        "final model (the run must keep it: train.keep_checkpoints).",
+    )
     heldout_rows: int = option(64, "heldout stage: rows of a fresh dataset (same generator, another seed) scored.")
 
     def __post_init__(self) -> None:
@@ -187,8 +233,15 @@ class PointConfig:
 
     def stage2_train(self, stage1: TrainConfig, init_from: str) -> TrainConfig:
         """The TrainConfig of this point's Ouro stage II run on the stage I model in `init_from`."""
-        return dataclasses.replace(stage1, loss="ouro_stage2", init_from=init_from, steps=self.gate.steps,
-                                   exposures=None, lr=self.gate.lr, warmup_steps=self.gate.warmup_steps)
+        return dataclasses.replace(
+            stage1,
+            loss="ouro_stage2",
+            init_from=init_from,
+            steps=self.gate.steps,
+            exposures=None,
+            lr=self.gate.lr,
+            warmup_steps=self.gate.warmup_steps,
+        )
 
 
 def parse_point(config: dict[str, Any]) -> PointConfig:
@@ -204,17 +257,26 @@ def parse_point(config: dict[str, Any]) -> PointConfig:
     params = configlib.from_dict(spec.params_cls, fields, where="data.")
     if "vocab_size" in config["model"]:
         raise SynthlabError("model.vocab_size comes from the data; do not set it in an experiment")
-    model = configlib.from_dict(ModelConfig, {**config["model"], "vocab_size": spec.shape(params).vocab_size},
-                                where="model.")
+    model = configlib.from_dict(
+        ModelConfig, {**config["model"], "vocab_size": spec.shape(params).vocab_size}, where="model."
+    )
     train = configlib.from_dict(TrainConfig, {**config["train"], "task": task}, where="train.")
     stages = tuple(config.get("stages", ("train",)))  # names checked by the point runner (synthlab.stages.STAGES)
-    point = PointConfig(task, params, seed, dict(config["data"]), model, train,
-                        configlib.from_dict(EvalOptions, config.get("eval", {}), where="eval."),
-                        configlib.from_dict(GateOptions, config.get("gate", {}), where="gate."), stages)
+    point = PointConfig(
+        task,
+        params,
+        seed,
+        dict(config["data"]),
+        model,
+        train,
+        configlib.from_dict(EvalOptions, config.get("eval", {}), where="eval."),
+        configlib.from_dict(GateOptions, config.get("gate", {}), where="gate."),
+        stages,
+    )
     check_run(model, train)
     if "gate" in stages:
         if train.loss != "ouro":
-            raise SynthlabError("the gate stage (Ouro stage II) needs a stage I model: train.loss = \"ouro\"")
+            raise SynthlabError('the gate stage (Ouro stage II) needs a stage I model: train.loss = "ouro"')
         point.stage2_train(train, "stage1")  # validates the gate options as a TrainConfig
     return point
 
@@ -224,8 +286,9 @@ def check_run(model: ModelConfig, train: TrainConfig) -> None:
     if train.loss.startswith("ouro") and not model.exit_gate:
         raise SynthlabError(f"train.loss = {train.loss} needs the exit gate (--exit-gate)")
     if train.loss == "ouro_stage2" and train.init_from is None:
-        raise SynthlabError("train.loss = ouro_stage2 trains the gate of a trained model: "
-                            "set train.init_from (--init-from RUN_DIR)")
+        raise SynthlabError(
+            "train.loss = ouro_stage2 trains the gate of a trained model: set train.init_from (--init-from RUN_DIR)"
+        )
 
 
 VARIANTS = ("controller", "static", "nogate", "truncated", "base")
@@ -237,12 +300,17 @@ class OuroborosConfig:
     """How to cut the base and what to train; None split fields take the proportional default."""
 
     variant: str = option("controller", "System variant: controller, static, nogate, truncated or base.")
-    prelude_layers: int | None = option(None, "Prelude layers (default: round(8 L / 36) of the base's L layers, at least 1, fewer "
-                                                "where the base is too shallow).")
-    recurrent_layer: int | None = option(None, "Index of the recurrent layer (default: L // 2, or the middle of what "
-                                                 "lies between prelude and coda).")
-    coda_layers: int | None = option(None, "Coda layers (default: round(8 L / 36), at least 1, fewer where the base is "
-                                             "too shallow).")
+    prelude_layers: int | None = option(
+        None,
+        "Prelude layers (default: round(8 L / 36) of the base's L layers, at least 1, fewer "
+        "where the base is too shallow).",
+    )
+    recurrent_layer: int | None = option(
+        None, "Index of the recurrent layer (default: L // 2, or the middle of what lies between prelude and coda)."
+    )
+    coda_layers: int | None = option(
+        None, "Coda layers (default: round(8 L / 36), at least 1, fewer where the base is too shallow)."
+    )
     rank: int = option(32, "LoRA rank r of the fixed SVD bases.")
     alpha: float = option(16.0, "LoRA alpha; the update is scaled by alpha / r.")
     controller_hidden: int = option(320, "Width of the controller MLP.")
@@ -271,15 +339,22 @@ class OuroborosTrainConfig:
     min_lr: float = option(1e-6, "Learning rate at the end of the cosine.")
     weight_decay: float = option(0.01, "AdamW weight decay on the trainable matrices.")
     betas: tuple[float, float] = option((0.9, 0.95), "AdamW betas.")
-    warmup_steps: int | None = option(None, "Linear warmup steps (default: min(2000, steps // 10); the reference uses 2000).")
+    warmup_steps: int | None = option(
+        None, "Linear warmup steps (default: min(2000, steps // 10); the reference uses 2000)."
+    )
     grad_clip: float = option(1.0, "Gradient norm clip (0: none).")
     depths: tuple[int, ...] = option((4, 8, 16), "Recurrent depths, one drawn uniformly per step (one value: fixed).")
     heldout_fraction: float = option(0.05, "Share of the corpus's sequences held out for evaluation.")
-    checkpoint_every: int = option(0, "Save the whole training state every K steps (0: at the end only); rerunning "
-                                      "the same command resumes a variant from its last checkpoint.")
+    checkpoint_every: int = option(
+        0,
+        "Save the whole training state every K steps (0: at the end only); rerunning "
+        "the same command resumes a variant from its last checkpoint.",
+    )
     seed: int = option(0, "Seed of the data order, the depth draws and the controller's init.")
-    per_document: bool = option(False, "One document per sequence (padded, BOS first: how a synthlab base was "
-                                       "trained) instead of a packed stream.")
+    per_document: bool = option(
+        False,
+        "One document per sequence (padded, BOS first: how a synthlab base was trained) instead of a packed stream.",
+    )
     tf32: bool = option(True, "On CUDA, TF32 tensor cores for the float32 gate and controller matmuls.")
 
     def __post_init__(self) -> None:

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from synthlab import schema
 from synthlab.draw import bars_and_seeds, layer_passes, mean_and_seeds, pyplot, save, seed_count, seeds_note
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
-from synthlab import schema
 from synthlab.results import RESULTS, check_numbers, factor_column, read_rows
 
 STEP_COLUMN, DEPTH_COLUMN, AGREE_COLUMN = schema.ACC_STEP.regex, schema.LOSS_DEPTH.regex, schema.AGREE.regex

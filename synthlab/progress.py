@@ -28,14 +28,22 @@ class Progress:
     (at most one per `interval` seconds, plus a last one on close) otherwise.
     """
 
-    def __init__(self, total: int, *, initial: int = 0, enabled: bool = True, desc: str = "", unit: str = "it",
-                 interval: float = 30.0, stream: TextIO | None = None):
+    def __init__(
+        self,
+        total: int,
+        *,
+        initial: int = 0,
+        enabled: bool = True,
+        desc: str = "",
+        unit: str = "it",
+        interval: float = 30.0,
+        stream: TextIO | None = None,
+    ):
         self._stream = stream if stream is not None else sys.stderr
         self._enabled = enabled
         self._bar = None
         if enabled and self._stream.isatty():
-            self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True,
-                             file=self._stream)
+            self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, file=self._stream)
         self.total, self.n, self._initial, self.desc, self.unit = total, initial, initial, desc, unit
         self.interval, self._postfix = interval, ""
         self._start = self._last = time.monotonic()

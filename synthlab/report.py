@@ -16,14 +16,14 @@ import dataclasses
 import json
 import math
 import shutil
-import tomllib
 from pathlib import Path
 
 import pandas as pd
+import tomllib
 
 from synthlab import experiments, law_verdicts, plots, verdicts
-from synthlab.figures import figures_of
 from synthlab.errors import SynthlabError
+from synthlab.figures import figures_of
 from synthlab.files import atomic_write_text
 from synthlab.results import factor_column
 from synthlab.schema import DESCRIPTORS
@@ -31,8 +31,20 @@ from synthlab.sweep import read_info
 
 # Columns that identify a run, or repeat another column, or matter only for bookkeeping: in
 # results.csv, left out of the report's tables.
-_HIDDEN = {"point_id", "experiment", "preset", "run_dir", "data_dir", "loss", "train_flops", "params_nonemb", "model_reused",
-           "eval_steps", "n_answers", "wall_s"}
+_HIDDEN = {
+    "point_id",
+    "experiment",
+    "preset",
+    "run_dir",
+    "data_dir",
+    "loss",
+    "train_flops",
+    "params_nonemb",
+    "model_reused",
+    "eval_steps",
+    "n_answers",
+    "wall_s",
+}
 _MAX_STEP_COLUMNS = 8
 
 
@@ -83,13 +95,17 @@ def _over_seeds(table: pd.DataFrame, shown: list[str], factors: list[str]) -> pd
     """The shown table as mean ± standard error over seeds per cell (with n), or None if every
     cell has one seed."""
     seeds = [c for c in verdicts.SEED_COLUMNS if c in table]
-    keys = [c for c in shown if c not in seeds and (c in factors or c in DESCRIPTORS or table[c].dtype.kind not in "iuf")]
+    keys = [
+        c for c in shown if c not in seeds and (c in factors or c in DESCRIPTORS or table[c].dtype.kind not in "iuf")
+    ]
     if not seeds or not keys or not table.groupby(keys, dropna=False, sort=False).size().gt(1).any():
         return None
     metrics = [c for c in shown if c not in seeds and c not in keys]
     means = verdicts.aggregate(table, keys, metrics)
     for m in metrics:
-        means[m] = [f"{_cell(v)} ± {_cell(e)}" if not math.isnan(e) else _cell(v) for v, e in zip(means[m], means[f"{m}_se"])]
+        means[m] = [
+            f"{_cell(v)} ± {_cell(e)}" if not math.isnan(e) else _cell(v) for v, e in zip(means[m], means[f"{m}_se"])
+        ]
     return means[[*keys, "n", *metrics]]
 
 
@@ -109,29 +125,47 @@ def law_verdict(rule: verdicts.LawRule, sweep_dir: Path) -> verdicts.Verdict:
     return law_verdicts.decide_law(rule, saved, digest)
 
 
-def _verdict_lines(rules, laws, table: pd.DataFrame, factors: list[str], info: dict, sweep_dir: Path
-                   ) -> tuple[list[str], list[verdicts.Verdict]]:
+def _verdict_lines(
+    rules, laws, table: pd.DataFrame, factors: list[str], info: dict, sweep_dir: Path
+) -> tuple[list[str], list[verdicts.Verdict]]:
     """The rules' verdicts as report lines; a rule scoped to other presets is listed as untested."""
     preset = info["preset"]
     found = verdicts.evaluate([r for r in rules if r.applies_to(preset)], table, factors)
     found += [law_verdict(r, sweep_dir) for r in laws if r.applies_to(preset)]
-    found = [dataclasses.replace(v, fixed=fixed, exploratory=changed) for v in found
-             for fixed, changed in [verdicts.frozen(info, v.rule)]]
+    found = [
+        dataclasses.replace(v, fixed=fixed, exploratory=changed)
+        for v in found
+        for fixed, changed in [verdicts.frozen(info, v.rule)]
+    ]
     rules = [*rules, *laws]
-    lines = [f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}**{' (exploratory: rule changed after the data)' if v.exploratory else ''}"
-             f" ({v.rule.condition()}; rule fixed: {v.fixed})"
-             + "".join(f"; {extra}" for extra in (v.per_cell(), v.per_replicate()) if extra)
-             + (f"; seeds for a decisive interval at the observed effect and spread: {v.seeds_needed()}"
-                if v.seeds_needed() else "") for v in found]
+    lines = [
+        f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}**{' (exploratory: rule changed after the data)' if v.exploratory else ''}"
+        f" ({v.rule.condition()}; rule fixed: {v.fixed})"
+        + "".join(f"; {extra}" for extra in (v.per_cell(), v.per_replicate()) if extra)
+        + (
+            f"; seeds for a decisive interval at the observed effect and spread: {v.seeds_needed()}"
+            if v.seeds_needed()
+            else ""
+        )
+        for v in found
+    ]
     lines += [SEEDS_NEEDED] if any(v.seeds_needed() for v in found) else []
-    lines += [f"- {r.claim}, {r.says}: not tested by preset `{preset}` (the rule is for "
-              f"{', '.join(f'`{p}`' for p in r.presets)})" for r in rules if not r.applies_to(preset)]
-    return (["", "Verdicts (the definition's rules, over seeds):", "", *lines] if lines else
-            ["", "Verdict: the definition states no rule."]), found
+    lines += [
+        f"- {r.claim}, {r.says}: not tested by preset `{preset}` (the rule is for "
+        f"{', '.join(f'`{p}`' for p in r.presets)})"
+        for r in rules
+        if not r.applies_to(preset)
+    ]
+    return (
+        ["", "Verdicts (the definition's rules, over seeds):", "", *lines]
+        if lines
+        else ["", "Verdict: the definition states no rule."]
+    ), found
 
 
-def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool, folder: str
-             ) -> tuple[str, list[verdicts.Verdict]]:
+def _section(
+    sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool, folder: str
+) -> tuple[str, list[verdicts.Verdict]]:
     info = read_info(sweep_dir)
     table = plots.read_results(sweep_dir)
     name = info["experiment"]
@@ -145,9 +179,12 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         table = table.sort_values("point_id", key=lambda ids: ids.map(lambda i: rank.get(i, len(rank))), kind="stable")
     in_grid = int(table["point_id"].isin(order).sum()) if order else len(table)
     earlier = f", plus {len(table) - in_grid} run(s) of an earlier version of its grid" if len(table) > in_grid else ""
-    lines = [f"## {name} ({info['claim']}): {info['title']}", "",
-             f"Preset `{info['preset']}`: {in_grid} of {len(order) or '?'} grid points finished{earlier}; "
-             f"definition `{experiments.shown_path(info.get('definition', f'experiments/{name}.toml'))}`."]
+    lines = [
+        f"## {name} ({info['claim']}): {info['title']}",
+        "",
+        f"Preset `{info['preset']}`: {in_grid} of {len(order) or '?'} grid points finished{earlier}; "
+        f"definition `{experiments.shown_path(info.get('definition', f'experiments/{name}.toml'))}`.",
+    ]
     if info.get("notes"):
         lines += ["", " ".join(info["notes"].split())]
     if info.get("commands"):
@@ -176,10 +213,15 @@ def _section(sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results
         figure_dir.mkdir(parents=True, exist_ok=True)
         portable = table.assign(run_dir=[Path(p).name for p in table["run_dir"]]) if "run_dir" in table else table
         atomic_write_text(figure_dir / "results.csv", portable.to_csv(index=False))
-        portable_info = {**info, "definition": experiments.shown_path(info.get("definition", f"experiments/{name}.toml"))}
+        portable_info = {
+            **info,
+            "definition": experiments.shown_path(info.get("definition", f"experiments/{name}.toml")),
+        }
         atomic_write_text(figure_dir / "sweep.json", json.dumps(portable_info, indent=1))
         for rule in laws:  # the saved fits the law rules read (their tables' numbers are copied unchanged)
-            if (sweep_dir / rule.fit).is_file() and (sweep_dir / rule.fit).resolve() != (figure_dir / rule.fit).resolve():
+            if (sweep_dir / rule.fit).is_file() and (sweep_dir / rule.fit).resolve() != (
+                figure_dir / rule.fit
+            ).resolve():
                 shutil.copyfile(sweep_dir / rule.fit, figure_dir / rule.fit)
         lines.insert(3, f"Table: [`{folder}/results.csv`]({folder}/results.csv).")
     return "\n".join(lines), [(name, v) for v in found]
@@ -200,8 +242,15 @@ def _folders(sweep_dirs: list[Path]) -> dict[Path, str]:
     return folders
 
 
-def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = False, notes: Path | None = None,
-                 title: str = "synthlab results", index: bool = False) -> Path:
+def write_report(
+    sweep_dirs: list[Path],
+    out: Path,
+    *,
+    copy_results: bool = False,
+    notes: Path | None = None,
+    title: str = "synthlab results",
+    index: bool = False,
+) -> Path:
     """Write the Markdown report to `out` (figures beside it); returns its path.
 
     notes: a TOML file of readings (prose beside the computed verdicts), `experiment = "..."`, and an
@@ -220,8 +269,15 @@ def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = Fals
     if index:
         from synthlab import results_index
 
-        return results_index.write_index([Path(d) for d in sweep_dirs], [s for s, _ in sections], found, out,
-                                         title, readings.get("preamble", ""), _claim_key)
+        return results_index.write_index(
+            [Path(d) for d in sweep_dirs],
+            [s for s, _ in sections],
+            found,
+            out,
+            title,
+            readings.get("preamble", ""),
+            _claim_key,
+        )
     parts = [f"# {title}", readings.get("preamble", "").strip(), claims_table(found), *(s for s, _ in sections)]
     text = "\n\n".join(p for p in parts if p)
     atomic_write_text(out, text.strip() + "\n")
@@ -229,7 +285,7 @@ def write_report(sweep_dirs: list[Path], out: Path, *, copy_results: bool = Fals
 
 
 def compute_line(table: pd.DataFrame) -> str:
-    """"Compute: X min in all": the rows' wall times, plus the training time (train_s) of each model
+    """ "Compute: X min in all": the rows' wall times, plus the training time (train_s) of each model
     that every one of its rows found already trained (model_reused: trained by another sweep)."""
     total, extra, reused = table["wall_s"].sum(), 0.0, 0
     if {"model_reused", "run_dir", "train_s"} <= set(table.columns):
@@ -240,14 +296,16 @@ def compute_line(table: pd.DataFrame) -> str:
     return f"Compute: {(total + extra) / 60:.1f} min in all (sum of run wall times{shared})."
 
 
-SEEDS_NEEDED = ("\n\"Seeds for a decisive interval\": the fewest seeds at which, if the per-seed spread and the effect "
-                "are what these seeds show, the rule's one-sided test at its level (Bonferroni over cells) decides with "
-                "80% power; \"none on this test set\": the noise the test prompts share bounds the interval from below "
-                "at more than the effect, so only more test prompts decide it.")
+SEEDS_NEEDED = (
+    '\n"Seeds for a decisive interval": the fewest seeds at which, if the per-seed spread and the effect '
+    "are what these seeds show, the rule's one-sided test at its level (Bonferroni over cells) decides with "
+    '80% power; "none on this test set": the noise the test prompts share bounds the interval from below '
+    "at more than the effect, so only more test prompts decide it."
+)
 
 CLAIMS_HEADER = (
     "Each verdict comes from the rule stated in the experiment's definition (`[[verdicts]]`), decided by `synthlab "
-    "report` over training seeds; \"claim as tested\" is the rule's one-line wording followed by what it computes, "
+    'report` over training seeds; "claim as tested" is the rule\'s one-line wording followed by what it computes, '
     "generated from its fields. The interval is the pair of one-sided bounds at the rule's level (95%: a 90% two-sided "
     "interval); for an accuracy or agreement it is taken on the logit scale of the statistic's range, so it stays "
     "inside it, and it adds the test set's binomial noise, which every seed shares, to the seeds' spread "
@@ -257,12 +315,13 @@ CLAIMS_HEADER = (
     "the chance of any false per-cell statement at 5%; the rows are separate claims, each at its own level, not "
     "corrected against each other (with 30 rows, one or two false calls are to be expected if no claim held). With "
     "fewer seeds than the rule needs it says so instead of guessing, and where a compared model has not learned what "
-    "the claim builds on (the rule's `requires`) it says \"not tested\" and shows the estimate anyway. \"rule fixed\" "
+    'the claim builds on (the rule\'s `requires`) it says "not tested" and shows the estimate anyway. "rule fixed" '
     "is when the rule's exact fields were first recorded (by `synthlab sweep` when the first point starts, or for "
     "sweeps that predate that record from the git history, `scripts/rule_dates.py`); a rule fixed after its runs "
     "began is marked exploratory. A law (`[[laws]]`) is decided from its saved fit: the estimate is its R^2, n the "
-    "rows fitted, \"contradicted\" first where a lack-of-fit test over runs says the law's form departs from the "
-    "data by more than seed noise, and \"not identified\" means the data cannot decide it.")
+    'rows fitted, "contradicted" first where a lack-of-fit test over runs says the law\'s form departs from the '
+    'data by more than seed noise, and "not identified" means the data cannot decide it.'
+)
 
 
 def claims_table(found: list) -> str:
@@ -275,12 +334,22 @@ def claims_table(found: list) -> str:
         text += " (exploratory: rule changed after the data)" if v.exploratory else ""
         return text + (f"<br>{v.per_cell()}" if v.per_cell() else "")
 
-    rows = [(v.rule.claim, name, f"{v.rule.says}: {v.rule.condition()}", verdict(v),
-             "" if math.isnan(v.estimate) else f"{v.estimate:+.4g}",
-             "" if math.isnan(v.low) else f"[{v.low:.4g}, {v.high:.4g}]", v.n, v.fixed)
-            for name, v in sorted(found, key=lambda f: _claim_key(f[1].rule.claim))]
-    table = pd.DataFrame(rows, columns=["claim", "experiment", "claim as tested", "verdict", "estimate",
-                                        "interval", "n", "rule fixed"])
+    rows = [
+        (
+            v.rule.claim,
+            name,
+            f"{v.rule.says}: {v.rule.condition()}",
+            verdict(v),
+            "" if math.isnan(v.estimate) else f"{v.estimate:+.4g}",
+            "" if math.isnan(v.low) else f"[{v.low:.4g}, {v.high:.4g}]",
+            v.n,
+            v.fixed,
+        )
+        for name, v in sorted(found, key=lambda f: _claim_key(f[1].rule.claim))
+    ]
+    table = pd.DataFrame(
+        rows, columns=["claim", "experiment", "claim as tested", "verdict", "estimate", "interval", "n", "rule fixed"]
+    )
     return "## Claims\n\n" + CLAIMS_HEADER + "\n\n" + markdown_table(table)
 
 
@@ -298,9 +367,11 @@ def summary_lines(sweep_dir: Path) -> list[str]:
     lines = []
     for name, (_, row) in zip(label, table.iterrows()):
         if "bits_per_param" in table:
-            lines.append(f"{name} (loops {row.get('loops', '?')}): {row['bits']:,.0f} bits, "
-                         f"{row['bits_per_param']:.3f} bits/param, {100 * row['fraction_of_max']:.1f}% of the data's "
-                         f"{row['max_bits']:,.0f} bits")
+            lines.append(
+                f"{name} (loops {row.get('loops', '?')}): {row['bits']:,.0f} bits, "
+                f"{row['bits_per_param']:.3f} bits/param, {100 * row['fraction_of_max']:.1f}% of the data's "
+                f"{row['max_bits']:,.0f} bits"
+            )
         elif "accuracy" in table:
             lines.append(f"{name} (loops {row.get('loops', '?')}): accuracy {100 * row['accuracy']:.1f}%")
     return lines

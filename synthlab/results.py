@@ -24,8 +24,13 @@ from synthlab_generators import TASKS
 
 RESULTS = "results.csv"
 # Grid axes written under a descriptor's name (one column, not two).
-_AXIS_COLUMNS = {"model.loops": "loops", "model.d_model": "d_model", "train.seed": "seed", "data.seed": "data_seed",
-                 **{f"data.{f}": c for spec in TASKS.values() for f, c in dict(spec.data_columns).items()}}
+_AXIS_COLUMNS = {
+    "model.loops": "loops",
+    "model.d_model": "d_model",
+    "train.seed": "seed",
+    "data.seed": "data_seed",
+    **{f"data.{f}": c for spec in TASKS.values() for f, c in dict(spec.data_columns).items()},
+}
 
 
 def factor_column(axis: str) -> str:
@@ -84,8 +89,10 @@ def cell_number(row: dict[str, str], column: str, path: Path) -> float:
 
 
 def _not_a_number(path: Path, row, column: str) -> SynthlabError:
-    return SynthlabError(f"{path}: point {row.get('point_id', '?')}, column {column}: {row.get(column)!r} is not a "
-                         f"number (fix or delete that row; a deleted point is run again)")
+    return SynthlabError(
+        f"{path}: point {row.get('point_id', '?')}, column {column}: {row.get(column)!r} is not a "
+        f"number (fix or delete that row; a deleted point is run again)"
+    )
 
 
 def _parse_csv(text: str) -> list[list[str]]:
@@ -149,8 +156,13 @@ def describe(point) -> dict[str, Any]:
             label += f" init={m.state_init}"
     else:
         label = f"{m.n_layers}x{m.loops}"
-    out = {"model": label, "loops": m.loops, "d_model": m.d_model, "seed": point.train.seed,
-           "data_seed": point.data_seed}
+    out = {
+        "model": label,
+        "loops": m.loops,
+        "d_model": m.d_model,
+        "seed": point.train.seed,
+        "data_seed": point.data_seed,
+    }
     out.update({column: getattr(point.data, field) for field, column in dict(point.spec.data_columns).items()})
     return out
 
@@ -158,22 +170,32 @@ def describe(point) -> dict[str, Any]:
 def train_metrics(model_dir: Path) -> dict[str, Any]:
     """Training columns from a run's metrics log (`loss`: mean of the last logged 10% of steps)."""
     lines = read_metrics(model_dir)
-    tail = lines[-max(1, len(lines) // 10):]
+    tail = lines[-max(1, len(lines) // 10) :]
     loss = sum(r["loss"] for r in tail) / len(tail)
     # training time, measured: each log line's tokens since the previous line over its tokens/s
     seconds, before = 0.0, 0
     for r in lines:
         seconds += (r["tokens"] - before) / max(r["tokens_per_s"], 1e-9)
         before = r["tokens"]
-    return {"train_steps": lines[-1]["step"], "tokens": lines[-1]["tokens"], "train_loss": loss, "loss": loss,
-            "train_s": seconds}
+    return {
+        "train_steps": lines[-1]["step"],
+        "tokens": lines[-1]["tokens"],
+        "train_loss": loss,
+        "loss": loss,
+        "train_s": seconds,
+    }
 
 
 def eval_metrics(result: dict[str, Any], options) -> dict[str, Any]:
     """Flatten an evaluate_run result (with its EvalOptions) into results.csv columns."""
-    out = {"accuracy": result["accuracy"], "accuracy_at_trained_depth": result["accuracy_at_trained_depth"],
-           "answer_loss": result["answer_loss_per_step"][-1], "eval_steps": result["eval_steps"],
-           "n_test": result.get("n_examples"), "groups_at_step": result.get("groups_at_step")}
+    out = {
+        "accuracy": result["accuracy"],
+        "accuracy_at_trained_depth": result["accuracy_at_trained_depth"],
+        "answer_loss": result["answer_loss_per_step"][-1],
+        "eval_steps": result["eval_steps"],
+        "n_test": result.get("n_examples"),
+        "groups_at_step": result.get("groups_at_step"),
+    }
     out.update({ACC_STEP.name(t): a for t, a in enumerate(result["accuracy_per_step"], 1)})
     out.update(group_columns(result.get("groups", {})))
     if options.agreement:
@@ -181,18 +203,31 @@ def eval_metrics(result: dict[str, Any], options) -> dict[str, Any]:
             out.update({AGREE.name(i, j): a for j, a in enumerate(row, 1)})
     if options.exit is not None:
         kind, _, value = options.exit.partition(":")
-        out.update(strategy=kind, threshold=float(value), mean_exit_step=result["mean_exit_step"],
-                   accuracy=result["exit_accuracy"], accuracy_all_steps=result["accuracy"])
+        out.update(
+            strategy=kind,
+            threshold=float(value),
+            mean_exit_step=result["mean_exit_step"],
+            accuracy=result["exit_accuracy"],
+            accuracy_all_steps=result["accuracy"],
+        )
     if options.kv is not None:
-        out.update(kv=options.kv, kv_bytes=result["kv_cache_bytes_per_sequence"], accuracy=result["kv_accuracy"],
-                   accuracy_teacher_forced=result["accuracy"])
+        out.update(
+            kv=options.kv,
+            kv_bytes=result["kv_cache_bytes_per_sequence"],
+            accuracy=result["kv_accuracy"],
+            accuracy_teacher_forced=result["accuracy"],
+        )
     return out
 
 
 def heldout_columns(result: dict[str, Any]) -> dict[str, Any]:
     """Flatten a synthlab.heldout.heldout_loss result into results.csv columns."""
-    out = {"eval_loss": result["loss_per_step"][-1], "eval_tokens": result["tokens"],
-           "eval_checkpoint": result["step"], "eval_n_tokens": result["n_tokens"]}
+    out = {
+        "eval_loss": result["loss_per_step"][-1],
+        "eval_tokens": result["tokens"],
+        "eval_checkpoint": result["step"],
+        "eval_n_tokens": result["n_tokens"],
+    }
     out.update({EVAL_LOSS_STEP.name(t): v for t, v in enumerate(result["loss_per_step"], 1)})
     if "seen" in result:
         out["eval_seen"] = result["seen"]
@@ -201,8 +236,19 @@ def heldout_columns(result: dict[str, Any]) -> dict[str, Any]:
 
 def capacity_metrics(report: dict[str, Any]) -> dict[str, Any]:
     """Capacity columns from an estimate_capacity report."""
-    keys = ("p1", "p2", "bits", "bits_name", "bits_attributes", "max_bits", "bits_per_param",
-            "bits_per_param_nonemb", "fraction_of_max", "n_people", "exposures")
+    keys = (
+        "p1",
+        "p2",
+        "bits",
+        "bits_name",
+        "bits_attributes",
+        "max_bits",
+        "bits_per_param",
+        "bits_per_param_nonemb",
+        "fraction_of_max",
+        "n_people",
+        "exposures",
+    )
     out = {k: report[k] for k in keys if k in report}
     out.update({BITS_ATTRIBUTE.name(a): row["bits"] for a, row in report.get("per_attribute", {}).items()})
     out["params_capacity"] = report["params"]  # P as the estimate counts it (used embedding rows only)
@@ -229,8 +275,10 @@ def step_rows(sweep_dir: Path) -> list[dict[str, Any]]:
             per_step = [v for _, v in held]
         else:  # every logged record has every step's loss (train.py reads all steps out on log steps)
             lines = read_metrics(_model_dir(Path(sweep_dir), row["run_dir"]))
-            tail = lines[-max(1, len(lines) // 10):]
-            per_step = [sum(r["loss_per_step"][t] for r in tail) / len(tail) for t in range(len(tail[0]["loss_per_step"]))]
+            tail = lines[-max(1, len(lines) // 10) :]
+            per_step = [
+                sum(r["loss_per_step"][t] for r in tail) / len(tail) for t in range(len(tail[0]["loss_per_step"]))
+            ]
         base = {k: v for k, v in row.items() if not any(f.match(k) for f in PER_STEP)}
         for t, loss in enumerate(per_step, 1):
             step = {**base, "step": t, "loss": loss}

@@ -42,15 +42,19 @@ def _span(values: pd.Series) -> str:
 
 
 def scale(table: pd.DataFrame) -> str:
-    """"28K-410K params, 1.3M tokens, 3 seeds": what the runs of a results table were."""
-    parts = [f"{span} {what}" for column, what in (("params", "params"), ("tokens", "tokens"))
-             if column in table and (span := _span(table[column]))]
+    """ "28K-410K params, 1.3M tokens, 3 seeds": what the runs of a results table were."""
+    parts = [
+        f"{span} {what}"
+        for column, what in (("params", "params"), ("tokens", "tokens"))
+        if column in table and (span := _span(table[column]))
+    ]
     n = seed_count(table)
     return ", ".join([*parts, f"{n} seed{'s' if n != 1 else ''}"])
 
 
 def rebase_links(text: str, old: Path, new: Path) -> str:
     """Relative Markdown links written for a page in folder `old`, rewritten for one in `new`."""
+
     def fix(match: re.Match) -> str:
         target = match.group(2)
         if re.match(r"^[a-z]+:|^/|^#", target):
@@ -58,14 +62,20 @@ def rebase_links(text: str, old: Path, new: Path) -> str:
         path, _, anchor = target.partition("#")
         moved = os.path.relpath(old / path, new).replace(os.sep, "/")
         return f"{match.group(1)}{moved}{'#' + anchor if anchor else ''}{match.group(3)}"
+
     return LINK.sub(fix, text)
 
 
 def last_commit(path: Path) -> str:
-    """"39758b8, 2026-12-01": the commit that last changed `path` ("" outside a git checkout)."""
+    """ "39758b8, 2026-12-01": the commit that last changed `path` ("" outside a git checkout)."""
     try:
-        done = subprocess.run(["git", "log", "-1", "--format=%h, %ad", "--date=short", "--", path.name],
-                              cwd=path.parent, capture_output=True, text=True, timeout=20)
+        done = subprocess.run(
+            ["git", "log", "-1", "--format=%h, %ad", "--date=short", "--", path.name],
+            cwd=path.parent,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.SubprocessError):
         return ""
     return done.stdout.strip() if done.returncode == 0 else ""
@@ -80,7 +90,8 @@ def claims_lines(found: list, scales: dict[str, str], claim_key) -> list[str]:
             shown = "" if math.isnan(v.estimate) else f" (R^2 {v.estimate:.3g})"
         else:
             shown = ("" if math.isnan(v.estimate) else f" {v.estimate:+.3g}") + (
-                "" if math.isnan(v.low) else f" [{v.low:.3g}, {v.high:.3g}]")
+                "" if math.isnan(v.low) else f" [{v.low:.3g}, {v.high:.3g}]"
+            )
         verdict = f"**{v.outcome}**{shown}" + (" (exploratory: rule changed after the data)" if v.exploratory else "")
         verdict += (f"; rule fixed {v.fixed}" if v.fixed else "") + (f"<br>{v.per_cell()}" if v.per_cell() else "")
         said = f"{v.rule.says}: {v.rule.condition()}".replace("|", "\\|")
@@ -93,12 +104,15 @@ def experiment_line(info: dict, table: pd.DataFrame, results_file: Path) -> str:
     name = info["experiment"]
     commit = last_commit(results_file) if results_file.is_file() else ""
     where = f"; table of {commit}" if commit else ""
-    return (f"- [{name}]({name}/README.md) ({info['claim']}): {info['title']}. Preset `{info['preset']}`, "
-            f"{len(table)} rows, {scale(table)}{where}.")
+    return (
+        f"- [{name}]({name}/README.md) ({info['claim']}): {info['title']}. Preset `{info['preset']}`, "
+        f"{len(table)} rows, {scale(table)}{where}."
+    )
 
 
-def write_index(sweep_dirs: list[Path], sections: list[str], found: list, out: Path, title: str,
-                preamble: str, claim_key) -> Path:
+def write_index(
+    sweep_dirs: list[Path], sections: list[str], found: list, out: Path, title: str, preamble: str, claim_key
+) -> Path:
     """`out` as the index, each section as `<experiment>/README.md` beside it (sections written
     for a page in out's folder; their links rebased)."""
     from synthlab.errors import SynthlabError
@@ -109,8 +123,10 @@ def write_index(sweep_dirs: list[Path], sections: list[str], found: list, out: P
     infos = [read_info(d) for d in sweep_dirs]
     names = [info["experiment"] for info in infos]
     if len(set(names)) != len(names):
-        raise SynthlabError(f"--index: two sweeps of one experiment ({', '.join(sorted({n for n in names if names.count(n) > 1}))}) "
-                            "would share one page")
+        raise SynthlabError(
+            f"--index: two sweeps of one experiment ({', '.join(sorted({n for n in names if names.count(n) > 1}))}) "
+            "would share one page"
+        )
     root = out.parent
     scales, lines = {}, []
     for directory, info, section in zip(sweep_dirs, infos, sections):
@@ -120,12 +136,14 @@ def write_index(sweep_dirs: list[Path], sections: list[str], found: list, out: P
         page = "# " + section.removeprefix("## ")
         page = rebase_links(page, root, root / name)
         atomic_write_text(root / name / "README.md", f"[All results](../{out.name})\n\n{page.strip()}\n")
-    parts = [f"# {title}",
-             "## Claims\n\nEach verdict comes from the rule stated in the experiment's definition, decided by "
-             "`synthlab report` over seeds (the estimate, its 95% interval and the rule are on the experiment's page); "
-             "the scale is the runs' unique parameters, training tokens per run and seeds, at the preset named.\n\n"
-             + "\n".join(claims_lines(found, scales, claim_key)),
-             "## Experiments\n\n" + "\n".join(lines),
-             f"## About these results\n\n{preamble.strip()}" if preamble.strip() else ""]
+    parts = [
+        f"# {title}",
+        "## Claims\n\nEach verdict comes from the rule stated in the experiment's definition, decided by "
+        "`synthlab report` over seeds (the estimate, its 95% interval and the rule are on the experiment's page); "
+        "the scale is the runs' unique parameters, training tokens per run and seeds, at the preset named.\n\n"
+        + "\n".join(claims_lines(found, scales, claim_key)),
+        "## Experiments\n\n" + "\n".join(lines),
+        f"## About these results\n\n{preamble.strip()}" if preamble.strip() else "",
+    ]
     atomic_write_text(out, "\n\n".join(p for p in parts if p).strip() + "\n")
     return out

@@ -76,8 +76,10 @@ def _metric(table, metric: str, bounded: bool):
     var, prompts = math.nan, math.nan
     counts = [_count(c, table) for c in columns]
     if bounded and all(n is not None for n in counts):
-        var = sum(table[c].astype(float).clip(0, 1) * (1 - table[c].astype(float).clip(0, 1)) / n
-                  for c, n in zip(columns, counts))
+        var = sum(
+            table[c].astype(float).clip(0, 1) * (1 - table[c].astype(float).clip(0, 1)) / n
+            for c, n in zip(columns, counts)
+        )
         prompts = counts[0] if len(counts) == 1 else counts[0].combine(counts[1], min)
     return values, var, prompts
 
@@ -128,18 +130,27 @@ def seed_values(rule: Rule, table, factors: list[str]) -> list[SeedValue]:
     table = table.assign(_unit=table[replicates].map(str).agg("/".join, axis=1) if replicates else "all")
     a_rows = table[_same(table[rule.column], rule.a)] if rule.column else table
     b_rows = table[_same(table[rule.column], rule.b)] if rule.b is not None else a_rows
-    match = list(rule.match) if rule.match is not None else [  # the factors both arms span alike
-        f for f in factors if f in table and f not in (rule.column, rule.x, *SEED_COLUMNS, *rule.units, *rule.each)
-        and set(a_rows[f].astype(str)) == set(b_rows[f].astype(str))]
+    match = (
+        list(rule.match)
+        if rule.match is not None
+        else [  # the factors both arms span alike
+            f
+            for f in factors
+            if f in table
+            and f not in (rule.column, rule.x, *SEED_COLUMNS, *rule.units, *rule.each)
+            and set(a_rows[f].astype(str)) == set(b_rows[f].astype(str))
+        ]
+    )
     if any(m not in table for m in match) or (rule.x and rule.x not in table):
         return []
     a_rows, b_rows = (rows.assign(**{m: rows[m].map(str) for m in match}) for rows in (a_rows, b_rows))
     out = []
-    for unit in (a_rows.sort_values(replicates)["_unit"].unique() if replicates else ["all"]):  # seed order, numeric
+    for unit in a_rows.sort_values(replicates)["_unit"].unique() if replicates else ["all"]:  # seed order, numeric
         a_unit = a_rows[a_rows["_unit"] == unit]
         if rule.b is None:
-            out.append(SeedValue(float(a_unit["_value"].mean()), float(a_unit["_var"].mean()),
-                                 float(a_unit["_prompts"].min())))
+            out.append(
+                SeedValue(float(a_unit["_value"].mean()), float(a_unit["_var"].mean()), float(a_unit["_prompts"].min()))
+            )
             continue
         b_unit = b_rows[b_rows["_unit"] == unit]
         diffs, variances, fewest = [], [], []
@@ -201,6 +212,8 @@ def unmet_requirements(rule: Rule, table) -> str:
         bad = ~values.map(lambda v: COMPARE[op](v, float(number)) if v == v else False)
         if bad.any():
             worst = values[bad].min() if op in (">=", ">") else values[bad].max()
-            failed.append(f"requires {requirement}: {int(bad.sum())} of {len(values)} compared rows fail, "
-                          f"{'lowest' if op in ('>=', '>') else 'highest'} {worst:.4g}")
+            failed.append(
+                f"requires {requirement}: {int(bad.sum())} of {len(values)} compared rows fail, "
+                f"{'lowest' if op in ('>=', '>') else 'highest'} {worst:.4g}"
+            )
     return "; ".join(failed)

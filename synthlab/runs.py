@@ -35,7 +35,6 @@ from synthlab.files import atomic_write, atomic_write_text, sha256_file, warn
 from synthlab.models import ModelConfig, build_model
 from synthlab.options import TrainConfig
 
-
 WEIGHTS = "model.safetensors"
 CHECKPOINT = "checkpoint.pt"  # the newest checkpoint-<step>.pt under a fixed name
 
@@ -98,8 +97,12 @@ def clear_unstarted(run_dir: str | Path) -> bool:
     warning and returns True; anything more (or a config.json that is not a run's) is left alone."""
     run_dir = Path(run_dir)
     started = {p.name for p in run_dir.iterdir() if not p.name.startswith(".")} - {"config.json", "metrics.jsonl"}
-    if started or not (run_dir / "config.json").is_file() or (run_dir / "metrics.jsonl").is_file() and \
-            (run_dir / "metrics.jsonl").stat().st_size:
+    if (
+        started
+        or not (run_dir / "config.json").is_file()
+        or (run_dir / "metrics.jsonl").is_file()
+        and (run_dir / "metrics.jsonl").stat().st_size
+    ):
         return False
     try:
         load_run(run_dir)
@@ -115,8 +118,11 @@ def clear_unstarted(run_dir: str | Path) -> bool:
 def checkpoint_files(run_dir: str | Path) -> list[Path]:
     """The run's checkpoints, newest first: checkpoint-<step>.pt (or, from a run written before
     checkpoints were numbered, checkpoint.pt alone)."""
-    numbered = [(int(path.stem[len("checkpoint-"):]), path) for path in Path(run_dir).glob("checkpoint-*.pt")
-                if path.stem[len("checkpoint-"):].isdigit()]
+    numbered = [
+        (int(path.stem[len("checkpoint-") :]), path)
+        for path in Path(run_dir).glob("checkpoint-*.pt")
+        if path.stem[len("checkpoint-") :].isdigit()
+    ]
     if numbered:
         return [path for _, path in sorted(numbered, reverse=True)]
     legacy = Path(run_dir) / CHECKPOINT
@@ -154,8 +160,9 @@ def _read_checkpoint(path: Path, device: torch.device | str) -> dict[str, Any]:
     return ckpt
 
 
-def load_checkpoint(run_dir: str | Path, device: torch.device | str = "cpu", *,
-                    missing_ok: bool = False) -> dict[str, Any] | None:
+def load_checkpoint(
+    run_dir: str | Path, device: torch.device | str = "cpu", *, missing_ok: bool = False
+) -> dict[str, Any] | None:
     """The run's newest intact checkpoint; a damaged newer one is skipped with a warning on stderr.
 
     No checkpoint at all is a SynthlabError, or None with `missing_ok` (a run stopped before its
@@ -199,9 +206,11 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int = 2, e
         try:
             torch.save(state, tmp)
         except RuntimeError as err:  # torch's zip writer reports a full disk as a RuntimeError
-            raise SynthlabError(f"cannot write {path} ({str(err).splitlines()[0][:120]}: is the disk full?); the "
-                                f"older checkpoints are kept: free space, then synthlab train --resume "
-                                f"{run_dir}") from None
+            raise SynthlabError(
+                f"cannot write {path} ({str(err).splitlines()[0][:120]}: is the disk full?); the "
+                f"older checkpoints are kept: free space, then synthlab train --resume "
+                f"{run_dir}"
+            ) from None
         digest.append(sha256_file(tmp))
 
     atomic_write(path, write)
@@ -215,8 +224,9 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int = 2, e
             shutil.copyfile(path, tmp)
 
     atomic_write(run_dir / CHECKPOINT, link)
+
     def step_of(p: Path) -> int:
-        return int(p.stem[len("checkpoint-"):])
+        return int(p.stem[len("checkpoint-") :])
 
     older = [p for p in checkpoint_files(run_dir) if step_of(p) <= step]
     stops = [p for p in older if every and step_of(p) % every and step_of(p) != step]
@@ -235,8 +245,14 @@ def save_weights(run_dir: str | Path, model: torch.nn.Module) -> None:
 
 def _finite(state: dict[str, Any]) -> str | None:
     """The name of the first floating tensor in `state` holding NaN or inf, else None."""
-    return next((k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()
-                 and not bool(torch.isfinite(v).all())), None)
+    return next(
+        (
+            k
+            for k, v in state.items()
+            if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())
+        ),
+        None,
+    )
 
 
 def _load_safetensors(model: torch.nn.Module, path: Path, device: torch.device | str) -> bool:
@@ -284,9 +300,11 @@ def open_checkpoint(run_dir: str | Path, step: int, device: torch.device | str =
     run, _ = load_run(run_dir)
     path = Path(run_dir) / f"checkpoint-{step}.pt"
     if not path.is_file():
-        kept = sorted(int(p.stem[len("checkpoint-"):]) for p in checkpoint_files(run_dir) if p.stem != "checkpoint")
-        raise SynthlabError(f"no checkpoint of step {step} in {run_dir} (kept: {kept or 'none'}; raise "
-                            f"train.keep_checkpoints to keep more)")
+        kept = sorted(int(p.stem[len("checkpoint-") :]) for p in checkpoint_files(run_dir) if p.stem != "checkpoint")
+        raise SynthlabError(
+            f"no checkpoint of step {step} in {run_dir} (kept: {kept or 'none'}; raise "
+            f"train.keep_checkpoints to keep more)"
+        )
     try:
         ckpt = _read_checkpoint(path, device)
     except ValueError as err:
@@ -315,22 +333,27 @@ def data_sha256(data_dir: str | Path) -> dict[str, str]:
     return {name: entry["sha256"] for name, entry in sorted(files.items())}
 
 
-def trained_data(run_dir: str | Path, run: RunConfig, derived: dict[str, Any], moved_to: str | Path | None = None) -> Path:
+def trained_data(
+    run_dir: str | Path, run: RunConfig, derived: dict[str, Any], moved_to: str | Path | None = None
+) -> Path:
     """The data folder the run was trained on (or `moved_to`, its new place), checked: there, and
     the same dataset (the sha256s recorded at training start; older runs are only looked for)."""
     path = Path(moved_to if moved_to is not None else run.train.data).resolve()
     if not (path / "meta.json").is_file() and moved_to is not None:
         raise SynthlabError(f"--data {moved_to} is not a dataset folder (no meta.json)")
     if not (path / "meta.json").is_file():
-        raise SynthlabError(f"run {run_dir} was trained on {path}, which is gone (moved?); pass --data DIR "
-                            f"with the dataset's new place")
+        raise SynthlabError(
+            f"run {run_dir} was trained on {path}, which is gone (moved?); pass --data DIR with the dataset's new place"
+        )
     recorded = derived.get("data_sha256")
     if recorded is not None:
         changed = sorted(n for n, digest in data_sha256(path).items() if recorded.get(n) != digest)
         changed += sorted(set(recorded) - set(data_sha256(path)))
         if changed:
-            raise SynthlabError(f"{path} is not the dataset run {run_dir} was trained on ({changed[0]} changed: "
-                                f"regenerated?); pass --data DIR with the original dataset")
+            raise SynthlabError(
+                f"{path} is not the dataset run {run_dir} was trained on ({changed[0]} changed: "
+                f"regenerated?); pass --data DIR with the original dataset"
+            )
     return path
 
 

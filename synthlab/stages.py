@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from synthlab.config import content_hash
@@ -74,8 +74,12 @@ def dataset(point: PointConfig, cache_dir: Path) -> Path:
 
     key = {"task": point.task, **point.data_key, **point.spec.version_key()}
     with from_tasks():
-        return cached_dir(cache_dir, key, lambda tmp: write_dataset(point.spec, point.data, point.data_seed, tmp),
-                          prefix=f"{point.task}-")
+        return cached_dir(
+            cache_dir,
+            key,
+            lambda tmp: write_dataset(point.spec, point.data, point.data_seed, tmp),
+            prefix=f"{point.task}-",
+        )
 
 
 def train_model(point: PointConfig, data_dir: Path, model_dir: Path, nproc: int = 0) -> dict[str, Any]:
@@ -106,8 +110,11 @@ def train_gate(point: PointConfig, model_dir: Path, run_dir: Path, nproc: int = 
 
     _train_or_resume(gate_dir, new_run, nproc)
     stage2 = train_metrics(gate_dir)
-    return gate_dir, {"gate_steps": stage2["train_steps"], "gate_loss": stage2["train_loss"],
-                      "gate_s": stage2["train_s"]}
+    return gate_dir, {
+        "gate_steps": stage2["train_steps"],
+        "gate_loss": stage2["train_loss"],
+        "gate_s": stage2["train_s"],
+    }
 
 
 def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> bool:
@@ -132,8 +139,16 @@ def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> bool:
 
 
 # Train options that change no number a run produces (where things are written, how often it logs).
-_OPERATIONAL = {"data", "device", "checkpoint_every", "checkpoints", "keep_checkpoints", "log_every", "tensorboard",
-                "wandb"}
+_OPERATIONAL = {
+    "data",
+    "device",
+    "checkpoint_every",
+    "checkpoints",
+    "keep_checkpoints",
+    "log_every",
+    "tensorboard",
+    "wandb",
+}
 
 
 def check_same_run(run_dir: Path, wanted) -> None:
@@ -144,14 +159,21 @@ def check_same_run(run_dir: Path, wanted) -> None:
 
     stored, _ = load_run(run_dir)
     changed = []
-    for section, old, new in [("model", stored.model.as_built(), wanted.model.as_built()),
-                              ("train", configlib.to_dict(stored.train), configlib.to_dict(wanted.train))]:
-        changed += [f"{section}.{k} {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
-                    if old.get(k) != new.get(k) and not (section == "train" and k in _OPERATIONAL)]
+    for section, old, new in [
+        ("model", stored.model.as_built(), wanted.model.as_built()),
+        ("train", configlib.to_dict(stored.train), configlib.to_dict(wanted.train)),
+    ]:
+        changed += [
+            f"{section}.{k} {old.get(k)!r} -> {new.get(k)!r}"
+            for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k) and not (section == "train" and k in _OPERATIONAL)
+        ]
     if changed:
         shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
-        raise SynthlabError(f"{run_dir} was trained with another configuration than its point asks for ({shown}): "
-                            f"move the folder away to train the point again, or sweep into a new --out")
+        raise SynthlabError(
+            f"{run_dir} was trained with another configuration than its point asks for ({shown}): "
+            f"move the folder away to train the point again, or sweep into a new --out"
+        )
 
 
 def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
@@ -173,15 +195,31 @@ def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
             config = Path(tmp) / "run.json"
             config.write_text(json.dumps(configlib.to_dict(run)))
             args = ["--config", str(config), "--out", str(run_dir)]
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                   "-m", "synthlab", "train", *args, "--threads", str(torch.get_num_threads()), "--no-progress"]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            "-m",
+            "synthlab",
+            "train",
+            *args,
+            "--threads",
+            str(torch.get_num_threads()),
+            "--no-progress",
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0 and "interrupted at step" in done.stderr:  # rank 0's line (torchrun's code is 1)
         return True
     if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.startswith("error:")] or done.stderr.splitlines()[-1:]
-        raise SynthlabError(f"training {run_dir} under torchrun ({nproc} processes) failed with exit code "
-                            f"{done.returncode}: {lines[0] if lines else 'no output'}")
+        lines = [line for line in done.stderr.splitlines() if line.startswith("error:")] or done.stderr.splitlines()[
+            -1:
+        ]
+        raise SynthlabError(
+            f"training {run_dir} under torchrun ({nproc} processes) failed with exit code "
+            f"{done.returncode}: {lines[0] if lines else 'no output'}"
+        )
     return False
 
 
@@ -192,9 +230,15 @@ def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path, device
 
     seed = point.data_seed + HELDOUT_SEED_OFFSET
     fresh = dataclasses.replace(point, data_seed=seed, data_key={**point.data_key, "seed": seed})
-    result = heldout_loss(model_dir, dataset(fresh, cache_dir), rows=point.eval.heldout_rows,
-                          checkpoint=point.eval.checkpoint, batch_size=min(point.eval.batch_size, 16),
-                          train_dir=dataset(point, cache_dir), device=device)
+    result = heldout_loss(
+        model_dir,
+        dataset(fresh, cache_dir),
+        rows=point.eval.heldout_rows,
+        checkpoint=point.eval.checkpoint,
+        batch_size=min(point.eval.batch_size, 16),
+        train_dir=dataset(point, cache_dir),
+        device=device,
+    )
     return heldout_columns(result)
 
 
@@ -244,8 +288,14 @@ def _eval(work: Work) -> dict[str, Any]:
     from synthlab.evaluate import evaluate_run
 
     options = work.point.eval
-    result = evaluate_run(work.model_dir, steps=options.steps, exit_rule=options.exit, kv=options.kv,
-                          batch_size=options.batch_size, device=work.device)
+    result = evaluate_run(
+        work.model_dir,
+        steps=options.steps,
+        exit_rule=options.exit,
+        kv=options.kv,
+        batch_size=options.batch_size,
+        device=work.device,
+    )
     return eval_metrics(result, options)
 
 
@@ -256,8 +306,9 @@ def _heldout(work: Work) -> dict[str, Any]:
 def _generate(work: Work) -> dict[str, Any]:
     from synthlab.evaluate import biography_generation
 
-    return biography_generation(work.model_dir, kv=work.point.eval.kv or "full", steps=work.point.eval.steps,
-                                device=work.device)
+    return biography_generation(
+        work.model_dir, kv=work.point.eval.kv or "full", steps=work.point.eval.steps, device=work.device
+    )
 
 
 def _capacity(work: Work) -> dict[str, Any]:
@@ -278,8 +329,9 @@ def _export(work: Work) -> dict[str, Any]:  # once per trained model: the points
 def _ouroboros(work: Work) -> dict[str, Any]:
     from synthlab.hf.point import run_stage
 
-    return run_stage(work.point.ouroboros, work.run_dir / "qwen2", work.data_dir / "train.jsonl",
-                     work.run_dir / "ouroboros")
+    return run_stage(
+        work.point.ouroboros, work.run_dir / "qwen2", work.data_dir / "train.jsonl", work.run_dir / "ouroboros"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,16 +345,19 @@ class Stage:
 
 
 # In the order they run; training always runs.
-STAGES = {stage.name: stage for stage in (
-    Stage("train", ("loss", "params"), (), _train),
-    Stage("gate", ("gate_loss",), ("train",), _gate),
-    Stage("eval", ("accuracy",), ("train",), _eval),
-    Stage("heldout", ("eval_loss",), ("train",), _heldout),
-    Stage("generate", ("accuracy",), ("train",), _generate),
-    Stage("capacity", ("bits",), ("train",), _capacity),
-    Stage("export", (), ("train",), _export),
-    Stage("ouroboros", ("loss_base",), ("export",), _ouroboros),
-)}
+STAGES = {
+    stage.name: stage
+    for stage in (
+        Stage("train", ("loss", "params"), (), _train),
+        Stage("gate", ("gate_loss",), ("train",), _gate),
+        Stage("eval", ("accuracy",), ("train",), _eval),
+        Stage("heldout", ("eval_loss",), ("train",), _heldout),
+        Stage("generate", ("accuracy",), ("train",), _generate),
+        Stage("capacity", ("bits",), ("train",), _capacity),
+        Stage("export", (), ("train",), _export),
+        Stage("ouroboros", ("loss_base",), ("export",), _ouroboros),
+    )
+}
 
 
 def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int = 0) -> dict[str, Any]:

@@ -48,7 +48,6 @@ from synthlab.progress import Progress
 from synthlab.results import RESULTS, append_rows, cell_number, factor_column, missing_columns, read_rows
 from synthlab.verdicts import record_rules
 
-
 # --- work units: one trained model and the points evaluated on it --------------------------
 
 

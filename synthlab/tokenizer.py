@@ -66,11 +66,15 @@ class WordTokenizer:
         `<bos>`, `<eos>` as its pad / bos / eos tokens)."""
         from transformers import PreTrainedTokenizerFast
 
-        named = {name: tok for name, tok in (("pad_token", "<pad>"), ("bos_token", "<bos>"), ("eos_token", "<eos>"))
-                 if tok in self._ids}
+        named = {
+            name: tok
+            for name, tok in (("pad_token", "<pad>"), ("bos_token", "<bos>"), ("eos_token", "<eos>"))
+            if tok in self._ids
+        }
         extra = [t for t in self.special_tokens if t not in named.values()]
-        return PreTrainedTokenizerFast(tokenizer_object=self.backend, clean_up_tokenization_spaces=False,
-                                       extra_special_tokens=extra, **named)
+        return PreTrainedTokenizerFast(
+            tokenizer_object=self.backend, clean_up_tokenization_spaces=False, extra_special_tokens=extra, **named
+        )
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -42,10 +42,11 @@ from typing import Any
 
 import torch
 
-from synthlab import config as configlib
 from synthlab import checkpointer, distributed, engine
+from synthlab import config as configlib
 from synthlab.board import Loggers, check_loggers
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
+from synthlab.engine import TrainState
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
 from synthlab.files import atomic_write_text, check_writable, folder_lock
@@ -53,12 +54,24 @@ from synthlab.models import build_model
 from synthlab.models.layers import Block
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
 from synthlab.optim import adamw, lr_factor
-from synthlab.engine import TrainState
-from synthlab.progress import Progress
 from synthlab.options import TrainConfig, check_run
-from synthlab.runs import (RunConfig, autocast, checkpoint_files, clear_unstarted, float32_matmul, load_checkpoint,
-                           load_run, load_weights, resolve_device, save_checkpoint, save_weights, data_sha256,
-                           trained_data, trim_metrics)
+from synthlab.progress import Progress
+from synthlab.runs import (
+    RunConfig,
+    autocast,
+    checkpoint_files,
+    clear_unstarted,
+    data_sha256,
+    float32_matmul,
+    load_checkpoint,
+    load_run,
+    load_weights,
+    resolve_device,
+    save_checkpoint,
+    save_weights,
+    trained_data,
+    trim_metrics,
+)
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:

@@ -36,7 +36,9 @@ def cpu_unless_marked_cuda(request, monkeypatch):
 def mano(tmp_path_factory):
     """A tiny Mano dataset (L = 2, mod 5, 200 training records) for the CLI tests of a module."""
     spec = TASKS["mano"]
-    return write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, tmp_path_factory.mktemp("d") / "mano")
+    return write_dataset(
+        spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, tmp_path_factory.mktemp("d") / "mano"
+    )
 
 
 # A small dataset of every task (the tokenizer tests encode each vocabulary word as well as the
@@ -54,5 +56,7 @@ def task_datasets(tmp_path_factory):
     """{task: dataset folder} for each registered task, written once per pytest run."""
     root = tmp_path_factory.mktemp("tasks")
     assert sorted(TASK_PARAMS) == sorted(TASKS)  # a new task joins this fixture
-    return {name: write_dataset(TASKS[name], TASKS[name].params_cls(**params), 0, root / name)
-            for name, params in TASK_PARAMS.items()}
+    return {
+        name: write_dataset(TASKS[name], TASKS[name].params_cls(**params), 0, root / name)
+        for name, params in TASK_PARAMS.items()
+    }

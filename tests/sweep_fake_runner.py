@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 from synthlab.experiments import data_part
-from synthlab.files import atomic_write_text
-from synthlab.files import cached_dir
+from synthlab.files import atomic_write_text, cached_dir
 
 
 def _build_data(tmp: Path, size: int) -> None:
@@ -37,8 +36,11 @@ def run_point(config: dict, run_dir: Path, *, cache_dir: Path) -> dict:
         state["step"] += 1
         state["acc"] = (state["acc"] * 31 + sum(data) + config["model"]["width"]) % 100003
         atomic_write_text(ckpt, json.dumps(state))
-    return {"accuracy": state["acc"] / 100003 * config["eval"].get("probe", 1), "steps": state["step"],
-            "data_dir": data_dir.name}
+    return {
+        "accuracy": state["acc"] / 100003 * config["eval"].get("probe", 1),
+        "steps": state["step"],
+        "data_dir": data_dir.name,
+    }
 
 
 def estimate_seconds(config: dict, *, finished: list) -> float:

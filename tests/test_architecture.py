@@ -12,22 +12,48 @@ ROOT = Path(__file__).resolve().parents[1]
 # (module prefix, floor), most specific first. Keep in step with CONTRIBUTING.md.
 FLOORS = [
     ("synthlab_generators", 0),
-    ("synthlab.errors", 1), ("synthlab.config", 1), ("synthlab.files", 1), ("synthlab.tokenizer", 1),
+    ("synthlab.errors", 1),
+    ("synthlab.config", 1),
+    ("synthlab.files", 1),
+    ("synthlab.tokenizer", 1),
     ("synthlab.schema", 1),
     ("synthlab.models", 2),
     ("synthlab.scaling", 3),
-    ("synthlab.optim", 4), ("synthlab.options", 4), ("synthlab.runs", 4), ("synthlab.board", 4), ("synthlab.data", 4), ("synthlab.distributed", 4),
-    ("synthlab.engine", 4), ("synthlab.checkpointer", 4), ("synthlab.packing", 4),
-    ("synthlab.train", 5), ("synthlab.evaluate", 5), ("synthlab.heldout", 5), ("synthlab.capacity", 5), ("synthlab.hf", 5),
-    ("synthlab.results", 6), ("synthlab.cost", 6), ("synthlab.stages", 6), ("synthlab.experiments", 6),
-    ("synthlab.sweep", 6), ("synthlab.devices", 6), ("synthlab.plots", 6), ("synthlab.curves", 6), ("synthlab.report", 6),
-    ("synthlab.verdicts", 6), ("synthlab.rule_data", 6), ("synthlab.intervals", 6), ("synthlab.law_verdicts", 6),
-    ("synthlab.draw", 6), ("synthlab.figures", 6), ("synthlab.results_index", 6),
-    ("synthlab.cli", 7), ("synthlab.__main__", 7),
+    ("synthlab.optim", 4),
+    ("synthlab.options", 4),
+    ("synthlab.runs", 4),
+    ("synthlab.board", 4),
+    ("synthlab.data", 4),
+    ("synthlab.distributed", 4),
+    ("synthlab.engine", 4),
+    ("synthlab.checkpointer", 4),
+    ("synthlab.packing", 4),
+    ("synthlab.train", 5),
+    ("synthlab.evaluate", 5),
+    ("synthlab.heldout", 5),
+    ("synthlab.capacity", 5),
+    ("synthlab.hf", 5),
+    ("synthlab.results", 6),
+    ("synthlab.cost", 6),
+    ("synthlab.stages", 6),
+    ("synthlab.experiments", 6),
+    ("synthlab.sweep", 6),
+    ("synthlab.devices", 6),
+    ("synthlab.plots", 6),
+    ("synthlab.curves", 6),
+    ("synthlab.report", 6),
+    ("synthlab.verdicts", 6),
+    ("synthlab.rule_data", 6),
+    ("synthlab.intervals", 6),
+    ("synthlab.law_verdicts", 6),
+    ("synthlab.draw", 6),
+    ("synthlab.figures", 6),
+    ("synthlab.results_index", 6),
+    ("synthlab.cli", 7),
+    ("synthlab.__main__", 7),
     ("synthlab", 1),  # the package itself: the version and the error type (+ lazy re-exports, see _imports)
 ]
-FORBIDDEN = {0: {"torch", "pandas", "synthlab", "transformers"}, 1: {"torch", "pandas"},
-             3: {"torch", "transformers"}}
+FORBIDDEN = {0: {"torch", "pandas", "synthlab", "transformers"}, 1: {"torch", "pandas"}, 3: {"torch", "transformers"}}
 
 
 def _modules() -> dict[str, Path]:
@@ -65,7 +91,9 @@ def _imports(module: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             names = [f"{base}.{a.name}" for a in node.names] + [base]
         else:
             continue
@@ -121,7 +149,10 @@ def test_importing_the_cli_does_not_import_torch():
     import sys
 
     code = "import sys, synthlab.cli; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_one_training_engine():

@@ -22,12 +22,12 @@ import torch.nn.functional as F
 from synthlab import evaluate as evaluate_module
 from synthlab import train as train_module
 from synthlab.cli.train import resolve_run_config
+from synthlab.devices import ray_resources
 from synthlab.evaluate import evaluate_run
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.losses import continue_logit, ouro_stage2_loss, token_losses
 from synthlab.models.recurrence import initial_state
 from synthlab.runs import float32_matmul
-from synthlab.devices import ray_resources
 from synthlab.sweep import Unit
 from synthlab.train import train
 from synthlab_generators import TASKS, write_dataset
@@ -73,19 +73,33 @@ BASE = dict(vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=32)
 OPTIONS = {
     "plain": dict(),
     "ouro_gate": dict(loops=3, exit_gate=True),
-    "swiglu_sandwichnorm_layernorm_bias": dict(loops=2, mlp="swiglu", norm="sandwich", norm_type="layernorm", bias=True),
+    "swiglu_sandwichnorm_layernorm_bias": dict(
+        loops=2, mlp="swiglu", norm="sandwich", norm_type="layernorm", bias=True
+    ),
     "learned_positions_untied": dict(positions="learned", tie_head=False, loops=2),
     "no_positions_dropout": dict(positions="none", dropout=0.1),
-    "sandwich_add_zero": dict(topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=3, injection="add",
-                              state_init="zero"),
-    "sandwich_concat_normal": dict(topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=2,
-                                   injection="concat", state_init="normal"),
-    "sandwich_diagonal_sampled": dict(topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=2,
-                                      injection="diagonal", step_sampling=True, backprop_last_k=1),
-    "controller_gate_norm": dict(loops=3, controller="controller", recurrence_gate=True, step_norm=True,
-                                 exit_gate=True),
-    "static_lora_fixed": dict(loops=2, controller="static_lora", lora_bases="fixed", mlp="swiglu",
-                              lora_targets=("q", "v", "gate", "down")),
+    "sandwich_add_zero": dict(
+        topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=3, injection="add", state_init="zero"
+    ),
+    "sandwich_concat_normal": dict(
+        topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=2, injection="concat", state_init="normal"
+    ),
+    "sandwich_diagonal_sampled": dict(
+        topology="sandwich",
+        n_layers=3,
+        n_prelude=1,
+        n_coda=1,
+        loops=2,
+        injection="diagonal",
+        step_sampling=True,
+        backprop_last_k=1,
+    ),
+    "controller_gate_norm": dict(
+        loops=3, controller="controller", recurrence_gate=True, step_norm=True, exit_gate=True
+    ),
+    "static_lora_fixed": dict(
+        loops=2, controller="static_lora", lora_bases="fixed", mlp="swiglu", lora_targets=("q", "v", "gate", "down")
+    ),
 }
 
 
@@ -110,24 +124,27 @@ def test_every_model_option_runs_forward_backward_and_inference_under_the_policy
         assert model.generate(idx[:, :4], 3, kv_strategy="mean").tokens.shape == (3, 7)
 
 
-
 def test_the_residual_stream_stays_float32_under_autocast_whatever_the_injection():
     """A bf16 linear output must not become the core's residual stream (the concat injection's did:
     a bf16 stream through every loop, and norms fed bf16 inputs with float32 weights)."""
     for injection in ("none", "add", "concat", "diagonal"):
-        model = build_model(ModelConfig(**{**BASE, **OPTIONS["sandwich_concat_normal"], "injection": injection}), seed=0)
+        model = build_model(
+            ModelConfig(**{**BASE, **OPTIONS["sandwich_concat_normal"], "injection": injection}), seed=0
+        )
         seen = []
         model.core[0].register_forward_pre_hook(lambda _, args: seen.append(args[0].dtype))
         with torch.no_grad(), cuda_autocast_policy():
             model(torch.zeros((1, S), dtype=torch.long))
         assert seen and set(seen) == {torch.float32}, (injection, seen)
 
+
 # --- the trainer: every objective, evaluation, early exit and generation ------------------------
 @pytest.fixture(scope="module")
 def mano_data(tmp_path_factory):
     spec = TASKS["mano"]
-    return write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=30, mod=5), 0,
-                         tmp_path_factory.mktemp("d") / "mano")
+    return write_dataset(
+        spec, spec.params_cls(L=2, n_train=200, n_test=30, mod=5), 0, tmp_path_factory.mktemp("d") / "mano"
+    )
 
 
 def _run(data, loss, **train):
@@ -143,7 +160,9 @@ def test_every_objective_evaluation_exit_and_generation_under_the_policy(tmp_pat
         assert math.isfinite(train(tmp_path / loss, _run(mano_data, loss), progress=False).final_loss), loss
     checkpointed = _run(mano_data, "mean", activation_checkpointing=True)  # steps recomputed under autocast
     assert math.isfinite(train(tmp_path / "checkpointed", checkpointed, progress=False).final_loss)
-    stage2 = train(tmp_path / "stage2", _run(mano_data, "ouro_stage2", init_from=str(tmp_path / "ouro")), progress=False)
+    stage2 = train(
+        tmp_path / "stage2", _run(mano_data, "ouro_stage2", init_from=str(tmp_path / "ouro")), progress=False
+    )
     assert math.isfinite(stage2.final_loss)
     for rule, kv in (("q:0.8", "full"), ("diff:0.01", "mean"), ("kl:0.001", "first")):
         result = evaluate_run(tmp_path / "stage2", exit_rule=rule, kv=kv, device="cpu")
@@ -157,8 +176,16 @@ transformers = pytest.importorskip("transformers")
 
 def _tiny_qwen2(dtype):
     config = transformers.Qwen2Config(
-        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=6, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True, initializer_range=0.1)
+        vocab_size=32,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        initializer_range=0.1,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)  # the HF initialiser draws from the global generator
         base = transformers.Qwen2ForCausalLM(config)
@@ -183,8 +210,12 @@ def test_every_ouroboros_variant_trains_and_evaluates(dtype, policy):
             loss = lm_loss(model(batch, 3), batch)
             loss.backward()
             assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
-            log = hf_train(model, batch.repeat(4, 1), OuroborosTrainConfig(
-                steps=2, seq_len=12, batch_size=2, grad_accum=2, depths=(1, 2)), progress=False)
+            log = hf_train(
+                model,
+                batch.repeat(4, 1),
+                OuroborosTrainConfig(steps=2, seq_len=12, batch_size=2, grad_accum=2, depths=(1, 2)),
+                progress=False,
+            )
             assert all(isinstance(row["loss"], float) and math.isfinite(row["loss"]) for row in log)
             assert math.isfinite(evaluate(model, batch, 2, 2))
 

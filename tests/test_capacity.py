@@ -9,8 +9,16 @@ import math
 import numpy as np
 import pytest
 
-from synthlab.capacity import (ATTRIBUTE_VALUES, N0, S0, PersonLosses, capacity_bits, capacity_report, max_bits,
-                               span_losses)
+from synthlab.capacity import (
+    ATTRIBUTE_VALUES,
+    N0,
+    S0,
+    PersonLosses,
+    capacity_bits,
+    capacity_report,
+    max_bits,
+    span_losses,
+)
 from synthlab_generators import TASKS, write_dataset
 from synthlab_generators.bios import POOLS, pools, value_tokens
 
@@ -24,7 +32,8 @@ def test_n0_and_s0_are_the_generators_pools():
     assert N0 == len(pool_file("first_name")) * len(pool_file("middle_name")) * len(pool_file("last_name"))
     dates = 12 * 28 * 200
     assert S0 == 2 * dates * len(pool_file("city")) * len(pool_file("university")) * len(pool_file("field")) * len(
-        pool_file("company"))
+        pool_file("company")
+    )
     assert N0 == 160_000_000 and math.log2(N0) == pytest.approx(27.25, abs=0.005)
     assert math.log2(S0) == pytest.approx(47.59, abs=0.005)
 
@@ -71,7 +80,9 @@ def bios_run(root, name, steps, lr):
     if not data.exists():
         write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=8), 0, data)
     model = {"d_model": 48, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
-    run = resolve_run_config({}, model, {"data": str(data), "steps": steps, "batch_size": 4, "lr": lr, "warmup_steps": 5})
+    run = resolve_run_config(
+        {}, model, {"data": str(data), "steps": steps, "batch_size": 4, "lr": lr, "warmup_steps": 5}
+    )
     train(root / name, run, progress=False)
     return root / name
 
@@ -88,7 +99,16 @@ def test_untrained_model_stores_nothing(untrained_run):
     assert report["bits_name"] < 0 and report["bits_attributes"] < 0  # worse than uniform over the pools
     assert report["bits"] == pytest.approx(report["bits_name"] + report["bits_attributes"]) and report["bits"] < 0
     saved = json.loads((untrained_run / "capacity.json").read_text())
-    assert {"p1", "p2", "n_people", "bits", "max_bits", "params", "bits_per_param", "bits_per_param_nonemb"} <= saved.keys()
+    assert {
+        "p1",
+        "p2",
+        "n_people",
+        "bits",
+        "max_bits",
+        "params",
+        "bits_per_param",
+        "bits_per_param_nonemb",
+    } <= saved.keys()
     assert saved["params_nonemb"] < saved["params"] < saved["params_all"]  # unused embedding rows are not counted
     assert saved["bits_per_param_nonemb"] == pytest.approx(saved["bits"] / saved["params_nonemb"])
 
@@ -119,8 +139,19 @@ def test_a_kept_checkpoint_is_a_point_of_the_learning_curve(tmp_path):
 
     write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=8), 0, tmp_path / "bios")
     model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
-    run = resolve_run_config({}, model, {"data": str(tmp_path / "bios"), "steps": 6, "batch_size": 2, "lr": 1e-2,
-                                         "warmup_steps": 1, "checkpoint_every": 3, "keep_checkpoints": 5})
+    run = resolve_run_config(
+        {},
+        model,
+        {
+            "data": str(tmp_path / "bios"),
+            "steps": 6,
+            "batch_size": 2,
+            "lr": 1e-2,
+            "warmup_steps": 1,
+            "checkpoint_every": 3,
+            "keep_checkpoints": 5,
+        },
+    )
     train(tmp_path / "run", run, progress=False)
     final = estimate_capacity(tmp_path / "run", device="cpu")
     last = estimate_capacity(tmp_path / "run", device="cpu", checkpoint=6)
@@ -136,7 +167,14 @@ def test_bios_eval_reports_qa_and_biography_recall_per_attribute(untrained_run):
 
     result = evaluate_run(untrained_run, device="cpu")
     assert result["n_examples"] == 8 * 6 and result["group_key"] == "attribute"
-    assert set(result["accuracy_per_group"]) == {"birth_date", "birth_city", "university", "major", "work_city", "employer"}
+    assert set(result["accuracy_per_group"]) == {
+        "birth_date",
+        "birth_city",
+        "university",
+        "major",
+        "work_city",
+        "employer",
+    }
     assert set(result["biography_recall"]) == {"name", "gender", *result["accuracy_per_group"]}
     assert all(0 <= row["accuracy"] <= 1 and row["loss"] > 0 for row in result["biography_recall"].values())
 
@@ -144,7 +182,6 @@ def test_bios_eval_reports_qa_and_biography_recall_per_attribute(untrained_run):
 @pytest.mark.slow
 def test_a_model_that_memorises_tiny_n_approaches_the_maximum(tmp_path):
     from synthlab.capacity import estimate_capacity
-
     from synthlab.evaluate import evaluate_run
 
     run_dir = bios_run(tmp_path, "memorised", steps=150, lr=1e-2)
@@ -188,7 +225,7 @@ def read_jsonl(path):
 
 def prefix_loss(sequences: list[tuple[str, ...]], tokens: list[str]) -> float:
     """-ln P(tokens) for a model uniform over `sequences` (conditioned on nothing else)."""
-    matches = sum(seq[:len(tokens)] == tuple(tokens) for seq in sequences)
+    matches = sum(seq[: len(tokens)] == tuple(tokens) for seq in sequences)
     return -math.log(matches / len(sequences))
 
 
@@ -222,9 +259,9 @@ def oracle_losses(records, people, knows: bool) -> list[np.ndarray]:
             # work city and employer: one draw of the employer, spans in text order
             first, second = sorted(("work_city", "employer"), key=lambda a: spans[a][0])
             a_tokens, b_tokens = tuple(words[slice(*spans[first])]), tuple(words[slice(*spans[second])])
-            fits_a = [i for i, seq in enumerate(pool(first)) if seq[:len(a_tokens)] == a_tokens]
+            fits_a = [i for i, seq in enumerate(pool(first)) if seq[: len(a_tokens)] == a_tokens]
             seconds = pool(second)
-            fits_b = [i for i in fits_a if seconds[i][:len(b_tokens)] == b_tokens]
+            fits_b = [i for i in fits_a if seconds[i][: len(b_tokens)] == b_tokens]
             loss[spans[first][0]] = -math.log(len(fits_a) / len(p["employer"]))
             loss[spans[second][0]] = -math.log(len(fits_b) / len(fits_a))
         out.append(loss)

@@ -5,15 +5,29 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
 from synthlab.models import ModelConfig, build_model
 from synthlab.runs import load_checkpoint
 from synthlab.train import train
-from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
-LOOPED = dict(vocab_size=17, d_model=32, n_heads=2, n_layers=3, topology="sandwich", n_prelude=1, n_coda=1,
-              loops=4, injection="concat", state_init="normal", controller="controller", recurrence_gate=True,
-              exit_gate=True, dropout=0.1, max_seq_len=16)
+LOOPED = dict(
+    vocab_size=17,
+    d_model=32,
+    n_heads=2,
+    n_layers=3,
+    topology="sandwich",
+    n_prelude=1,
+    n_coda=1,
+    loops=4,
+    injection="concat",
+    state_init="normal",
+    controller="controller",
+    recurrence_gate=True,
+    exit_gate=True,
+    dropout=0.1,
+    max_seq_len=16,
+)
 
 
 def _loss_and_grads(model, idx, doc_ids, checkpoint):
@@ -25,8 +39,14 @@ def _loss_and_grads(model, idx, doc_ids, checkpoint):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("extra", [{}, {"backprop_last_k": 2}, {"topology": "ouro", "n_prelude": 0, "n_coda": 0,
-                                                                 "injection": "none", "state_init": "input"}])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"backprop_last_k": 2},
+        {"topology": "ouro", "n_prelude": 0, "n_coda": 0, "injection": "none", "state_init": "input"},
+    ],
+)
 def test_checkpointed_steps_give_the_same_loss_and_gradients(extra):
     model = build_model(ModelConfig(**{**LOOPED, **extra}), seed=1).train()
     idx = torch.randint(0, 17, (3, 12), generator=torch.Generator().manual_seed(0))
@@ -57,8 +77,12 @@ def test_checkpointing_keeps_one_state_per_step_instead_of_the_steps_activations
     idx = torch.randint(0, 17, (2, 64), generator=torch.Generator().manual_seed(0))
     per_step = {}
     for checkpoint in (False, True):
-        b2, b6 = (saved_bytes(build_model(ModelConfig(**config, loops=T)).train(), idx, all_steps=False,
-                              checkpoint=checkpoint) for T in (2, 6))
+        b2, b6 = (
+            saved_bytes(
+                build_model(ModelConfig(**config, loops=T)).train(), idx, all_steps=False, checkpoint=checkpoint
+            )
+            for T in (2, 6)
+        )
         per_step[checkpoint] = (b6 - b2) / 4  # what one more recurrent step adds
     state = 2 * 64 * 32 * 4  # the step's input h (B, S, D), float32
     assert per_step[True] == state
@@ -69,8 +93,13 @@ def test_trainer_with_checkpointing_matches_the_plain_run(tmp_path, datasets):
     runs = {}
     for on in (False, True):
         runs[on] = tmp_path / f"ckpt{on}"
-        train(runs[on], run_config(datasets("bios"), "bios", {"loops": 3}, steps=4, loss="mean", device="cpu",
-                                   activation_checkpointing=on), progress=False)
+        train(
+            runs[on],
+            run_config(
+                datasets("bios"), "bios", {"loops": 3}, steps=4, loss="mean", device="cpu", activation_checkpointing=on
+            ),
+            progress=False,
+        )
     plain, ckpt = (load_checkpoint(runs[on])["model"] for on in (False, True))
     for name in plain:
         assert torch.allclose(plain[name], ckpt[name], rtol=0, atol=1e-6), name

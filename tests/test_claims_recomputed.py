@@ -45,8 +45,12 @@ def test_c2_per_length_cells_match_a_recomputation():
             rows = table[table["L"] == L].set_index(["seed", "model"])
             a, b = rows.xs("1x3", level="model"), rows.xs("1x1", level="model")
             diff = (a["accuracy"] - b["accuracy"]).sort_index()
-            test_var = float((a["accuracy"] * (1 - a["accuracy"]) / a["n_test"]
-                              + b["accuracy"] * (1 - b["accuracy"]) / b["n_test"]).mean())
+            test_var = float(
+                (
+                    a["accuracy"] * (1 - a["accuracy"]) / a["n_test"]
+                    + b["accuracy"] * (1 - b["accuracy"]) / b["n_test"]
+                ).mean()
+            )
             estimate, low, high = _logit_bounds(diff.to_numpy(), test_var, -1.0, 1.0, 500)
             assert (cell.estimate, cell.low, cell.high) == pytest.approx((estimate, low, high), rel=1e-9)
             if L == 3:  # no model has learned every length below 3 on its training prompts
@@ -60,8 +64,9 @@ def test_c9_level_near_a_ceiling_matches_a_recomputation_and_stays_below_one():
     verdict = verdicts.evaluate([rule], table, ["seed", "train.loss"])[0]
     rows = table[table["train.loss"] == "mean"].sort_values("seed")
     p = rows["agree_7_8"]
-    estimate, low, high = _logit_bounds(p.to_numpy(), float((p * (1 - p) / rows["n_test"]).mean()), 0.0, 1.0,
-                                        float(rows["n_test"].min()))
+    estimate, low, high = _logit_bounds(
+        p.to_numpy(), float((p * (1 - p) / rows["n_test"]).mean()), 0.0, 1.0, float(rows["n_test"].min())
+    )
     assert (verdict.estimate, verdict.low, verdict.high) == pytest.approx((estimate, low, high), rel=1e-9)
     assert verdict.high < 1
 

@@ -61,8 +61,12 @@ def test_every_field_is_a_flag_with_help_and_its_default(path):
 
 
 def test_every_option_of_every_command_has_help():
-    missing = [f"{' '.join(path)} {p.opts[0]}" for path, command in _commands() for p in command.params
-               if p.param_type_name == "option" and not p.help and p.name != "help"]
+    missing = [
+        f"{' '.join(path)} {p.opts[0]}"
+        for path, command in _commands()
+        for p in command.params
+        if p.param_type_name == "option" and not p.help and p.name != "help"
+    ]
     assert missing == []
 
 
@@ -79,18 +83,42 @@ def test_version_and_completion():
 
 def test_set_overrides_in_the_toml_keys(tmp_path, mano):
     config = tmp_path / "run.toml"
-    config.write_text('[model]\nd_model = 48\nn_heads = 2\nn_layers = 1\nmax_seq_len = 32\n[train]\nsteps = 5\n')
-    result = runner.invoke(app, ["train", "--data", str(mano), "--out", str(tmp_path / "run"), "--config", str(config),
-                                 "--set", "model.d_model=32", "--set", "train.steps=2", "--set", "train.schedule=wsd",
-                                 "--set", "train.lr=3e-3", "--batch-size", "8", "--no-progress"])
+    config.write_text("[model]\nd_model = 48\nn_heads = 2\nn_layers = 1\nmax_seq_len = 32\n[train]\nsteps = 5\n")
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(mano),
+            "--out",
+            str(tmp_path / "run"),
+            "--config",
+            str(config),
+            "--set",
+            "model.d_model=32",
+            "--set",
+            "train.steps=2",
+            "--set",
+            "train.schedule=wsd",
+            "--set",
+            "train.lr=3e-3",
+            "--batch-size",
+            "8",
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["model"]["d_model"] == 32 and saved["train"]["steps"] == 2  # --set over the file
     assert saved["train"]["schedule"] == "wsd" and saved["train"]["lr"] == 3e-3 and saved["train"]["batch_size"] == 8
-    for bad, said in [(["--set", "d_model=32"], "--set takes model.FIELD=VALUE"),
-                      (["--set", "model.d_modle=32"], "d_modle"),
-                      (["--set", "train.steps=3"], "given twice")]:
-        result = runner.invoke(app, ["train", "--data", str(mano), "--out", str(tmp_path / "bad"), "--steps", "1", *bad])
+    for bad, said in [
+        (["--set", "d_model=32"], "--set takes model.FIELD=VALUE"),
+        (["--set", "model.d_modle=32"], "d_modle"),
+        (["--set", "train.steps=3"], "given twice"),
+    ]:
+        result = runner.invoke(
+            app, ["train", "--data", str(mano), "--out", str(tmp_path / "bad"), "--steps", "1", *bad]
+        )
         assert result.exit_code == 2 and said in result.output, result.output
 
 

@@ -58,9 +58,20 @@ def test_the_engine_records_the_wall_time_of_every_attempt(tmp_path, monkeypatch
     monkeypatch.setattr(sweep_fake_runner, "run_point", run_point)
     exp = experiments.load(sweep.Path(__file__).parent / "fixtures" / "sweep_fake.toml")
     point = exp.points("smoke")[0]
-    unit = sweep.Unit(runner="sweep_fake_runner", run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "d"),
-                      points=[{"point_id": point.point_id, "factors": point.factors, "point": point.config,
-                               "experiment": exp.name, "preset": "smoke"}])
+    unit = sweep.Unit(
+        runner="sweep_fake_runner",
+        run_dir=str(tmp_path / "run"),
+        cache_dir=str(tmp_path / "d"),
+        points=[
+            {
+                "point_id": point.point_id,
+                "factors": point.factors,
+                "point": point.config,
+                "experiment": exp.name,
+                "preset": "smoke",
+            }
+        ],
+    )
     with pytest.raises(KeyboardInterrupt):
         sweep.run_unit(unit)
     (row,) = sweep.run_unit(unit)
@@ -69,12 +80,22 @@ def test_the_engine_records_the_wall_time_of_every_attempt(tmp_path, monkeypatch
 
 
 def test_compute_counts_the_training_of_models_reused_from_another_sweep():
-    table = pd.DataFrame({"run_dir": ["a", "a", "b", "b"], "model_reused": [0, 1, 1, 1],
-                          "train_s": [600.0, 600.0, 1200.0, 1200.0], "wall_s": [630.0, 30.0, 30.0, 30.0]})
+    table = pd.DataFrame(
+        {
+            "run_dir": ["a", "a", "b", "b"],
+            "model_reused": [0, 1, 1, 1],
+            "train_s": [600.0, 600.0, 1200.0, 1200.0],
+            "wall_s": [630.0, 30.0, 30.0, 30.0],
+        }
+    )
     # a was trained here (its first row's wall time holds the training); b was trained elsewhere
-    assert report.compute_line(table) == ("Compute: 32.0 min in all (sum of run wall times, 20.0 min of it "
-                                          "training 1 model(s) reused from another sweep).")
-    assert report.compute_line(table.drop(columns="model_reused")) == "Compute: 12.0 min in all (sum of run wall times)."
+    assert report.compute_line(table) == (
+        "Compute: 32.0 min in all (sum of run wall times, 20.0 min of it "
+        "training 1 model(s) reused from another sweep)."
+    )
+    assert (
+        report.compute_line(table.drop(columns="model_reused")) == "Compute: 12.0 min in all (sum of run wall times)."
+    )
 
 
 def test_a_stale_row_run_again_keeps_the_compute_of_its_first_attempt(tmp_path, monkeypatch):
@@ -88,8 +109,9 @@ def test_a_stale_row_run_again_keeps_the_compute_of_its_first_attempt(tmp_path, 
 
     clock = _Clock()
     monkeypatch.setattr(sweep.time, "perf_counter", clock)
-    runs = iter([(600.0, {"accuracy": 0.5, "model_reused": 0}),
-                 (30.0, {"accuracy": 0.5, "model_reused": 1, "new_column": 1.0})])
+    runs = iter(
+        [(600.0, {"accuracy": 0.5, "model_reused": 0}), (30.0, {"accuracy": 0.5, "model_reused": 1, "new_column": 1.0})]
+    )
 
     def run_point(config, run_dir, *, cache_dir):
         seconds, metrics = next(runs)
@@ -99,10 +121,16 @@ def test_a_stale_row_run_again_keeps_the_compute_of_its_first_attempt(tmp_path, 
     monkeypatch.setattr(sweep_fake_runner, "run_point", run_point)
     exp = experiments.load(sweep.Path(__file__).parent / "fixtures" / "sweep_fake.toml")
     point = exp.points("smoke")[0]
-    spec = {"point_id": point.point_id, "factors": point.factors, "point": point.config, "experiment": exp.name,
-            "preset": "smoke"}
-    unit = sweep.Unit(runner="sweep_fake_runner", run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "d"),
-                      points=[spec])
+    spec = {
+        "point_id": point.point_id,
+        "factors": point.factors,
+        "point": point.config,
+        "experiment": exp.name,
+        "preset": "smoke",
+    }
+    unit = sweep.Unit(
+        runner="sweep_fake_runner", run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "d"), points=[spec]
+    )
     (first,) = sweep.run_unit(unit)
     assert (first["wall_s"], first["model_reused"]) == (600.0, 0)
     unit.points[0] = {**spec, "columns": ["new_column"]}  # the runner now fills a column the record lacks

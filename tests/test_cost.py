@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_autocast_policy import cuda_autocast_policy
+from test_checkpointing import saved_bytes
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from synthlab import cost, experiments, stages, sweep
 from synthlab.models import ModelConfig, activation_bytes_per_token, build_model, flops_per_token
 from synthlab.options import parse_point
-from test_autocast_policy import cuda_autocast_policy
-from test_checkpointing import saved_bytes
 
 B, S = 8, 128
 MEASURED = {
@@ -28,8 +28,16 @@ MEASURED = {
     "packed rows, dense attention": dict(loops=3, masked=True, dense=True),
     "8 heads dense": dict(n_heads=8, loops=2, masked=True, dense=True),
     "sandwich concat": dict(topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=3, injection="concat"),
-    "sandwich diagonal gate": dict(topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=2,
-                                   injection="diagonal", recurrence_gate=True, all_steps=True),
+    "sandwich diagonal gate": dict(
+        topology="sandwich",
+        n_layers=3,
+        n_prelude=1,
+        n_coda=1,
+        loops=2,
+        injection="diagonal",
+        recurrence_gate=True,
+        all_steps=True,
+    ),
     "checkpointed 1x4": dict(loops=4, checkpoint=True),
     "checkpointed 2x3 all steps": dict(n_layers=2, loops=3, checkpoint=True, all_steps=True),
 }
@@ -45,8 +53,9 @@ def test_activation_model_matches_the_bytes_autograd_saves_under_cuda_autocast(n
     doc_ids = torch.tensor([[0] * (S // 2) + [1] * (S // 2)] * B) if run["masked"] else None
     kernel = sdpa_kernel(SDPBackend.MATH) if run["dense"] else contextlib.nullcontext()
     with cuda_autocast_policy(), kernel:
-        measured = saved_bytes(build_model(config).train(), idx, doc_ids=doc_ids, all_steps=run["all_steps"],
-                               checkpoint=run["checkpoint"]) / (B * S)
+        measured = saved_bytes(
+            build_model(config).train(), idx, doc_ids=doc_ids, all_steps=run["all_steps"], checkpoint=run["checkpoint"]
+        ) / (B * S)
     predicted, _ = activation_bytes_per_token(config, S, **run)
     # the model leaves out the bf16 copies of the weights (outside checkpointed steps), 1-3% here
     assert measured == pytest.approx(predicted, rel=0.05)
@@ -68,16 +77,23 @@ def test_every_gpu_preset_fits_one_h200_day_and_its_memory(name, tmp_path):
 
 
 def test_gpu_cost_counts_tokens_flops_and_hours_of_a_point():
-    point = parse_point({"task": "mano", "data": {"L": 10, "mod": 23}, "model": {"d_model": 256, "n_heads": 4,
-                         "n_layers": 2, "loops": 3}, "train": {"steps": 1000, "batch_size": 64, "compile": True}})
+    point = parse_point(
+        {
+            "task": "mano",
+            "data": {"L": 10, "mod": 23},
+            "model": {"d_model": 256, "n_heads": 4, "n_layers": 2, "loops": 3},
+            "train": {"steps": 1000, "batch_size": 64, "compile": True},
+        }
+    )
     steps, seq = cost.positions(point)
     got = cost.gpu_cost(point)
     assert got["tokens"] == 1000 * 64 * seq
     flops = 3 * flops_per_token(point.model, seq, all_steps=False) * got["tokens"]
     assert got["pflop"] == pytest.approx(flops / 1e15, abs=0.05)
     assert got["gpu_h"] == pytest.approx(flops / (0.35 * cost.GPU_PEAK_FLOPS) / 3600, abs=0.005)
-    checkpointed = cost.gpu_cost(dataclasses.replace(point, train=dataclasses.replace(
-        point.train, activation_checkpointing=True)))
+    checkpointed = cost.gpu_cost(
+        dataclasses.replace(point, train=dataclasses.replace(point.train, activation_checkpointing=True))
+    )
     assert checkpointed["gpu_h"] == pytest.approx(got["gpu_h"] * 4 / 3, abs=0.005)  # one more forward
     plain, ckpt = (float(x) for x in got["act_gib"].split("/"))
     assert checkpointed["peak_gib"] == pytest.approx(got["peak_gib"] - plain + ckpt, abs=0.11)
@@ -87,8 +103,9 @@ def test_ouroboros_cost_gives_back_the_measured_h200_steps():
     from synthlab.hf.point import parse_section
 
     for depth, (seconds, peak) in cost.OUROBOROS_3B_MEASURED.items():
-        options = parse_section({"steps": 1000, "batch_size": 4, "seq_len": 2048, "grad_accum": 8, "depths": [depth],
-                                 "max_steps": 16})
+        options = parse_section(
+            {"steps": 1000, "batch_size": 4, "seq_len": 2048, "grad_accum": 8, "depths": [depth], "max_steps": 16}
+        )
         tokens, hours, peak_gib = cost.ouroboros_cost(options)
         assert tokens == 1000 * 8 * 4 * 2048
         assert hours == pytest.approx(8000 * seconds / 3600, rel=0.02)  # a line through three measurements

@@ -25,14 +25,35 @@ pytestmark = pytest.mark.cuda
 @pytest.fixture(scope="module")
 def mano_data(tmp_path_factory):
     spec = TASKS["mano"]
-    return write_dataset(spec, spec.params_cls(L=2, n_train=400, n_test=40, mod=5), 0, tmp_path_factory.mktemp("d") / "mano")
+    return write_dataset(
+        spec, spec.params_cls(L=2, n_train=400, n_test=40, mod=5), 0, tmp_path_factory.mktemp("d") / "mano"
+    )
 
 
 def _run(data, **train):
-    model = {"d_model": 64, "n_heads": 4, "max_seq_len": 32, "loops": 2, "exit_gate": True, "topology": "sandwich",
-             "n_layers": 3, "n_prelude": 1, "n_coda": 1, "state_init": "normal", "injection": "concat"}
-    train = {"steps": 12, "batch_size": 16, "lr": 3e-3, "warmup_steps": 2, "log_every": 1, "checkpoint_every": 5,
-             "device": "auto", **train}
+    model = {
+        "d_model": 64,
+        "n_heads": 4,
+        "max_seq_len": 32,
+        "loops": 2,
+        "exit_gate": True,
+        "topology": "sandwich",
+        "n_layers": 3,
+        "n_prelude": 1,
+        "n_coda": 1,
+        "state_init": "normal",
+        "injection": "concat",
+    }
+    train = {
+        "steps": 12,
+        "batch_size": 16,
+        "lr": 3e-3,
+        "warmup_steps": 2,
+        "log_every": 1,
+        "checkpoint_every": 5,
+        "device": "auto",
+        **train,
+    }
     return resolve_run_config({}, model, {"task": "mano", "data": str(data), **train})
 
 
@@ -60,8 +81,11 @@ def test_cuda_training_interrupts_resumes_and_evaluates(tmp_path, mano_data, mon
     assert train(tmp_path / "resumed", None, progress=False).step == 12
     # same data, draws and schedule; CUDA kernels are not bit-reproducible, so: close
     assert _losses(tmp_path / "resumed") == pytest.approx(_losses(tmp_path / "straight"), rel=0.05)
-    stage2 = train(tmp_path / "stage2", _run(mano_data, loss="ouro_stage2", init_from=str(tmp_path / "straight"),
-                                             steps=4), progress=False)
+    stage2 = train(
+        tmp_path / "stage2",
+        _run(mano_data, loss="ouro_stage2", init_from=str(tmp_path / "straight"), steps=4),
+        progress=False,
+    )
     assert math.isfinite(stage2.final_loss)  # F.binary_cross_entropy would fail here under CUDA autocast
     result = evaluate_run(tmp_path / "stage2", exit_rule="q:0.8", kv="mean", device="cuda")
     assert 0 <= result["exit_accuracy"] <= 1 and 0 <= result["kv_accuracy"] <= 1
@@ -98,8 +122,15 @@ def test_ouroboros_bases_on_the_gpu():
     transformers = pytest.importorskip("transformers")
     from synthlab.hf import OuroborosConfig, OuroborosLM, lm_loss
 
-    config = transformers.Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = transformers.Qwen2Config(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     base = transformers.Qwen2ForCausalLM(config).to("cuda", torch.bfloat16).eval().requires_grad_(False)
     model = OuroborosLM(base, OuroborosConfig(max_steps=4), torch.Generator().manual_seed(0))

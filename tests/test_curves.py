@@ -27,8 +27,11 @@ def runs(tmp_path_factory):
     data = write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, root / "data")
     made = []
     for loops in (1, 2):
-        run = resolve_run_config({}, {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": loops},
-                                 {"task": "mano", "data": str(data), "steps": 8, "batch_size": 8, "log_every": 2})
+        run = resolve_run_config(
+            {},
+            {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": loops},
+            {"task": "mano", "data": str(data), "steps": 8, "batch_size": 8, "log_every": 2},
+        )
         train(root / f"loops{loops}", run, progress=False)
         made.append(root / f"loops{loops}")
     return made
@@ -78,9 +81,11 @@ def test_a_sweep_folder_draws_its_runs_grouped_by_a_factor(runs, tmp_path):
 
 
 def _tiny(data, **train_options):
-    return resolve_run_config({}, {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": 2},
-                              {"task": "mano", "data": str(data), "steps": 4, "batch_size": 8, "log_every": 2,
-                               **train_options})
+    return resolve_run_config(
+        {},
+        {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": 2},
+        {"task": "mano", "data": str(data), "steps": 4, "batch_size": 8, "log_every": 2, **train_options},
+    )
 
 
 def test_tensorboard_logs_the_metrics_records(runs, tmp_path):
@@ -91,7 +96,10 @@ def test_tensorboard_logs_the_metrics_records(runs, tmp_path):
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
     events.Reload()
-    for tag, values in (("loss", [r["loss"] for r in records]), ("loss_per_step/2", [r["loss_per_step"][1] for r in records])):
+    for tag, values in (
+        ("loss", [r["loss"] for r in records]),
+        ("loss_per_step/2", [r["loss_per_step"][1] for r in records]),
+    ):
         logged = events.Scalars(tag)
         assert [e.step for e in logged] == [r["step"] for r in records]
         assert [e.value for e in logged] == pytest.approx(values, rel=1e-6)

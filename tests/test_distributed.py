@@ -5,9 +5,9 @@ that dies stops the others with one error line and nothing half written."""
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
-import math
 import queue
 import signal
 import socket
@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 import torch
+from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
 from synthlab import distributed
 from synthlab.data import Rows
@@ -27,7 +27,6 @@ from synthlab.distributed import World, check_split, share
 from synthlab.errors import SynthlabError
 from synthlab.runs import load_checkpoint
 from synthlab.train import train
-from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
 STEPS = 20
 # the exit gate gets no gradient under the `last` loss: the trainer must freeze it for DDP
@@ -56,8 +55,9 @@ def _serve(rank, size, jobs, results):
     batcher.next_batch = counted
     while (job := jobs.get()) is not None:
         port, run_dir, run, event_at, event = job
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(size),
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        os.environ.update(
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+        )
         calls[0] = 0
         try:
             train(run_dir, run, progress=False)
@@ -165,8 +165,12 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path, datasets, processes,
 def test_a_killed_process_stops_the_others_with_one_line(tmp_path, datasets, processes):
     run, procs = processes
     run_dir = tmp_path / "two"
-    [(rank, line)] = run(run_dir, run_config(datasets("mano"), "mano", steps=STEPS, device="cpu", checkpoint_every=2),
-                         event_at=7, event="die")  # rank 1 dies in step 7
+    [(rank, line)] = run(
+        run_dir,
+        run_config(datasets("mano"), "mano", steps=STEPS, device="cpu", checkpoint_every=2),
+        event_at=7,
+        event="die",
+    )  # rank 1 dies in step 7
     procs[1].join(30)
     assert procs[1].exitcode == -signal.SIGKILL
     assert rank == 0 and "\n" not in line and "lost contact with the others at step" in line
@@ -182,8 +186,11 @@ def test_a_killed_process_stops_the_others_with_one_line(tmp_path, datasets, pro
 def test_the_readme_torchrun_lines_run_as_written(tmp_path):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme.split("## Running bigger", 1)[1].split("```", 2)[1]
-    lines = [line for line in section.splitlines()
-             if line.startswith(("synthlab gen mano", "torchrun --nproc-per-node 2 -m synthlab train "))]
+    lines = [
+        line
+        for line in section.splitlines()
+        if line.startswith(("synthlab gen mano", "torchrun --nproc-per-node 2 -m synthlab train "))
+    ]
     assert len(lines) == 2
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     for line in lines:

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from synthlab.cli.train import resolve_run_config
 from synthlab.data import load_dataset
 from synthlab.evaluate import GroupProbe, evaluate_run, group_label, score_answers, split_items
 from synthlab.models import ModelConfig, build_model
-from synthlab.cli.train import resolve_run_config
 from synthlab.train import train
 from synthlab_generators import TASKS, write_dataset
 
@@ -58,7 +58,9 @@ class ManoOracle(torch.nn.Module):
 @pytest.fixture(scope="module")
 def mano_data(tmp_path_factory):
     spec = TASKS["mano"]
-    return write_dataset(spec, spec.params_cls(L=3, n_train=300, n_test=60, mod=MOD), 0, tmp_path_factory.mktemp("d") / "mano")
+    return write_dataset(
+        spec, spec.params_cls(L=3, n_train=300, n_test=60, mod=MOD), 0, tmp_path_factory.mktemp("d") / "mano"
+    )
 
 
 def test_accuracy_per_step_and_agreement_match_independent_answers(mano_data):
@@ -66,7 +68,9 @@ def test_accuracy_per_step_and_agreement_match_independent_answers(mano_data):
     prompts, answers, _ = split_items(data)
     values = np.array([prefix_value(r["prompt"].split()[2:-1]) for r in data.records("test")])
     assert [str(v) for v in values] == [r["answer"] for r in data.records("test")]
-    scores = score_answers(ManoOracle(data.tokenizer), prompts, answers, pad_id=data.pad_id, device=torch.device("cpu"), batch_size=7)
+    scores = score_answers(
+        ManoOracle(data.tokenizer), prompts, answers, pad_id=data.pad_id, device=torch.device("cpu"), batch_size=7
+    )
     even = float((values % 2 == 0).mean())
     assert scores.correct.mean(1).tolist() == pytest.approx([even, 1.0])
     assert np.allclose(scores.agreement, [[1.0, even], [even, 1.0]])
@@ -82,7 +86,7 @@ def test_teacher_forced_exact_match_equals_greedy_generation():
     prompts = [torch.randint(4, 30, (int(n),)).tolist() for n in torch.randint(3, 9, (12,))]
     answers = []
     for i, p in enumerate(prompts):
-        greedy = model.generate(torch.tensor([p]), max_new_tokens=3).tokens[0, len(p):].tolist()
+        greedy = model.generate(torch.tensor([p]), max_new_tokens=3).tokens[0, len(p) :].tolist()
         if i % 2:
             greedy[i % 3] = 4 + (greedy[i % 3] - 3) % 26  # a different token at one answer position
         answers.append(greedy)
@@ -92,8 +96,11 @@ def test_teacher_forced_exact_match_equals_greedy_generation():
 
 @pytest.fixture(scope="module")
 def mano_run(mano_data, tmp_path_factory):
-    run = resolve_run_config({}, {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": 2},
-                             {"data": str(mano_data), "steps": 8, "batch_size": 16, "lr": 3e-3, "warmup_steps": 2})
+    run = resolve_run_config(
+        {},
+        {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": 2},
+        {"data": str(mano_data), "steps": 8, "batch_size": 16, "lr": 3e-3, "warmup_steps": 2},
+    )
     run_dir = tmp_path_factory.mktemp("r") / "run"
     train(run_dir, run, progress=False)
     return run_dir
@@ -122,8 +129,10 @@ def test_group_probe_matches_independent_answers(mano_data):
     data = load_dataset(mano_data)
     probe = GroupProbe(data, per_group=25, seed=3)
     oracle, cpu = ManoOracle(data.tokenizer), torch.device("cpu")
-    sources = {"heldout": {r["prompt"] for r in data.records("test")},
-               "train": {r["prompt"] for r in data.records("train")}}
+    sources = {
+        "heldout": {r["prompt"] for r in data.records("test")},
+        "train": {r["prompt"] for r in data.records("train")},
+    }
     first, last = probe.groups(oracle, cpu, steps=1), probe.groups(oracle, cpu)
     for split, (prompts, answers, groups) in probe.items.items():
         texts = [data.tokenizer.decode(p) for p in prompts]
@@ -140,5 +149,9 @@ def test_group_probe_matches_independent_answers(mano_data):
 
 
 def test_group_labels():
-    assert [group_label("length", 2), group_label("hops", 1), group_label("distance", None),
-            group_label("attribute", "birth_date")] == ["l2", "h1", "no_distance", "birth_date"]
+    assert [
+        group_label("length", 2),
+        group_label("hops", 1),
+        group_label("distance", None),
+        group_label("attribute", "birth_date"),
+    ] == ["l2", "h1", "no_distance", "birth_date"]

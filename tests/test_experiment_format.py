@@ -114,7 +114,8 @@ def test_index_pages_rebase_links_and_state_scale():
     old, new = Path("/r"), Path("/r/scaling")
     text = "see [pilots](scaling/pilots/README.md), [fig](scaling/a.png), [claims](../docs/claims.md), [web](https://x.org/a)"
     assert ri.rebase_links(text, old, new) == (
-        "see [pilots](pilots/README.md), [fig](a.png), [claims](../../docs/claims.md), [web](https://x.org/a)")
+        "see [pilots](pilots/README.md), [fig](a.png), [claims](../../docs/claims.md), [web](https://x.org/a)"
+    )
     table = pd.DataFrame({"params": [28_500, 409_000, 409_000], "tokens": [1.79e6] * 3, "seed": [0, 1, 2]})
     assert ri.scale(table) == "28K-410K params, 1.8M tokens, 3 seeds"
     assert ri.scale(pd.DataFrame({"params": [658_752]})) == "660K params, 1 seed"
@@ -123,8 +124,14 @@ def test_index_pages_rebase_links_and_state_scale():
 def test_the_generic_figure_draws_a_numeric_axis_as_lines_and_names_a_missing_metric(tmp_path):
     from synthlab import figures
 
-    table = pd.DataFrame({"d_model": [32, 32, 512, 512] * 2, "loops": [1, 4] * 4, "seed": [0] * 4 + [1] * 4,
-                          "eval_loss": [1.0, 0.9, 0.5, 0.4, 1.1, 0.8, 0.6, 0.3]})
+    table = pd.DataFrame(
+        {
+            "d_model": [32, 32, 512, 512] * 2,
+            "loops": [1, 4] * 4,
+            "seed": [0] * 4 + [1] * 4,
+            "eval_loss": [1.0, 0.9, 0.5, 0.4, 1.1, 0.8, 0.6, 0.3],
+        }
+    )
     paths = figures.plot_grid(table, tmp_path, "mine", ["seed", "d_model", "loops"], "eval_loss")
     assert [p.name for p in paths] == ["mine.png", "mine.svg"] and all(p.stat().st_size > 0 for p in paths)
     svg = paths[1].read_text()

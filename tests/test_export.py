@@ -23,8 +23,9 @@ from synthlab.runs import RunConfig  # noqa: E402
 from synthlab.tokenizer import WordTokenizer  # noqa: E402
 from synthlab_generators import TASKS, write_dataset  # noqa: E402
 
-QWEN2 = dict(d_model=32, n_heads=4, n_layers=3, max_seq_len=96, mlp="swiglu", qkv_bias=True,
-             init_std=0.02)  # the float tolerances below are set for this init scale
+QWEN2 = dict(
+    d_model=32, n_heads=4, n_layers=3, max_seq_len=96, mlp="swiglu", qkv_bias=True, init_std=0.02
+)  # the float tolerances below are set for this init scale
 SHAPES = {
     "tied": dict(tie_head=True),
     "untied": dict(tie_head=False),
@@ -90,7 +91,9 @@ def test_auto_classes_give_the_labs_ids_text_and_logits(task, task_datasets, tmp
     specials = {"<pad>": auto.pad_token_id, "<bos>": auto.bos_token_id, "<eos>": auto.eos_token_id}
     assert specials == {tok: tokenizer.id(tok) for tok in specials}
     whole = "<bos> " + " ".join(t for t in tokenizer.tokens if t != "<bos>")  # every token, specials included
-    assert auto(whole)["input_ids"] == [1, 0, *range(2, len(tokenizer))] and auto.decode(auto(whole)["input_ids"]) == whole
+    assert (
+        auto(whole)["input_ids"] == [1, 0, *range(2, len(tokenizer))] and auto.decode(auto(whole)["input_ids"]) == whole
+    )
     sequences = list(_lab_sequences(folder))
     assert len(sequences) > 30
     for text, ids in sequences:
@@ -110,32 +113,37 @@ def test_auto_classes_give_the_labs_ids_text_and_logits(task, task_datasets, tmp
     assert (lab.pad_token_id, lab.bos_token_id, lab.eos_token_id) == (0, 1, 2)
 
 
-@pytest.mark.parametrize("overrides, culprit", [
-    (dict(loops=2), "loops = 2"),
-    (dict(mlp="gelu"), "mlp = gelu"),
-    (dict(positions="learned"), "positions = learned"),
-    (dict(norm="sandwich"), "norm = sandwich"),
-    (dict(norm_type="layernorm"), "norm_type = layernorm"),
-    (dict(bias=True), "bias = true"),
-    (dict(exit_gate=True), "exit_gate"),
-    (dict(topology="sandwich", n_prelude=1, n_coda=1, injection="add"), "injection = add"),
-])
+@pytest.mark.parametrize(
+    "overrides, culprit",
+    [
+        (dict(loops=2), "loops = 2"),
+        (dict(mlp="gelu"), "mlp = gelu"),
+        (dict(positions="learned"), "positions = learned"),
+        (dict(norm="sandwich"), "norm = sandwich"),
+        (dict(norm_type="layernorm"), "norm_type = layernorm"),
+        (dict(bias=True), "bias = true"),
+        (dict(exit_gate=True), "exit_gate"),
+        (dict(topology="sandwich", n_prelude=1, n_coda=1, injection="add"), "injection = add"),
+    ],
+)
 def test_models_qwen2_cannot_express_are_refused_with_one_line(overrides, culprit, tmp_path):
     config = ModelConfig(vocab_size=50, **{**QWEN2, **overrides})
     why = qwen2_refusal(config)
     assert why is not None and culprit in why and "\n" not in why
     with pytest.raises(SynthlabError, match="Qwen2 cannot express"):
-        export_model(build_model(config), WordTokenizer(["<pad>"] + [f"w{i}" for i in range(49)], ["<pad>"]),
-                     tmp_path / "out")
+        export_model(
+            build_model(config), WordTokenizer(["<pad>"] + [f"w{i}" for i in range(49)], ["<pad>"]), tmp_path / "out"
+        )
     assert not (tmp_path / "out").exists()
 
 
 def _trained_run(data, run_dir, **model):
     from synthlab.train import train
 
-    config = RunConfig(ModelConfig(vocab_size=len(WordTokenizer.from_file(data)), **{**QWEN2, **model}),
-                       TrainConfig(task="bios", data=str(data), steps=2, batch_size=4, seq_len=96,
-                                   warmup_steps=1, log_every=1))
+    config = RunConfig(
+        ModelConfig(vocab_size=len(WordTokenizer.from_file(data)), **{**QWEN2, **model}),
+        TrainConfig(task="bios", data=str(data), steps=2, batch_size=4, seq_len=96, warmup_steps=1, log_every=1),
+    )
     train(run_dir, config, progress=False)
     return run_dir
 
@@ -153,17 +161,29 @@ def test_cli_exports_a_trained_run_and_refuses_a_looped_one(bios, tmp_path):
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "q").iterdir()}
     assert set(modes.values()) == {new_file_mode()}, modes  # model.safetensors too (safetensors writes 0600)
     card = (tmp_path / "q" / "README.md").read_text()
-    for part in ("# synthlab bios model", '"d_model": 32', '"steps": 2', '"n_people": 40', "## Evaluation",
-                 "Not evaluated", "Final logged training record"):
+    for part in (
+        "# synthlab bios model",
+        '"d_model": 32',
+        '"steps": 2',
+        '"n_people": 40',
+        "## Evaluation",
+        "Not evaluated",
+        "Final logged training record",
+    ):
         assert part in card, part
-    assert WordTokenizer.from_file(tmp_path / "q" / "synthlab_vocab.json").tokens == WordTokenizer.from_file(bios).tokens
+    assert (
+        WordTokenizer.from_file(tmp_path / "q" / "synthlab_vocab.json").tokens == WordTokenizer.from_file(bios).tokens
+    )
     from synthlab.evaluate import evaluate_run
 
     scored = evaluate_run(run, device="cpu", train_sample=10)
     result = CliRunner().invoke(app, ["export", str(run), "--format", "qwen2", "--out", str(tmp_path / "q")])
     assert result.exit_code == 0, result.output  # its own earlier export: replaced
     card = (tmp_path / "q" / "README.md").read_text()
-    assert f"| eval/steps1.json | {scored['n_examples']} | {scored['accuracy']:.4f} |" in card and "Not evaluated" not in card
+    assert (
+        f"| eval/steps1.json | {scored['n_examples']} | {scored['accuracy']:.4f} |" in card
+        and "Not evaluated" not in card
+    )
 
     looped = _trained_run(bios, tmp_path / "looped", loops=2)
     result = CliRunner().invoke(app, ["export", str(looped), "--out", str(tmp_path / "q2")])

@@ -13,8 +13,20 @@ from synthlab.tokenizer import WordTokenizer
 from synthlab_generators.bios import TEMPLATES, pools
 
 runner = CliRunner()
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December"]
+MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 ATTRIBUTES = ["birth_date", "birth_city", "university", "major", "work_city", "employer"]
 PRONOUNS = {"male": {"He", "he", "His", "his", "him"}, "female": {"She", "she", "Her", "her"}}
 
@@ -41,7 +53,7 @@ def prefix_values() -> dict[str, set[tuple[str, ...]]]:
     out = {}
     for attribute in ATTRIBUTES[1:]:
         values = {tuple(v.replace(",", " ,").split()) for v in pools()[attribute]}
-        out[attribute] = {a for a in values if any(b != a and b[:len(a)] == a for b in values)}
+        out[attribute] = {a for a in values if any(b != a and b[: len(a)] == a for b in values)}
     return out
 
 
@@ -55,15 +67,14 @@ def check_biography(rec: dict, person: dict, with_gender: bool) -> None:
     for attribute in ATTRIBUTES:
         value = expected_tokens(person, attribute)
         start, end = spans[attribute]
-        assert words[start:start + len(value)] == value, attribute
+        assert words[start : start + len(value)] == value, attribute
         # a value that is a prefix of another takes in the token that ends it, and only then
         assert end - start == len(value) + (tuple(value) in PREFIX_VALUES.get(attribute, ())), attribute
         assert start > spans["name"][0]  # no value precedes the name
     if with_gender:
         (pronoun,) = words[slice(*spans["gender"])]
         assert pronoun in PRONOUNS[person["gender"]]
-        assert not any(w in PRONOUNS["male"] | PRONOUNS["female"]
-                       for w in words[: spans["gender"][0]])
+        assert not any(w in PRONOUNS["male"] | PRONOUNS["female"] for w in words[: spans["gender"][0]])
     else:
         assert "gender" not in spans
 
@@ -158,8 +169,9 @@ def test_scored_tokens_pay_for_the_person_not_the_template(tmp_path, variant):
     out = tmp_path / "d"
     gen(out, "--n-people", "1200", "--variant", variant, "--seed", "3")
     people = read(out / "people.jsonl")
-    bios = [sentences(r, people[r["person"]]) for r in read(out / "train.jsonl")
-            if people[r["person"]]["gender"] == "male"]
+    bios = [
+        sentences(r, people[r["person"]]) for r in read(out / "train.jsonl") if people[r["person"]]["gender"] == "male"
+    ]
     follows: dict[tuple[str, ...], set[str]] = {}
     for bio in bios:
         for sentence in bio:
@@ -191,7 +203,7 @@ def test_spans_are_the_same_in_every_variant(tmp_path):
         for rec in read(tmp_path / variant / "train.jsonl"):
             words, person = rec["text"].split(), people[rec["person"]]
             own = {"name": 3, **{a: len(expected_tokens(person, a)) for a in ATTRIBUTES}}
-            view = {k: (words[s:s + own[k]], e - s) for k, (s, e) in rec["spans"].items() if k in own}
+            view = {k: (words[s : s + own[k]], e - s) for k, (s, e) in rec["spans"].items() if k in own}
             assert seen.setdefault(rec["person"], view) == view, (variant, rec["person"])
     assert len(seen) == 200
 
@@ -212,12 +224,15 @@ def test_determinism(tmp_path):
     assert (tmp_path / "a/people.jsonl").read_bytes() != (tmp_path / "c/people.jsonl").read_bytes()
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["--n-people", "0"], "--n-people"),
-    (["--n-people", "160000001"], "--n-people"),
-    (["--variant", "multi0"], "--variant"),
-    (["--variant", "shuffled"], "--variant"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--n-people", "0"], "--n-people"),
+        (["--n-people", "160000001"], "--n-people"),
+        (["--variant", "multi0"], "--variant"),
+        (["--variant", "shuffled"], "--variant"),
+    ],
+)
 def test_bad_input(tmp_path, args, flag):
     result = runner.invoke(app, ["gen", "bios", *args, "--out", str(tmp_path / "d")])
     assert result.exit_code == 2

@@ -18,8 +18,7 @@ runner = CliRunner()
 SMALL = {
     "mano": ["--L", "3", "--n-train", "50", "--n-test", "5"],
     "bios": ["--n-people", "5"],
-    "multihop": ["--layers", "3", "--per-layer", "3", "--relations", "2", "--hops", "2",
-                 "--n-test", "2"],
+    "multihop": ["--layers", "3", "--per-layer", "3", "--relations", "2", "--hops", "2", "--n-test", "2"],
     "reach": ["--nodes", "12", "--max-diameter", "2", "--n-train", "10", "--n-test", "4"],
 }
 TEXT_FIELDS = ("prompt", "question", "text")
@@ -70,8 +69,7 @@ def test_meta_vocab_and_tokenizer_cover_every_file(tmp_path, task):
 
 
 def test_tokenizer_errors(tmp_path):
-    tok = WordTokenizer(["<pad>", "<bos>", "<eos>", "<ans>", "a", "b"],
-                        ["<pad>", "<bos>", "<eos>", "<ans>"])
+    tok = WordTokenizer(["<pad>", "<bos>", "<eos>", "<ans>", "a", "b"], ["<pad>", "<bos>", "<eos>", "<ans>"])
     assert tok.encode("a  b\ta") == [4, 5, 4] and tok.id("<ans>") == 3 == tok.ans_id
     assert tok.decode([1, 4, 5]) == "<bos> a b"
     with pytest.raises(SynthlabError, match="'c'"):
@@ -87,8 +85,7 @@ def test_tokenizer_errors(tmp_path):
 def test_default_out_is_per_params_and_seed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for seed in ("0", "0", "1"):
-        result = runner.invoke(app, ["gen", "mano", *SMALL["mano"], "--seed", seed,
-                                     "--overwrite"])
+        result = runner.invoke(app, ["gen", "mano", *SMALL["mano"], "--seed", seed, "--overwrite"])
         assert result.exit_code == 0, result.output
     folders = sorted(p.name for p in (tmp_path / "data").iterdir())
     assert len(folders) == 2 and all(f.startswith("mano-") for f in folders)
@@ -102,8 +99,7 @@ def test_failure_midway_leaves_nothing(tmp_path):
     def generate(params, rng):
         return Dataset(tokens=[], files={"train.jsonl": lines()}, counts={"train": 1})
 
-    spec = dataclasses.replace(TASKS["mano"], name="broken", generate=generate,
-                               help="a task that fails")
+    spec = dataclasses.replace(TASKS["mano"], name="broken", generate=generate, help="a task that fails")
     out = tmp_path / "d"
     out.mkdir()
     (out / "old.txt").write_text("kept")
@@ -144,7 +140,8 @@ def test_a_generator_whose_output_changes_raises_its_version(tmp_path, task):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     assert (spec.version, digest.hexdigest()[:16]) == (version, fingerprint), (
-        f"{task}'s output changed: raise its SPEC.version and update FINGERPRINTS")
+        f"{task}'s output changed: raise its SPEC.version and update FINGERPRINTS"
+    )
 
 
 def test_the_generator_version_names_another_dataset_from_version_2(monkeypatch):

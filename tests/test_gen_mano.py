@@ -62,8 +62,7 @@ def test_answers_and_lengths_rederived(tmp_path, ops):
             assert sum(w in "+-*/" for w in expr) == rec["length"]
             assert len(expr) == 2 * rec["length"] + 1
             assert int(rec["answer"]) == prefix_value(expr, 23)
-            assert tok.decode(tok.encode(rec["prompt"] + " " + rec["answer"])) == \
-                rec["prompt"] + " " + rec["answer"]
+            assert tok.decode(tok.encode(rec["prompt"] + " " + rec["answer"])) == rec["prompt"] + " " + rec["answer"]
     if ops == "asmd":
         assert any("/" in r["prompt"] for r in read(out / "train.jsonl"))
 
@@ -114,39 +113,39 @@ def test_determinism_and_meta(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     assert (tmp_path / "a/train.jsonl").read_bytes() != (tmp_path / "c/train.jsonl").read_bytes()
     meta = json.loads((tmp_path / "a/meta.json").read_text())
-    assert meta["params"] == {"L": 5, "n_train": 500, "n_test": 50, "n_test_per_length": 200,
-                              "ops": "asm", "mod": 23}
+    assert meta["params"] == {"L": 5, "n_train": 500, "n_test": 50, "n_test_per_length": 200, "ops": "asm", "mod": 23}
     assert meta["counts"] == {"train": 500, "test": 50 + 4 * 200} and meta["seed"] == 1
     assert meta["info"]["test_per_length"] == {"1": 200, "2": 200, "3": 200, "4": 200, "5": 50}
     vocab = json.loads((tmp_path / "a/vocab.json").read_text())
     assert vocab["tokens"][:4] == ["<pad>", "<bos>", "<eos>", "<ans>"]
-    assert vocab["tokens"][4:] == [f"<len_{i}>" for i in range(1, 6)] + ["+", "-", "*"] + \
-        [str(v) for v in range(23)]
+    assert vocab["tokens"][4:] == [f"<len_{i}>" for i in range(1, 6)] + ["+", "-", "*"] + [str(v) for v in range(23)]
 
 
 def test_overwrite(tmp_path):
     out = tmp_path / "d"
     gen(out, "--L", "3", "--n-train", "100", "--n-test", "10")
-    result = runner.invoke(app, ["gen", "mano", "--L", "3", "--n-train", "100", "--n-test",
-                                 "10", "--out", str(out)])
+    result = runner.invoke(app, ["gen", "mano", "--L", "3", "--n-train", "100", "--n-test", "10", "--out", str(out)])
     assert result.exit_code != 0 and "--overwrite" in result.output
     gen(out, "--L", "4", "--n-train", "100", "--n-test", "10", "--overwrite")
     assert json.loads((out / "meta.json").read_text())["params"]["L"] == 4
     assert [p.name for p in tmp_path.iterdir()] == ["d"]
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["--L", "0"], "--L"),
-    (["--n-train", "0"], "--n-train"),
-    (["--n-test", "-1"], "--n-test"),
-    (["--n-test-per-length", "-1"], "--n-test-per-length"),
-    (["--ops", "asx"], "--ops"),
-    (["--mod", "21"], "--mod"),
-    (["--L", "1", "--n-test", "1000"], "--n-test"),
-    (["--seed", "-1"], "--seed"),
-    (["--L", "abc"], "--L"),  # a wrongly typed option: typer's parse error, also on one line
-    (["--nope", "1"], "--nope"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--L", "0"], "--L"),
+        (["--n-train", "0"], "--n-train"),
+        (["--n-test", "-1"], "--n-test"),
+        (["--n-test-per-length", "-1"], "--n-test-per-length"),
+        (["--ops", "asx"], "--ops"),
+        (["--mod", "21"], "--mod"),
+        (["--L", "1", "--n-test", "1000"], "--n-test"),
+        (["--seed", "-1"], "--seed"),
+        (["--L", "abc"], "--L"),  # a wrongly typed option: typer's parse error, also on one line
+        (["--nope", "1"], "--nope"),
+    ],
+)
 def test_bad_input(tmp_path, args, flag):
     out = tmp_path / "d"
     # the last occurrence of an option wins: args override the small --n-train
@@ -162,8 +161,7 @@ def test_unknown_task_and_unwritable_out(tmp_path):
     assert result.exit_code == 2 and "unknown task 'mnao'" in result.output
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    result = runner.invoke(app, ["gen", "mano", "--n-train", "10", "--n-test", "5",
-                                 "--out", str(blocker / "sub")])
+    result = runner.invoke(app, ["gen", "mano", "--n-train", "10", "--n-test", "5", "--out", str(blocker / "sub")])
     assert result.exit_code == 2 and "--out" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
@@ -173,9 +171,13 @@ def all_expressions(length: int, ops: str, mod: int) -> list[list[str]]:
     """Every prefix expression with `length` operators, by plain recursion (tiny cases only)."""
     if length == 0:
         return [[str(v)] for v in range(mod)]
-    return [[op, *left, *right] for left_size in range(length)
-            for left in all_expressions(left_size, ops, mod)
-            for right in all_expressions(length - 1 - left_size, ops, mod) for op in ops]
+    return [
+        [op, *left, *right]
+        for left_size in range(length)
+        for left in all_expressions(left_size, ops, mod)
+        for right in all_expressions(length - 1 - left_size, ops, mod)
+        for op in ops
+    ]
 
 
 def divides_by_zero(tokens: list[str], mod: int) -> bool:
@@ -190,8 +192,7 @@ def divides_by_zero(tokens: list[str], mod: int) -> bool:
 def test_valid_prompt_counts_match_enumeration(ops, symbols):
     from synthlab_generators.mano import valid_prompts
 
-    counts = [sum(not divides_by_zero(e, 5) for e in all_expressions(length, symbols, 5))
-              for length in range(4)]
+    counts = [sum(not divides_by_zero(e, 5) for e in all_expressions(length, symbols, 5)) for length in range(4)]
     assert valid_prompts(3, len(symbols), 5) == counts
 
 
@@ -200,8 +201,23 @@ def test_held_out_prompts_of_every_length(tmp_path, ops, symbols):
     """Shorter lengths: distinct prompts not in train, answers right, as many as exist (or asked),
     and the count of unseen prompts in meta.json matches an enumeration; l = L is unchanged."""
     out = tmp_path / "d"
-    gen(out, "--L", "3", "--mod", "3", "--ops", ops, "--n-train", "300", "--n-test", "40",
-        "--n-test-per-length", "60", "--seed", "4")
+    gen(
+        out,
+        "--L",
+        "3",
+        "--mod",
+        "3",
+        "--ops",
+        ops,
+        "--n-train",
+        "300",
+        "--n-test",
+        "40",
+        "--n-test-per-length",
+        "60",
+        "--seed",
+        "4",
+    )
     train, test = read(out / "train.jsonl"), read(out / "test.jsonl")
     headline = [r for r in test if r.get("headline", True)]
     assert len(headline) == 40 and {r["length"] for r in headline} == {3}
@@ -214,8 +230,11 @@ def test_held_out_prompts_of_every_length(tmp_path, ops, symbols):
         assert len(set(prompts)) == len(prompts) and not set(prompts) & train_prompts
         for rec in held:
             assert int(rec["answer"]) == prefix_value(rec["prompt"].split()[2:-1], 3)
-        valid = {f"<bos> <len_{length}> {' '.join(e)} <ans>"
-                 for e in all_expressions(length, symbols, 3) if not divides_by_zero(e, 3)}
+        valid = {
+            f"<bos> <len_{length}> {' '.join(e)} <ans>"
+            for e in all_expressions(length, symbols, 3)
+            if not divides_by_zero(e, 3)
+        }
         unseen = valid - train_prompts
         assert int(meta["info"]["unseen_prompts_per_length"][str(length)]) == len(unseen)
         assert len(held) == min(60, len(unseen)) == meta["info"]["test_per_length"][str(length)]

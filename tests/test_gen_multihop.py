@@ -13,8 +13,20 @@ from synthlab.cli import app
 from synthlab.tokenizer import WordTokenizer
 
 runner = CliRunner()
-ARGS = ["--layers", "4", "--per-layer", "6", "--relations", "3", "--hops", "2",
-        "--train-fraction", "0.5", "--n-test", "20"]
+ARGS = [
+    "--layers",
+    "4",
+    "--per-layer",
+    "6",
+    "--relations",
+    "3",
+    "--hops",
+    "2",
+    "--train-fraction",
+    "0.5",
+    "--n-test",
+    "20",
+]
 
 
 def gen(out: Path, *args: str) -> None:
@@ -70,16 +82,29 @@ def test_counts_disjoint_and_atomic_facts_in_train(tmp_path):
     assert len(Counter(r["head"] for r in khop)) == 12
 
 
-@pytest.mark.parametrize("heads, expected", [("all", [0, 1, 2]), ("first", [0]), ("0,2", [0, 2]),
-                                             ("1", [1])])
+@pytest.mark.parametrize("heads, expected", [("all", [0, 1, 2]), ("first", [0]), ("0,2", [0, 2]), ("1", [1])])
 def test_question_count_for_each_head_layer_choice(tmp_path, heads, expected):
     """n_questions = |head layers| x per_layer x R^k, counted by enumerating every path from the
     heads in facts.jsonl; train holds round(fraction x n_questions) of them; heads lie in the
     chosen layers only."""
     from synthlab_generators.multihop import MultihopParams
 
-    args = ["--layers", "5", "--per-layer", "4", "--relations", "2", "--hops", "2", "--n-test", "5",
-            "--train-fraction", "0.4", "--head-layers", heads]
+    args = [
+        "--layers",
+        "5",
+        "--per-layer",
+        "4",
+        "--relations",
+        "2",
+        "--hops",
+        "2",
+        "--n-test",
+        "5",
+        "--train-fraction",
+        "0.4",
+        "--head-layers",
+        heads,
+    ]
     out = tmp_path / "d"
     gen(out, *args)
     facts = read(out / "facts.jsonl")
@@ -89,10 +114,8 @@ def test_question_count_for_each_head_layer_choice(tmp_path, heads, expected):
         return 0 if e not in tail else 1 + ahead(tail[e])
 
     layer = {e: 4 - ahead(e) for f in facts for e in (f["head"], f["tail"])}
-    enumerated = sum(1 for f in facts if layer[f["head"]] in expected
-                     for g in facts if g["head"] == f["tail"])
-    params = MultihopParams(layers=5, per_layer=4, relations=2, hops=2, n_test=5, train_fraction=0.4,
-                            head_layers=heads)
+    enumerated = sum(1 for f in facts if layer[f["head"]] in expected for g in facts if g["head"] == f["tail"])
+    params = MultihopParams(layers=5, per_layer=4, relations=2, hops=2, n_test=5, train_fraction=0.4, head_layers=heads)
     assert params.heads == tuple(expected)
     assert params.n_questions == enumerated == len(expected) * 4 * 2**2
     khop = [r for r in read(out / "train.jsonl") if r["hops"] == 2]
@@ -126,18 +149,21 @@ def test_determinism(tmp_path):
     assert (tmp_path / "a/facts.jsonl").read_bytes() != (tmp_path / "c/facts.jsonl").read_bytes()
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["--train-fraction", "0"], "--train-fraction"),
-    (["--train-fraction", "1.5"], "--train-fraction"),
-    (["--train-fraction", "0.999"], "--train-fraction"),  # 0.999 x 1,600,000 + 3,000 do not fit
-    (["--head-layers", "2"], "--head-layers"),  # 3 hops over 5 layers: heads in 0..1
-    (["--head-layers", "0,0"], "--head-layers"),
-    (["--head-layers", "last"], "--head-layers"),
-    (["--hops", "1"], "--hops"),
-    (["--hops", "5", "--layers", "5"], "--hops"),
-    (["--per-layer", "0"], "--per-layer"),
-    (["--n-test", "1000000000"], "--n-test"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--train-fraction", "0"], "--train-fraction"),
+        (["--train-fraction", "1.5"], "--train-fraction"),
+        (["--train-fraction", "0.999"], "--train-fraction"),  # 0.999 x 1,600,000 + 3,000 do not fit
+        (["--head-layers", "2"], "--head-layers"),  # 3 hops over 5 layers: heads in 0..1
+        (["--head-layers", "0,0"], "--head-layers"),
+        (["--head-layers", "last"], "--head-layers"),
+        (["--hops", "1"], "--hops"),
+        (["--hops", "5", "--layers", "5"], "--hops"),
+        (["--per-layer", "0"], "--per-layer"),
+        (["--n-test", "1000000000"], "--n-test"),
+    ],
+)
 def test_bad_input(tmp_path, args, flag):
     result = runner.invoke(app, ["gen", "multihop", *args, "--out", str(tmp_path / "d")])
     assert result.exit_code == 2

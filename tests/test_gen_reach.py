@@ -16,9 +16,24 @@ from synthlab_generators.reach import ReachParams, distance_counts, planned_dist
 
 runner = CliRunner()
 D = 5
-ARGS = ["--nodes", "30", "--max-diameter", str(D), "--n-train", "401", "--n-test", "100",
-        "--edge-repeats", "3", "--edge-queries", "2", "--distance-decay", "0.5",
-        "--lookup-queries", "150"]
+ARGS = [
+    "--nodes",
+    "30",
+    "--max-diameter",
+    str(D),
+    "--n-train",
+    "401",
+    "--n-test",
+    "100",
+    "--edge-repeats",
+    "3",
+    "--edge-queries",
+    "2",
+    "--distance-decay",
+    "0.5",
+    "--lookup-queries",
+    "150",
+]
 
 
 def gen(out: Path, *args: str) -> None:
@@ -100,8 +115,7 @@ def test_prompt_lists_the_context(data):
 def test_the_curriculum_draws_what_it_says(data, split, count, decay):
     """Each class holds half the queries (the extra one is a "yes"), spread over d = 1..D in
     proportion to decay ** (d - 1), within one query of the exact share, summing exactly."""
-    found = Counter((q["answer"], q["distance"]) for q in read(data / f"{split}.jsonl")
-                    if q["kind"] == "query")
+    found = Counter((q["answer"], q["distance"]) for q in read(data / f"{split}.jsonl") if q["kind"] == "query")
     weights = [decay ** (d - 1) for d in range(1, D + 1)]
     for answer, n in (("yes", (count + 1) // 2), ("no", count // 2)):
         got = [found[(answer, d)] for d in range(1, D + 1)]
@@ -164,16 +178,19 @@ def test_determinism(data, tmp_path):
     assert (data / "test.jsonl").read_bytes() != (tmp_path / "c/test.jsonl").read_bytes()
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["--nodes", "10"], "--nodes"),
-    (["--max-diameter", "0"], "--max-diameter"),
-    (["--context-edges", "3"], "--context-edges"),
-    (["--n-test", "0"], "--n-test"),
-    (["--distance-decay", "0"], "--distance-decay"),
-    (["--edge-queries", "-1"], "--edge-queries"),
-    (["--n-train", "10", "--lookup-queries", "11"], "--lookup-queries"),
-    (["--nodes", "8", "--max-diameter", "1", "--n-train", "2000"], "--n-train"),  # too few
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--nodes", "10"], "--nodes"),
+        (["--max-diameter", "0"], "--max-diameter"),
+        (["--context-edges", "3"], "--context-edges"),
+        (["--n-test", "0"], "--n-test"),
+        (["--distance-decay", "0"], "--distance-decay"),
+        (["--edge-queries", "-1"], "--edge-queries"),
+        (["--n-train", "10", "--lookup-queries", "11"], "--lookup-queries"),
+        (["--nodes", "8", "--max-diameter", "1", "--n-train", "2000"], "--n-train"),  # too few
+    ],
+)
 def test_bad_input(tmp_path, args, flag):
     result = runner.invoke(app, ["gen", "reach", *args, "--out", str(tmp_path / "d")])
     assert result.exit_code == 2

@@ -27,7 +27,8 @@ def test_dry_run_reports_each_model_beside_the_labelled_reference(tmp_path, caps
         assert f"loops {model['loops']}: {model['bits']:,.0f} bits, {model['bits_per_param']:.3f} bits/param" in printed
     # the paper's figure appears once, on its own line, marked as the paper's
     assert [line for line in printed.splitlines() if "Physics of LMs" in line] == [
-        "reference: Physics of LMs 3.3 at 1000 exposures, about 2 bits/param (paper, not measured here)"]
+        "reference: Physics of LMs 3.3 at 1000 exposures, about 2 bits/param (paper, not measured here)"
+    ]
 
 
 def test_refuses_a_full_run_without_cuda_and_a_used_out_folder(tmp_path):

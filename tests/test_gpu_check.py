@@ -17,8 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow  # four fresh interpreters and two torch.compile traces: about two minutes on 2 cores
 def test_gpu_check_dry_run_writes_every_part(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
-    run = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(tmp_path)],
-                         env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert all(f"{p}=0" in run.stdout for p in ("throughput", "learn", "ouroboros", "calibrate")), run.stdout[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())

@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
 from synthlab.errors import SynthlabError
 from synthlab.options import TrainConfig
 from synthlab.runs import load_checkpoint
 from synthlab.train import train
-from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
 
-@pytest.mark.parametrize("task,model,loss", [
-    ("mano", {}, "last"),
-    ("bios", {"loops": 2}, "mean"),  # packed rows: micro-batches hold different numbers of targets
-    ("mano", {"loops": 2, "exit_gate": True}, "ouro"),
-])
+@pytest.mark.parametrize(
+    "task,model,loss",
+    [
+        ("mano", {}, "last"),
+        ("bios", {"loops": 2}, "mean"),  # packed rows: micro-batches hold different numbers of targets
+        ("mano", {"loops": 2, "exit_gate": True}, "ouro"),
+    ],
+)
 def test_accumulated_micro_batches_equal_one_batch(tmp_path, datasets, task, model, loss):
     runs = {}
     for accum in (1, 4):
         runs[accum] = tmp_path / f"accum{accum}"
-        train(runs[accum], run_config(datasets(task), task, model, steps=5, loss=loss, grad_accum=accum,
-                                      device="cpu"), progress=False)
+        train(
+            runs[accum],
+            run_config(datasets(task), task, model, steps=5, loss=loss, grad_accum=accum, device="cpu"),
+            progress=False,
+        )
     one, four = (load_checkpoint(runs[a])["model"] for a in (1, 4))
     assert one.keys() == four.keys()
     for name in one:  # fp32 summation order differs; Adam scales it up on rows with tiny gradients

@@ -32,8 +32,11 @@ def _corpus_docs(n_docs: int, seed: int) -> list[str]:
 
     docs = []
     for _ in range(n_docs):
-        sentences = [f"the {pick(['red', 'blue'])} {pick(['cat', 'dog', 'bird'])} {pick(['sat', 'ran', 'flew'])} "
-                     f"{pick(['on', 'under', 'over'])} the {pick(['mat', 'log', 'tree'])} ." for _ in range(4)]
+        sentences = [
+            f"the {pick(['red', 'blue'])} {pick(['cat', 'dog', 'bird'])} {pick(['sat', 'ran', 'flew'])} "
+            f"{pick(['on', 'under', 'over'])} the {pick(['mat', 'log', 'tree'])} ."
+            for _ in range(4)
+        ]
         docs.append(" ".join(sentences))
     return docs
 
@@ -57,10 +60,20 @@ def checkpoint(tmp_path_factory):
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"]))
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(
+        folder
+    )
     config = transformers.Qwen2Config(
-        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=6, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True, initializer_range=0.1)
+        vocab_size=32,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        initializer_range=0.1,
+    )
     torch.manual_seed(0)  # the HF initialiser draws from the global generator; seeded here, in the test
     transformers.Qwen2ForCausalLM(config).save_pretrained(folder)
     (folder / "train.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in _corpus_docs(60, 1)))
@@ -95,8 +108,9 @@ def test_loading_prints_no_progress_bar_and_leaves_the_setting_alone(checkpoint,
 
 
 def test_default_split_matches_reference_and_scales():
-    assert resolve_split(36, OuroborosConfig()) == resolve_split(36, OuroborosConfig(prelude_layers=8, coda_layers=8,
-                                                                                     recurrent_layer=18))
+    assert resolve_split(36, OuroborosConfig()) == resolve_split(
+        36, OuroborosConfig(prelude_layers=8, coda_layers=8, recurrent_layer=18)
+    )
     split = resolve_split(36, OuroborosConfig())
     assert (split.prelude, split.recurrent, split.coda) == (tuple(range(8)), 18, tuple(range(28, 36)))
     assert split.removed == tuple(i for i in range(8, 28) if i != 18)
@@ -176,7 +190,9 @@ def test_a_few_training_steps_lower_the_loss(checkpoint):
     tokenizer = load_tokenizer(checkpoint)
     sequences = pack(read_texts(checkpoint / "train.jsonl"), tokenizer, 24)
     train_seqs, heldout = split_heldout(sequences, 0.2)
-    config = OuroborosTrainConfig(steps=12, seq_len=24, batch_size=8, grad_accum=1, lr=1e-2, warmup_steps=2, depths=(1, 2))
+    config = OuroborosTrainConfig(
+        steps=12, seq_len=24, batch_size=8, grad_accum=1, lr=1e-2, warmup_steps=2, depths=(1, 2)
+    )
     for variant in ("controller", "static"):
         model = _system(base, variant)
         before = evaluate(model, heldout, 2, 16)
@@ -193,8 +209,15 @@ def test_a_few_training_steps_lower_the_loss(checkpoint):
 
 def test_qwen25_3b_shape_has_about_9_2m_trainable_parameters(tmp_path):
     path = tmp_path / "config.json"
-    transformers.Qwen2Config(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
-                             num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True).to_json_file(path)
+    transformers.Qwen2Config(
+        hidden_size=2048,
+        intermediate_size=11008,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ).to_json_file(path)
     model = _system(meta_base(path), "controller")
     total = trainable_breakdown(model)["total"]
     assert abs(total - 9.2e6) <= 0.1e6, total
@@ -245,15 +268,39 @@ def test_cli_build_train_eval(checkpoint, tmp_path):
 
     (tmp_path / "other.txt").write_text("\n\n".join(d.replace("the", "a") for d in _corpus_docs(20, 3)))
     run = tmp_path / "run"
-    result = runner.invoke(app, ["ouroboros", "train", "--base", str(checkpoint), "--corpus",
-                                 str(checkpoint / "train.jsonl"), "--out", str(run), "--variants", "controller,nogate",
-                                 "--steps", "2", "--seq-len", "16", "--batch-size", "4", "--grad-accum", "1",
-                                 "--depths", "1,2", "--max-steps", "4"])
+    result = runner.invoke(
+        app,
+        [
+            "ouroboros",
+            "train",
+            "--base",
+            str(checkpoint),
+            "--corpus",
+            str(checkpoint / "train.jsonl"),
+            "--out",
+            str(run),
+            "--variants",
+            "controller,nogate",
+            "--steps",
+            "2",
+            "--seq-len",
+            "16",
+            "--batch-size",
+            "4",
+            "--grad-accum",
+            "1",
+            "--depths",
+            "1,2",
+            "--max-steps",
+            "4",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (run / "controller" / "trainable.safetensors").is_file() and (run / "nogate" / "train_log.csv").is_file()
     assert "\r" not in result.output and "train controller: step 2/2 (100%)" in result.output  # plain lines off a tty
-    result = runner.invoke(app, ["ouroboros", "eval", str(run), "--depths", "1,2,4", "--corpus",
-                                 str(tmp_path / "other.txt")])
+    result = runner.invoke(
+        app, ["ouroboros", "eval", str(run), "--depths", "1,2,4", "--corpus", str(tmp_path / "other.txt")]
+    )
     assert result.exit_code == 0, result.output
     assert "\r" not in result.output and "eval: evaluation 16/16 (100%)" in result.output
     for variant in ("controller", "nogate", "truncated", "base"):
@@ -294,8 +341,9 @@ def test_training_resumes_bit_identically(checkpoint, tmp_path, monkeypatch):
     import synthlab.hf.runs as runs
     from synthlab.hf.runs import train_run
 
-    config = OuroborosTrainConfig(steps=6, seq_len=16, batch_size=8, grad_accum=2, lr=1e-2, warmup_steps=2,
-                                  depths=(1, 2, 3), checkpoint_every=2)
+    config = OuroborosTrainConfig(
+        steps=6, seq_len=16, batch_size=8, grad_accum=2, lr=1e-2, warmup_steps=2, depths=(1, 2, 3), checkpoint_every=2
+    )
     args = (str(checkpoint), str(checkpoint / "train.jsonl"))
     system = OuroborosConfig(max_steps=4)
     train_run(*args, tmp_path / "whole", ["controller", "static"], system, config, progress=False)
@@ -331,8 +379,14 @@ def test_training_resumes_bit_identically(checkpoint, tmp_path, monkeypatch):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
         assert not (resumed / runs.STATE).exists()
     with pytest.raises(SynthlabError, match="another OUROBOROS run"):
-        train_run(*args, tmp_path / "stopped", ["controller", "static"], system,
-                  dataclasses.replace(config, lr=2e-2), progress=False)
+        train_run(
+            *args,
+            tmp_path / "stopped",
+            ["controller", "static"],
+            system,
+            dataclasses.replace(config, lr=2e-2),
+            progress=False,
+        )
 
 
 def test_per_document_rows_are_padded_and_padding_is_never_scored(checkpoint):
@@ -344,7 +398,7 @@ def test_per_document_rows_are_padded_and_padding_is_never_scored(checkpoint):
     lengths = []
     for row, doc in zip(rows, docs):
         ids = tokenizer(doc, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        assert row[: len(ids)].tolist() == ids and (row[len(ids):] == PAD).all()
+        assert row[: len(ids)].tolist() == ids and (row[len(ids) :] == PAD).all()
         lengths.append(len(ids))
     model = _system(_base(checkpoint), "controller")
     _randomise_trainables(model)
@@ -365,5 +419,12 @@ def test_a_lost_process_is_one_error_line(checkpoint, tmp_path, monkeypatch):
     monkeypatch.setattr(runs, "train", lost)
     config = OuroborosTrainConfig(steps=2, seq_len=16, batch_size=4, grad_accum=1, depths=(1,))
     with pytest.raises(SynthlabError, match=r"process 0 of 1 lost contact .* \(rerun the same command to resume\)"):
-        runs.train_run(str(checkpoint), str(checkpoint / "train.jsonl"), tmp_path / "run", ["controller"],
-                       OuroborosConfig(max_steps=4), config, progress=False)
+        runs.train_run(
+            str(checkpoint),
+            str(checkpoint / "train.jsonl"),
+            tmp_path / "run",
+            ["controller"],
+            OuroborosConfig(max_steps=4),
+            config,
+            progress=False,
+        )

@@ -16,14 +16,29 @@ import torch
 
 pytest.importorskip("transformers")
 
+from test_hf import checkpoint, one_thread  # noqa: E402,F401  (fixtures)
+
 from synthlab.distributed import World, check_shardable  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
 from synthlab.hf import OuroborosConfig  # noqa: E402
 from synthlab.hf.train import OuroborosTrainConfig  # noqa: E402
-from test_hf import checkpoint, one_thread  # noqa: E402,F401  (fixtures)
 
-TINY = ["--seq-len", "16", "--batch-size", "4", "--grad-accum", "2", "--depths", "1,2,3", "--max-steps", "4",
-        "--lr", "1e-2", "--device", "cpu"]
+TINY = [
+    "--seq-len",
+    "16",
+    "--batch-size",
+    "4",
+    "--grad-accum",
+    "2",
+    "--depths",
+    "1,2,3",
+    "--max-steps",
+    "4",
+    "--lr",
+    "1e-2",
+    "--device",
+    "cpu",
+]
 
 
 def _cli(*args, code=0):
@@ -38,8 +53,22 @@ def _cli(*args, code=0):
 
 def _torchrun(*args) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           "-m", "synthlab", *map(str, args)], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "synthlab",
+            *map(str, args),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -65,8 +94,22 @@ def test_two_processes_train_padded_documents_as_one(checkpoint, tmp_path):
 
     docs = [" ".join(d.split(" . ")[: 1 + i % 4]) + " ." for i, d in enumerate(_corpus_docs(40, 2))]
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    args = ["ouroboros", "train", "--base", checkpoint, "--corpus", tmp_path / "docs.jsonl", "--variants",
-            "controller", "--steps", "4", "--per-document", *TINY, "--seq-len", "40"]
+    args = [
+        "ouroboros",
+        "train",
+        "--base",
+        checkpoint,
+        "--corpus",
+        tmp_path / "docs.jsonl",
+        "--variants",
+        "controller",
+        "--steps",
+        "4",
+        "--per-document",
+        *TINY,
+        "--seq-len",
+        "40",
+    ]
     _cli(*args, "--out", tmp_path / "one")
     _torchrun(*args, "--out", tmp_path / "two")
     logs = [pd.read_csv(tmp_path / run / "controller" / "train_log.csv") for run in ("one", "two")]
@@ -81,8 +124,21 @@ def test_fsdp_shards_the_base_trains_as_one_process_and_resumes_into_it(checkpoi
     # by 2 processes with the base sharded by FSDP ends where the whole run did
     import synthlab.hf.runs as runs
 
-    args = ["ouroboros", "train", "--base", checkpoint, "--corpus", checkpoint / "train.jsonl", "--variants",
-            "controller", "--steps", "6", "--checkpoint-every", "2", *TINY]
+    args = [
+        "ouroboros",
+        "train",
+        "--base",
+        checkpoint,
+        "--corpus",
+        checkpoint / "train.jsonl",
+        "--variants",
+        "controller",
+        "--steps",
+        "6",
+        "--checkpoint-every",
+        "2",
+        *TINY,
+    ]
     _cli(*args, "--out", tmp_path / "whole")
     real_write = runs.atomic_write
 
@@ -96,7 +152,9 @@ def test_fsdp_shards_the_base_trains_as_one_process_and_resumes_into_it(checkpoi
     monkeypatch.undo()
     assert torch.load(tmp_path / "sharded" / "controller" / runs.STATE, weights_only=True)["step"] == 2
     out = _torchrun(*args, "--out", tmp_path / "sharded", "--fsdp")
-    held, total = (int(x.replace(",", "")) for x in re.search(r"FSDP: at most ([\d,]+) of the base's ([\d,]+)", out).groups())
+    held, total = (
+        int(x.replace(",", "")) for x in re.search(r"FSDP: at most ([\d,]+) of the base's ([\d,]+)", out).groups()
+    )
     assert total == 57_120 and held <= total / 2 + 64  # each process half of every tensor (dim 0 padded to even)
     logs = [pd.read_csv(tmp_path / run / "controller" / "train_log.csv") for run in ("whole", "sharded")]
     assert list(logs[0]["depth"]) == list(logs[1]["depth"]) and len(logs[1]) == 6
@@ -109,10 +167,34 @@ def test_fsdp_shards_the_base_trains_as_one_process_and_resumes_into_it(checkpoi
 def test_two_processes_evaluate_as_one(checkpoint, tmp_path):
     # each process its half of the rows (3 held out: the second half filled up with a PAD row), the
     # sums added up: the one-process table; with the base sharded by FSDP as well
-    _cli("ouroboros", "train", "--base", checkpoint, "--corpus", checkpoint / "train.jsonl", "--variants", "static",
-         "--steps", "2", *TINY, "--out", tmp_path / "run")
-    evaluate = ["ouroboros", "eval", tmp_path / "run", "--depths", "1,3", "--max-sequences", "3", "--batch-size", "2",
-                "--device", "cpu"]
+    _cli(
+        "ouroboros",
+        "train",
+        "--base",
+        checkpoint,
+        "--corpus",
+        checkpoint / "train.jsonl",
+        "--variants",
+        "static",
+        "--steps",
+        "2",
+        *TINY,
+        "--out",
+        tmp_path / "run",
+    )
+    evaluate = [
+        "ouroboros",
+        "eval",
+        tmp_path / "run",
+        "--depths",
+        "1,3",
+        "--max-sequences",
+        "3",
+        "--batch-size",
+        "2",
+        "--device",
+        "cpu",
+    ]
     _cli(*evaluate)
     tables = [pd.read_csv(tmp_path / "run" / "results.csv")]
     for extra in ([], ["--fsdp"]):
@@ -130,8 +212,16 @@ def test_fsdp_without_processes_to_shard_over_is_one_line(checkpoint, tmp_path):
 
     config = OuroborosTrainConfig(steps=1, seq_len=16, batch_size=4, grad_accum=1, depths=(1,))
     with pytest.raises(SynthlabError, match=r"FSDP shards the model across processes and this is the only one"):
-        train_run(str(checkpoint), str(checkpoint / "train.jsonl"), tmp_path / "run", ["controller"],
-                  OuroborosConfig(max_steps=4), config, progress=False, fsdp=True)
+        train_run(
+            str(checkpoint),
+            str(checkpoint / "train.jsonl"),
+            tmp_path / "run",
+            ["controller"],
+            OuroborosConfig(max_steps=4),
+            config,
+            progress=False,
+            fsdp=True,
+        )
     assert not (tmp_path / "run").exists()
     with pytest.raises(SynthlabError, match="no run.json"):  # eval checks its run before it starts
         eval_run(tmp_path / "run", [1], fsdp=True)
@@ -148,7 +238,11 @@ def test_the_readme_ouroboros_torchrun_lines_run_as_written(tmp_path):
     gen = [line for line in blocks[1].splitlines() if line.startswith("synthlab gen mano")]
     lines = gen + [line for line in blocks[3].splitlines()[1:] if line]
     assert len(lines) == 5 and lines[-1].startswith("torchrun --nproc-per-node 2 -m synthlab ouroboros eval")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     outs = []
     for line in lines:
         done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

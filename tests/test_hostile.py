@@ -19,8 +19,25 @@ from synthlab.runs import checkpoint_files
 from synthlab_generators import TASKS, write_dataset
 
 runner = CliRunner()
-EXPORTABLE = ["--d-model", 32, "--n-heads", 2, "--n-layers", 1, "--max-seq-len", 128, "--mlp", "swiglu",
-              "--batch-size", 4, "--device", "cpu", "--no-progress", "--threads", 1]
+EXPORTABLE = [
+    "--d-model",
+    32,
+    "--n-heads",
+    2,
+    "--n-layers",
+    1,
+    "--max-seq-len",
+    128,
+    "--mlp",
+    "swiglu",
+    "--batch-size",
+    4,
+    "--device",
+    "cpu",
+    "--no-progress",
+    "--threads",
+    1,
+]
 
 
 def invoke(*args, **kwargs):
@@ -45,8 +62,9 @@ def bios(tmp_path_factory):
 def trained(bios, tmp_path_factory):
     """A finished 2-step run (exportable: loops = 1, SwiGLU), checkpoints at steps 1 and 2."""
     run = tmp_path_factory.mktemp("r") / "run"
-    result = invoke("train", "--data", bios, "--out", run, "--steps", 2, "--checkpoint-every", 1, "--log-every", 1,
-                    *EXPORTABLE)
+    result = invoke(
+        "train", "--data", bios, "--out", run, "--steps", 2, "--checkpoint-every", 1, "--log-every", 1, *EXPORTABLE
+    )
     assert result.exit_code == 0, result.output
     return run
 
@@ -80,14 +98,25 @@ def plant_crafted_checkpoints(run: Path, marker: Path) -> None:
 
 # --- code from files ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("command", ["resume", "init-from", "eval", "capacity", "export"])
 def test_a_crafted_checkpoint_is_refused_in_every_load_path(command, run_copy, bios, tmp_path):
     marker = tmp_path / "marker"
     plant_crafted_checkpoints(run_copy, marker)
     args = {
         "resume": ["train", "--resume", run_copy, "--no-progress"],
-        "init-from": ["train", "--data", bios, "--out", tmp_path / "new", "--steps", 1, "--init-from", run_copy,
-                      *EXPORTABLE],
+        "init-from": [
+            "train",
+            "--data",
+            bios,
+            "--out",
+            tmp_path / "new",
+            "--steps",
+            1,
+            "--init-from",
+            run_copy,
+            *EXPORTABLE,
+        ],
         "eval": ["eval", run_copy, "--device", "cpu", "--threads", 1],
         "capacity": ["capacity", run_copy, "--device", "cpu"],
         "export": ["export", run_copy, "--out", tmp_path / "hf"],
@@ -126,9 +155,16 @@ def qwen2_base(tmp_path_factory):
     tok.train_from_iterator([" ".join(words)], trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"]))
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
     fast.save_pretrained(folder)
-    config = transformers.Qwen2Config(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32,
-                                      tie_word_embeddings=True)
+    config = transformers.Qwen2Config(
+        vocab_size=16,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        tie_word_embeddings=True,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(0)
         transformers.Qwen2ForCausalLM(config).save_pretrained(folder)
@@ -138,9 +174,31 @@ def qwen2_base(tmp_path_factory):
 
 
 def ouroboros_train(base: Path, out: Path, *extra):
-    return invoke("ouroboros", "train", "--base", base, "--corpus", base / "train.jsonl", "--out", out,
-                  "--variants", "static", "--steps", 2, "--seq-len", 8, "--batch-size", 4, "--grad-accum", 1,
-                  "--depths", "1,2", "--max-steps", 2, *extra)
+    return invoke(
+        "ouroboros",
+        "train",
+        "--base",
+        base,
+        "--corpus",
+        base / "train.jsonl",
+        "--out",
+        out,
+        "--variants",
+        "static",
+        "--steps",
+        2,
+        "--seq-len",
+        8,
+        "--batch-size",
+        4,
+        "--grad-accum",
+        1,
+        "--depths",
+        "1,2",
+        "--max-steps",
+        2,
+        *extra,
+    )
 
 
 def test_a_crafted_or_cut_ouroboros_state_is_one_error_line(qwen2_base, tmp_path):
@@ -157,12 +215,12 @@ def test_a_crafted_or_cut_ouroboros_state_is_one_error_line(qwen2_base, tmp_path
 
 # --- folders replaced ---------------------------------------------------------------------------
 
+
 def listing(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_export_never_replaces_the_run_the_working_directory_or_a_folder_holding_them(run_copy, tmp_path,
-                                                                                          monkeypatch):
+def test_export_never_replaces_the_run_the_working_directory_or_a_folder_holding_them(run_copy, tmp_path, monkeypatch):
     before = listing(tmp_path)
     for out in [run_copy, tmp_path]:  # the run, a folder holding it
         one_error_line(invoke("export", run_copy, "--out", out, "--overwrite"), "choose a new folder")
@@ -211,12 +269,15 @@ def test_gen_never_replaces_the_working_directory(tmp_path, monkeypatch):
     (tmp_path / "keep.txt").write_text("mine\n")
     monkeypatch.chdir(tmp_path)
     for out in [".", ".."]:
-        one_error_line(invoke("gen", "mano", "--L", 2, "--n-train", 10, "--n-test", 2, "--out", out, "--overwrite"),
-                       "working directory")
+        one_error_line(
+            invoke("gen", "mano", "--L", 2, "--n-train", 10, "--n-test", 2, "--out", out, "--overwrite"),
+            "working directory",
+        )
     assert (tmp_path / "keep.txt").read_text() == "mine\n"
 
 
 # --- edited datasets ----------------------------------------------------------------------------
+
 
 def test_an_edited_dataset_is_refused_at_train_resume_eval_and_capacity_unless_no_verify(trained, bios, tmp_path):
     data = tmp_path / "bios"
@@ -263,6 +324,7 @@ def test_a_dataset_is_hashed_once_per_size_and_mtime(bios, tmp_path, monkeypatch
 
 # --- appends cut off ----------------------------------------------------------------------------
 
+
 def test_a_metrics_line_cut_by_a_full_disk_blocks_neither_resume_nor_curves(trained, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
@@ -301,6 +363,7 @@ def fake_sweep(tmp_path, monkeypatch):
         result = invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", out)
         assert result.exit_code == 0, result.output
         return out
+
     return run
 
 
@@ -311,8 +374,11 @@ def test_a_non_numeric_cell_is_one_error_line_naming_it(column, fake_sweep, tmp_
     header, row = lines[0].split(","), lines[1].split(",")
     row[header.index(column)] = "0.5x"
     (sweep_dir / "results.csv").write_text("\n".join([lines[0], ",".join(row), *lines[2:]]) + "\n")
-    for args in (["plot", "mano", sweep_dir], ["report", sweep_dir, "--out", tmp_path / "r.md"],
-                 ["sweep", FAKE, "--runner", "sweep_fake_runner", "--out", sweep_dir, "--dry-run"]):
+    for args in (
+        ["plot", "mano", sweep_dir],
+        ["report", sweep_dir, "--out", tmp_path / "r.md"],
+        ["sweep", FAKE, "--runner", "sweep_fake_runner", "--out", sweep_dir, "--dry-run"],
+    ):
         if args[0] != "sweep" or column == "wall_s":  # a sweep reads its measured times, not the metrics
             one_error_line(invoke(*args), column, "'0.5x'", row[header.index("point_id")])
 
@@ -330,6 +396,7 @@ def test_report_copy_gives_each_sweep_of_one_experiment_its_own_folder(fake_swee
 
 
 # --- failures before the first step -------------------------------------------------------------
+
 
 def test_out_of_memory_is_one_line_naming_the_size_and_blocks_no_rerun(bios, tmp_path):
     run = tmp_path / "run"
@@ -350,15 +417,18 @@ def test_a_folder_with_more_than_an_unstarted_run_is_not_replaced(trained, bios,
     assert checkpoint_files(run)
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["eval", "RUN", "--batch-size", 0], ["--batch-size", ">= 1"]),
-    (["capacity", "RUN", "--batch-size", 0], ["--batch-size", ">= 1"]),
-    (["eval", "RUN", "--device", "tpu"], ["--device", "tpu"]),
-    (["eval", "RUN", "--steps", 1_000_000], ["--steps", "1..16"]),
-    (["capacity", "RUN", "--steps", 1_000_000], ["--steps", "1..16"]),
-    (["eval", "RUN", "--exit", "diff:nan"], ["diff:nan", "finite"]),
-    (["eval", "RUN", "--exit", "static:inf"], ["static:inf", "finite"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["eval", "RUN", "--batch-size", 0], ["--batch-size", ">= 1"]),
+        (["capacity", "RUN", "--batch-size", 0], ["--batch-size", ">= 1"]),
+        (["eval", "RUN", "--device", "tpu"], ["--device", "tpu"]),
+        (["eval", "RUN", "--steps", 1_000_000], ["--steps", "1..16"]),
+        (["capacity", "RUN", "--steps", 1_000_000], ["--steps", "1..16"]),
+        (["eval", "RUN", "--exit", "diff:nan"], ["diff:nan", "finite"]),
+        (["eval", "RUN", "--exit", "static:inf"], ["static:inf", "finite"]),
+    ],
+)
 def test_bad_values_are_refused_naming_their_cause(args, needles, trained):
     one_error_line(invoke(*[trained if a == "RUN" else a for a in args]), *needles)
 
@@ -387,8 +457,9 @@ def test_a_damaged_checkpoint_without_its_sha256_falls_back(run_copy):
     newest.with_name(newest.name + ".sha256").unlink()
     (run_copy / "summary.json").unlink()
     result = invoke("train", "--resume", run_copy, "--no-progress")
-    assert result.exit_code == 0 and "invalid torch_rng" in result.output and "checkpoint-1.pt" in result.output, \
+    assert result.exit_code == 0 and "invalid torch_rng" in result.output and "checkpoint-1.pt" in result.output, (
         result.output
+    )
 
 
 def test_a_full_disk_while_checkpointing_is_one_line_and_the_run_resumes(bios, tmp_path, monkeypatch):
@@ -398,8 +469,10 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_the_run_resumes(bios, t
     def disk_full_at_step_2(obj, f, *args, **kwargs):
         if isinstance(obj, dict) and obj.get("step") == 2:
             Path(f).write_bytes(b"PK\x03\x04 half")
-            raise RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file "
-                               "data/3: file write failed")
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file "
+                "data/3: file write failed"
+            )
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", disk_full_at_step_2)
@@ -435,14 +508,17 @@ def test_ouroboros_refuses_nan_lr_naming_lr(qwen2_base, tmp_path):
 
 def test_ouroboros_build_on_a_non_qwen2_config_is_one_error_line(tmp_path):
     transformers = pytest.importorskip("transformers")
-    transformers.LlamaConfig(num_hidden_layers=4, hidden_size=32, num_attention_heads=2,
-                             intermediate_size=64).to_json_file(tmp_path / "llama.json")
-    one_error_line(invoke("ouroboros", "build", "--base-config", tmp_path / "llama.json", "--out", tmp_path / "b"),
-                   "llama")
+    transformers.LlamaConfig(
+        num_hidden_layers=4, hidden_size=32, num_attention_heads=2, intermediate_size=64
+    ).to_json_file(tmp_path / "llama.json")
+    one_error_line(
+        invoke("ouroboros", "build", "--base-config", tmp_path / "llama.json", "--out", tmp_path / "b"), "llama"
+    )
     assert not (tmp_path / "b").exists()
 
 
 # --- interruptions ------------------------------------------------------------------------------
+
 
 def test_a_run_in_use_is_refused_naming_its_pid_and_a_killed_holder_frees_it(run_copy, tmp_path):
     import signal
@@ -451,10 +527,19 @@ def test_a_run_in_use_is_refused_naming_its_pid_and_a_killed_holder_frees_it(run
     import time
 
     (run_copy / "summary.json").unlink()  # resumable
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from synthlab.files import folder_lock\n"
-                               "with folder_lock(Path(sys.argv[1]), 'test'):\n    print('held', flush=True)\n"
-                               "    time.sleep(60)\n", str(run_copy)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pathlib import Path\n"
+            "from synthlab.files import folder_lock\n"
+            "with folder_lock(Path(sys.argv[1]), 'test'):\n    print('held', flush=True)\n"
+            "    time.sleep(60)\n",
+            str(run_copy),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         one_error_line(invoke("train", "--resume", run_copy, "--no-progress"), f"in use by PID {holder.pid}")
@@ -493,9 +578,24 @@ def test_sweep_workers_die_with_a_killed_driver(tmp_path):
     slow = tmp_path / "sweep_fake.toml"  # every point 'trains' for a minute
     slow.write_text(FAKE.read_text().replace("steps = 5\nsleep = 0.0", "steps = 600\nsleep = 0.1"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
-    driver = subprocess.Popen([sys.executable, "-m", "synthlab", "sweep", str(slow), "--runner", "sweep_fake_runner",
-                               "--out", str(tmp_path / "sweep"), "--jobs", "2"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "synthlab",
+            "sweep",
+            str(slow),
+            "--runner",
+            "sweep_fake_runner",
+            "--out",
+            str(tmp_path / "sweep"),
+            "--jobs",
+            "2",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while len(list((tmp_path / "sweep").rglob("starts.log"))) < 2 and time.monotonic() < deadline:
@@ -506,16 +606,27 @@ def test_sweep_workers_die_with_a_killed_driver(tmp_path):
         driver.send_signal(signal.SIGKILL)
         driver.wait()
     deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{w}").exists() and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1][:3]
-              for w in workers) and time.monotonic() < deadline:
+    while (
+        any(
+            Path(f"/proc/{w}").exists() and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1][:3]
+            for w in workers
+        )
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.1)
-    assert not [w for w in workers if Path(f"/proc/{w}").exists()
-                and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1][:3]]
+    assert not [
+        w
+        for w in workers
+        if Path(f"/proc/{w}").exists() and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1][:3]
+    ]
 
 
 # --- network ------------------------------------------------------------------------------------
 
+
 def test_the_ray_executor_never_starts_a_local_cluster(fake_sweep, tmp_path):
-    one_error_line(invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", tmp_path / "s", "--executor", "ray"),
-                   "--ray-address")
+    one_error_line(
+        invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", tmp_path / "s", "--executor", "ray"),
+        "--ray-address",
+    )
     assert not (tmp_path / "s" / "results.csv").exists()

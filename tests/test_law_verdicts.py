@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 from test_scaling_cli import looplm_table, run
 from test_scaling_eval import CPU_TRUTH
+from test_verdicts import FAKE
 from typer.testing import CliRunner
 
 from synthlab import experiments, law_verdicts, scaling, verdicts
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
 from synthlab.report import law_verdict
-from test_verdicts import FAKE
 
 
 def test_a_fit_and_its_bootstrap_do_not_depend_on_the_row_order(tmp_path):
@@ -35,8 +35,12 @@ def test_a_fit_and_its_bootstrap_do_not_depend_on_the_row_order(tmp_path):
 def cpu_shaped_table(tmp_path):
     """A known LoopLM law (0.1% noise) on the cpu scaling preset's grid (4 sizes x 4 checkpoints x
     Tm 1-4): identified, and its 3 smallest sizes predict the largest (tests/test_scaling_eval.py)."""
-    n, d, t = (a.ravel() for a in np.meshgrid([1.58e4, 5.6e4, 1.21e5, 2.11e5], [4.5e5, 9e5, 1.8e6, 3.6e6],
-                                              [1.0, 2.0, 3.0, 4.0], indexing="ij"))
+    n, d, t = (
+        a.ravel()
+        for a in np.meshgrid(
+            [1.58e4, 5.6e4, 1.21e5, 2.11e5], [4.5e5, 9e5, 1.8e6, 3.6e6], [1.0, 2.0, 3.0, 4.0], indexing="ij"
+        )
+    )
     clean = scaling.LOOPLM.predict(scaling.LOOPLM.theta(CPU_TRUTH), np.column_stack([n, d, t]))
     loss = clean * np.exp(np.random.default_rng(0).normal(0, 1e-3, clean.shape))
     path = tmp_path / "results.csv"
@@ -60,8 +64,15 @@ def _refuse(constant: str):
 
 
 def test_a_diverged_fit_is_strict_json_and_reads_back_as_floats():
-    record = {"A": float("inf"), "C": float("-inf"), "r2": float("nan"), "alpha": 85.3, "law": "looplm",
-              "holdout": [{"split": "smallest 3 of 4 sizes", "r2_test": float("-inf")}], "interval": [1.0, float("inf")]}
+    record = {
+        "A": float("inf"),
+        "C": float("-inf"),
+        "r2": float("nan"),
+        "alpha": 85.3,
+        "law": "looplm",
+        "holdout": [{"split": "smallest 3 of 4 sizes", "r2_test": float("-inf")}],
+        "interval": [1.0, float("inf")],
+    }
     text = scaling.fit_json(record)
     strict = json.loads(text, parse_constant=_refuse)  # what jq and other strict readers accept
     assert strict["A"] == "inf" and strict["holdout"][0]["r2_test"] == "-inf"
@@ -72,7 +83,10 @@ def test_a_diverged_fit_is_strict_json_and_reads_back_as_floats():
 
 def test_save_records_the_command_the_columns_and_the_digest(tmp_path, monkeypatch):
     saved, path = _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
-    assert saved["command"] == f"synthlab fit looplm {path} --bootstrap 6 --holdout size --save {tmp_path / 'fit_looplm.json'}"
+    assert (
+        saved["command"]
+        == f"synthlab fit looplm {path} --bootstrap 6 --holdout size --save {tmp_path / 'fit_looplm.json'}"
+    )
     assert saved["columns"]["loss_col"] == "loss" and saved["columns"]["n_col"] == "params"
     assert scaling.digest_now(saved, path) == saved["data_sha256"]
     assert saved["holdout_kind"] == "size" and saved["holdout"][0]["split"] == "smallest 3 of 4 sizes"
@@ -106,42 +120,93 @@ def test_no_fit_a_stale_fit_or_another_holdout_is_no_data(tmp_path, monkeypatch)
 
 
 def test_an_unidentified_fit_says_why():
-    part = {"converged": False, "implausible": ["A"], "A": float("inf"), "bootstrap": 100,
-            "bootstrap_converged": 55, "bootstrap_refused": "55 of 100", "r2": 0.81, "n_rows": 192,
-            "holdout": [{"split": "smallest 3 of 4 sizes", "r2_test": 0.54, "thin": ""}]}
+    part = {
+        "converged": False,
+        "implausible": ["A"],
+        "A": float("inf"),
+        "bootstrap": 100,
+        "bootstrap_converged": 55,
+        "bootstrap_refused": "55 of 100",
+        "r2": 0.81,
+        "n_rows": 192,
+        "holdout": [{"split": "smallest 3 of 4 sizes", "r2_test": 0.54, "thin": ""}],
+    }
     verdict = law_verdicts.decide_law(_rule(), {**part, "data_sha256": "x", "holdout_kind": "size"}, "x")
     assert verdict.outcome == "not identified" and "smallest 3 of 4 sizes: test R^2 0.540" in verdict.why
-    steps = {"fits": [{**part, "Tm": 2.0}, {**part, "Tm": 3.0, "converged": True, "implausible": [],
-                                             "bootstrap_refused": "", "holdout": []}],
-             "data_sha256": "x", "holdout_kind": None}
+    steps = {
+        "fits": [
+            {**part, "Tm": 2.0},
+            {**part, "Tm": 3.0, "converged": True, "implausible": [], "bootstrap_refused": "", "holdout": []},
+        ],
+        "data_sha256": "x",
+        "holdout_kind": None,
+    }
     verdict = law_verdicts.decide_law(_rule(holdout=""), steps, "x")
     assert verdict.outcome == "not identified" and verdict.n == 384 and verdict.estimate == pytest.approx(0.81)
-    assert verdict.why == ("Tm = 2: not converged, A = inf, 55 of 100 refits converged, R^2 0.810, smallest 3 of 4 "
-                           "sizes: test R^2 0.540; Tm = 3: R^2 0.810")
-    thin = {**part, "converged": True, "implausible": [], "bootstrap_refused": "",
-            "holdout": [{"split": "first 2 of 3 D levels", "r2_test": 0.9, "thin": "D: 2 levels"}]}
+    assert verdict.why == (
+        "Tm = 2: not converged, A = inf, 55 of 100 refits converged, R^2 0.810, smallest 3 of 4 "
+        "sizes: test R^2 0.540; Tm = 3: R^2 0.810"
+    )
+    thin = {
+        **part,
+        "converged": True,
+        "implausible": [],
+        "bootstrap_refused": "",
+        "holdout": [{"split": "first 2 of 3 D levels", "r2_test": 0.9, "thin": "D: 2 levels"}],
+    }
     verdict = law_verdicts.decide_law(_rule(holdout="data"), {**thin, "data_sha256": "x", "holdout_kind": "data"}, "x")
     assert verdict.outcome == "not identified" and "every hold-out split leaves too few levels" in verdict.why
 
 
 def test_a_law_whose_form_the_seeds_reject_is_contradicted_even_unidentified():
-    lof = {"rows": 192, "cells": 64, "params": 10, "ss_pure": 3.6, "ss_lack": 6.0, "f": 3.9, "p": 1e-9, "r2_ceiling": 0.88}
-    part = {"converged": False, "implausible": ["A"], "A": float("inf"), "bootstrap": 0, "r2": 0.81, "n_rows": 192,
-            "holdout": [], "lack_of_fit": lof, "data_sha256": "x", "holdout_kind": None}
+    lof = {
+        "rows": 192,
+        "cells": 64,
+        "params": 10,
+        "ss_pure": 3.6,
+        "ss_lack": 6.0,
+        "f": 3.9,
+        "p": 1e-9,
+        "r2_ceiling": 0.88,
+    }
+    part = {
+        "converged": False,
+        "implausible": ["A"],
+        "A": float("inf"),
+        "bootstrap": 0,
+        "r2": 0.81,
+        "n_rows": 192,
+        "holdout": [],
+        "lack_of_fit": lof,
+        "data_sha256": "x",
+        "holdout_kind": None,
+    }
     verdict = law_verdicts.decide_law(_rule(holdout=""), part, "x")
     assert verdict.outcome == "contradicted", verdict.why
-    assert verdict.why == "the law's form departs from the data beyond seed noise (lack of fit F = 3.9, p = 1e-09 < 0.05)"
+    assert (
+        verdict.why == "the law's form departs from the data beyond seed noise (lack of fit F = 3.9, p = 1e-09 < 0.05)"
+    )
     off = law_verdicts.decide_law(_rule(holdout="", lack_of_fit_level=0), part, "x")
     assert off.outcome == "not identified" and "lack of fit F = 3.9, p = 1e-09, R^2 ceiling 0.880" in off.why
     within = law_verdicts.decide_law(_rule(holdout=""), {**part, "lack_of_fit": {**lof, "p": 0.055}}, "x")
     assert within.outcome == "not identified" and "p = 0.055" in within.why
     assert "no lack of fit beyond seed noise at p < 0.05" in _rule().condition()
-    steps = {"fits": [{**part, "Tm": 2.0, "lack_of_fit": {**lof, "p": 0.03}}, {**part, "Tm": 3.0, "lack_of_fit": {**lof, "p": 0.2}}],
-             "data_sha256": "x", "holdout_kind": None}
+    steps = {
+        "fits": [
+            {**part, "Tm": 2.0, "lack_of_fit": {**lof, "p": 0.03}},
+            {**part, "Tm": 3.0, "lack_of_fit": {**lof, "p": 0.2}},
+        ],
+        "data_sha256": "x",
+        "holdout_kind": None,
+    }
     assert law_verdicts.decide_law(_rule(holdout=""), steps, "x").outcome == "not identified"  # 0.03 > 0.05 / 2 fits
     steps["fits"][0]["lack_of_fit"]["p"] = 0.02
     verdict = law_verdicts.decide_law(_rule(holdout=""), steps, "x")
-    assert verdict.outcome == "contradicted" and verdict.why.startswith("Tm = 2: the law's form departs") and "< 0.025" in verdict.why
+    assert (
+        verdict.outcome == "contradicted"
+        and verdict.why.startswith("Tm = 2: the law's form departs")
+        and "< 0.025" in verdict.why
+    )
     with pytest.raises(SynthlabError, match="lack_of_fit_level"):
         _rule(lack_of_fit_level=1.0)
 
@@ -159,18 +224,32 @@ def test_law_rules_parse_from_a_definition_and_bad_ones_are_one_line_errors():
         _rule(min_r2=1.5)
     for name in ("scaling", "scaling_bios"):
         assert {r.fit for r in experiments.load(experiments.builtin_dir() / f"{name}.toml").laws} == {
-            "fit_looplm.json", "fit_steps.json"}
+            "fit_looplm.json",
+            "fit_steps.json",
+        }
 
 
 def test_the_report_puts_a_law_in_the_claims_table(tmp_path, monkeypatch):
     _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
     definition = tmp_path / "lawful.toml"
-    definition.write_text(FAKE.read_text().replace('name = "sweep_fake"', 'name = "lawful"')
-                          + '\n[[laws]]\nclaim = "C5"\nsays = "the law holds"\nfit = "fit_looplm.json"\n')
+    definition.write_text(
+        FAKE.read_text().replace('name = "sweep_fake"', 'name = "lawful"')
+        + '\n[[laws]]\nclaim = "C5"\nsays = "the law holds"\nfit = "fit_looplm.json"\n'
+    )
     table = pd.read_csv(tmp_path / "results.csv").assign(point_id=lambda t: [f"p{i}" for i in range(len(t))])
     table.to_csv(tmp_path / "results.csv", index=False)  # the fitted columns unchanged: the fit still holds
-    (tmp_path / "sweep.json").write_text(json.dumps({"experiment": "lawful", "preset": "smoke", "claim": "C5",
-                                                     "title": "t", "plot": "none", "definition": str(definition)}))
+    (tmp_path / "sweep.json").write_text(
+        json.dumps(
+            {
+                "experiment": "lawful",
+                "preset": "smoke",
+                "claim": "C5",
+                "title": "t",
+                "plot": "none",
+                "definition": str(definition),
+            }
+        )
+    )
     out = tmp_path / "report" / "README.md"
     result = CliRunner().invoke(app, ["report", str(tmp_path), "--out", str(out), "--copy"])
     assert result.exit_code == 0, result.output

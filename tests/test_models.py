@@ -6,14 +6,23 @@ import math
 
 import pytest
 import torch
+from test_models_recipe import OPTIONS as RECIPE_OPTIONS  # the recipe options: tie_head, positions, init, bias, ...
 from torch.utils.flop_counter import FlopCounterMode
 
 from synthlab import SynthlabError
 from synthlab.config import from_dict, load, save, to_dict
-from test_models_recipe import OPTIONS as RECIPE_OPTIONS  # the recipe options: tie_head, positions, init, bias, ...
-from synthlab.models import (ModelConfig, build_model, count_params, flops_per_token,
-                             last_step_loss, masked_mean, mean_step_loss, ouro_stage1_loss,
-                             ouro_stage2_loss, token_losses)
+from synthlab.models import (
+    ModelConfig,
+    build_model,
+    count_params,
+    flops_per_token,
+    last_step_loss,
+    masked_mean,
+    mean_step_loss,
+    ouro_stage1_loss,
+    ouro_stage2_loss,
+    token_losses,
+)
 
 V, S = 50, 12
 # GPT-2's head (tied to the embedding, as the reference computations below write it out) and init
@@ -24,17 +33,20 @@ BASE = dict(vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=64, tie
 VARIANTS = {
     "plain": dict(),
     "ouro3_gate": dict(loops=3, exit_gate=True),
-    "ouro_swiglu_sandwichnorm": dict(loops=2, mlp="swiglu", norm="sandwich", norm_type="layernorm",
-                                     bias=True),
-    "sandwich_add_zero": dict(topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=3,
-                              injection="add", state_init="zero"),
-    "sandwich_concat_normal": dict(topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=2,
-                                   injection="concat", state_init="normal"),
-    "sandwich_diagonal_input": dict(topology="sandwich", n_layers=4, n_prelude=1, n_coda=1, loops=2,
-                                    injection="diagonal", state_init="input"),
+    "ouro_swiglu_sandwichnorm": dict(loops=2, mlp="swiglu", norm="sandwich", norm_type="layernorm", bias=True),
+    "sandwich_add_zero": dict(
+        topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=3, injection="add", state_init="zero"
+    ),
+    "sandwich_concat_normal": dict(
+        topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=2, injection="concat", state_init="normal"
+    ),
+    "sandwich_diagonal_input": dict(
+        topology="sandwich", n_layers=4, n_prelude=1, n_coda=1, loops=2, injection="diagonal", state_init="input"
+    ),
     "controller": dict(loops=3, controller="controller", recurrence_gate=True, step_norm=True),
-    "static_lora_fixed": dict(loops=2, controller="static_lora", lora_bases="fixed", mlp="swiglu",
-                              lora_targets=("q", "v", "gate", "down")),
+    "static_lora_fixed": dict(
+        loops=2, controller="static_lora", lora_bases="fixed", mlp="swiglu", lora_targets=("q", "v", "gate", "down")
+    ),
 }
 
 
@@ -56,8 +68,7 @@ def perturb_controller(model: torch.nn.Module) -> None:
 
 
 # --- config ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("options", [*VARIANTS.values(), *RECIPE_OPTIONS.values()],
-                         ids=[*VARIANTS, *RECIPE_OPTIONS])
+@pytest.mark.parametrize("options", [*VARIANTS.values(), *RECIPE_OPTIONS.values()], ids=[*VARIANTS, *RECIPE_OPTIONS])
 def test_config_round_trips_through_json_and_toml(options, tmp_path):
     cfg = ModelConfig(**{**BASE, **options})
     assert from_dict(ModelConfig, to_dict(cfg)) == cfg
@@ -66,16 +77,25 @@ def test_config_round_trips_through_json_and_toml(options, tmp_path):
         assert load(ModelConfig, tmp_path / f"model{suffix}") == cfg
 
 
-@pytest.mark.parametrize("bad, field", [
-    (dict(n_heads=5), "n_heads"), (dict(mlp="relu"), "mlp"), (dict(injection="mul"), "injection"),
-    (dict(topology="ouro", n_prelude=1), "topology"),
-    (dict(topology="sandwich", n_layers=2, n_prelude=1, n_coda=1), "n_layers"),
-    (dict(lora_targets=("gate",)), "lora_targets"), (dict(loops=0), "loops"),
-    (dict(positions="alibi"), "positions"), (dict(init="xavier"), "init"),
-    (dict(tie_head="no"), "tie_head"), (dict(bias=1), "bias"), (dict(norm_type="batch"), "norm_type"),
-    (dict(qkv_bias="yes"), "qkv_bias"),
-    (dict(d_model=12, n_heads=4), "n_heads"),  # head size 3: odd, RoPE needs it even
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (dict(n_heads=5), "n_heads"),
+        (dict(mlp="relu"), "mlp"),
+        (dict(injection="mul"), "injection"),
+        (dict(topology="ouro", n_prelude=1), "topology"),
+        (dict(topology="sandwich", n_layers=2, n_prelude=1, n_coda=1), "n_layers"),
+        (dict(lora_targets=("gate",)), "lora_targets"),
+        (dict(loops=0), "loops"),
+        (dict(positions="alibi"), "positions"),
+        (dict(init="xavier"), "init"),
+        (dict(tie_head="no"), "tie_head"),
+        (dict(bias=1), "bias"),
+        (dict(norm_type="batch"), "norm_type"),
+        (dict(qkv_bias="yes"), "qkv_bias"),
+        (dict(d_model=12, n_heads=4), "n_heads"),  # head size 3: odd, RoPE needs it even
+    ],
+)
 def test_config_rejects_bad_values_naming_the_field(bad, field):
     with pytest.raises(SynthlabError, match=f"ModelConfig.{field}"):
         ModelConfig(**{**BASE, **bad})
@@ -177,11 +197,12 @@ def test_token_losses_and_masked_mean_match_hand_computation():
             assert losses[t, 0, i].item() == pytest.approx(expected.item(), rel=1e-6)
     mask = torch.tensor([[True, False, True]])
     assert masked_mean(losses, mask).item() == pytest.approx(
-        (losses[:, 0, 0].sum() + losses[:, 0, 2].sum()).item() / 4, rel=1e-6)
+        (losses[:, 0, 0].sum() + losses[:, 0, 2].sum()).item() / 4, rel=1e-6
+    )
     assert last_step_loss(logits, targets, mask).item() == pytest.approx(
-        (losses[1, 0, 0] + losses[1, 0, 2]).item() / 2, rel=1e-6)
-    assert mean_step_loss(logits, targets, mask).item() == pytest.approx(
-        masked_mean(losses, mask).item(), rel=1e-6)
+        (losses[1, 0, 0] + losses[1, 0, 2]).item() / 2, rel=1e-6
+    )
+    assert mean_step_loss(logits, targets, mask).item() == pytest.approx(masked_mean(losses, mask).item(), rel=1e-6)
     ignored = token_losses(logits, torch.tensor([[4, -100, 2]]))
     assert ignored[:, 0, 1].abs().max().item() == 0.0
 
@@ -190,6 +211,7 @@ def test_ouro_stage1_loss_matches_hand_computation():
     # One token, T = 3: lambdas 0.2, 0.5, (unused) -> p = 0.2, 0.8*0.5, 0.8*0.5.
     lambdas = torch.tensor([0.2, 0.5, 0.9]).view(3, 1, 1)
     from synthlab.models import exit_distribution
+
     p = exit_distribution(lambdas)
     assert p.flatten().tolist() == pytest.approx([0.2, 0.4, 0.4])
     losses = torch.tensor([3.0, 2.0, 1.5]).view(3, 1, 1)
@@ -198,8 +220,9 @@ def test_ouro_stage1_loss_matches_hand_computation():
     expected = 0.2 * 3.0 + 0.4 * 2.0 + 0.4 * 1.5 - beta * entropy
     assert ouro_stage1_loss(losses, p, beta=beta).item() == pytest.approx(expected, rel=1e-6)
     # Masked mean over two tokens, the second masked out.
-    two = ouro_stage1_loss(torch.cat([losses, 9 * losses], 2), torch.cat([p, p], 2),
-                           torch.tensor([[True, False]]), beta=beta)
+    two = ouro_stage1_loss(
+        torch.cat([losses, 9 * losses], 2), torch.cat([p, p], 2), torch.tensor([[True, False]]), beta=beta
+    )
     assert two.item() == pytest.approx(expected, rel=1e-6)
 
 
@@ -217,8 +240,7 @@ def test_ouro_stage2_loss_matches_hand_computation():
 
 
 def test_gradients_reach_the_exit_gate_and_the_controller():
-    model = make(loops=3, exit_gate=True, controller="controller", recurrence_gate=True,
-                 step_norm=True).train()
+    model = make(loops=3, exit_gate=True, controller="controller", recurrence_gate=True, step_norm=True).train()
     idx, targets = ids(7), ids(8)
     out = model(idx)
     losses = token_losses(out.step_logits, targets)

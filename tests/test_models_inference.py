@@ -106,8 +106,9 @@ def test_exit_stops_when_every_masked_token_has_exited():
 # --- generation -----------------------------------------------------------------------------------
 GEN_VARIANTS = {
     "ouro3": dict(loops=3),
-    "sandwich_concat": dict(topology="sandwich", n_layers=4, n_prelude=1, n_coda=1, loops=3,
-                            injection="concat", state_init="zero"),
+    "sandwich_concat": dict(
+        topology="sandwich", n_layers=4, n_prelude=1, n_coda=1, loops=3, injection="concat", state_init="zero"
+    ),
     "controller": dict(loops=3, controller="controller", recurrence_gate=True, step_norm=True),
 }
 
@@ -187,8 +188,19 @@ def test_backprop_through_the_last_k_steps_only():
 
 
 def test_normal_state_init_draws_from_the_generator_passed_in():
-    model, idx = make(topology="sandwich", n_layers=3, n_prelude=1, n_coda=1, loops=2,
-                      injection="add", state_init="normal", state_init_std=1.0), ids(12)
+    model, idx = (
+        make(
+            topology="sandwich",
+            n_layers=3,
+            n_prelude=1,
+            n_coda=1,
+            loops=2,
+            injection="add",
+            state_init="normal",
+            state_init_std=1.0,
+        ),
+        ids(12),
+    )
 
     def run(seed):
         return model(idx, generator=torch.Generator().manual_seed(seed)).logits

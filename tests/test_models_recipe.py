@@ -27,13 +27,13 @@ OPTIONS = {
     "layernorm": dict(norm_type="layernorm"),
     "qkv_bias": dict(qkv_bias=True),
     "qwen2_block": dict(mlp="swiglu", qkv_bias=True, tie_head=False),  # what `synthlab export` needs
-    "reference_gpt": dict(positions="learned", tie_head=False, init="torch", bias=True,
-                          norm_type="layernorm"),
+    "reference_gpt": dict(positions="learned", tie_head=False, init="torch", bias=True, norm_type="layernorm"),
 }
 TOPOLOGIES = {
     "ouro3_gate": dict(loops=3, exit_gate=True),
-    "sandwich_concat": dict(topology="sandwich", n_layers=4, n_prelude=1, n_coda=1, loops=2,
-                            injection="concat", state_init="zero"),
+    "sandwich_concat": dict(
+        topology="sandwich", n_layers=4, n_prelude=1, n_coda=1, loops=2, injection="concat", state_init="zero"
+    ),
     "controller": dict(loops=2, controller="controller", recurrence_gate=True, step_norm=True),
 }
 GRID = [(o, t) for o in OPTIONS for t in TOPOLOGIES]
@@ -79,8 +79,7 @@ def reference_forward(model, idx):
 # --- config ---------------------------------------------------------------------------------------
 def test_defaults_are_the_benchmarked_recipe():
     c = ModelConfig(vocab_size=V)
-    assert (c.positions, c.tie_head, c.init, c.bias, c.norm_type) == ("rope", False, "gpt2", False,
-                                                                      "rmsnorm")
+    assert (c.positions, c.tie_head, c.init, c.bias, c.norm_type) == ("rope", False, "gpt2", False, "rmsnorm")
     model = make()
     assert model.lm_head is not None and model.pos_embed is None and model.rotary is not None
 
@@ -172,10 +171,8 @@ def test_count_params_is_the_sum_of_unique_parameter_numels(option, topology):
     model = make_grid(option, topology)
     unique = {p.data_ptr(): p.numel() for _, p in model.named_parameters(remove_duplicate=False)}
     assert count_params(model) == sum(unique.values())
-    tables = [model.embed.weight] + [m.weight for m in (model.lm_head, model.pos_embed)
-                                     if m is not None]
-    assert count_params(model, exclude_embedding=True) == sum(unique.values()) - sum(
-        t.numel() for t in tables)
+    tables = [model.embed.weight] + [m.weight for m in (model.lm_head, model.pos_embed) if m is not None]
+    assert count_params(model, exclude_embedding=True) == sum(unique.values()) - sum(t.numel() for t in tables)
 
 
 @pytest.mark.parametrize("option", list(OPTIONS))
@@ -241,14 +238,14 @@ def test_torch_init_is_pytorchs_default_seeded_and_keeps_the_recurrence_inits():
     state = torch.random.get_rng_state()
     model.init_weights(torch.Generator().manual_seed(0))  # re-draws the same weights ...
     assert torch.equal(torch.random.get_rng_state(), state)  # ... leaving the global RNG as it was
-    again, other = make(init="torch", bias=True, loops=2, controller="controller",
-                        recurrence_gate=True), make(1, init="torch", bias=True, loops=2,
-                                                    controller="controller", recurrence_gate=True)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
-                                                 again.state_dict().values()))
+    again, other = (
+        make(init="torch", bias=True, loops=2, controller="controller", recurrence_gate=True),
+        make(1, init="torch", bias=True, loops=2, controller="controller", recurrence_gate=True),
+    )
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
     assert not torch.equal(model.core[0].attn.qkv.weight, other.core[0].attn.qkv.weight)
     qkv = model.core[0].attn.qkv
-    bound = 32 ** -0.5  # nn.Linear default: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias
+    bound = 32**-0.5  # nn.Linear default: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias
     assert qkv.weight.abs().max() <= bound and qkv.weight.abs().max() > 0.9 * bound
     assert qkv.bias.abs().max() <= bound and qkv.bias.abs().max() > 0.5 * bound
     assert 0.9 < model.embed.weight.std().item() < 1.1  # nn.Embedding default: N(0, 1)
@@ -260,10 +257,19 @@ def test_torch_init_is_pytorchs_default_seeded_and_keeps_the_recurrence_inits():
 # gpt2_depth uses the depth run: prelude 1 + 4 loops x 2 core layers + coda 1 = 10.
 @pytest.mark.parametrize("init, depth", [("gpt2", 4), ("gpt2_depth", 10)])
 def test_gpt2_inits_scale_residual_projections_by_distinct_or_run_depth(init, depth):
-    model = make(init=init, topology="sandwich", n_layers=4, n_prelude=1, n_coda=1, loops=4,
-                 injection="add", n_heads=2, d_model=64, init_std=0.02)
-    down = torch.cat([b.mlp.down.weight.flatten() for b in [*model.prelude, *model.core,
-                                                            *model.coda]])
+    model = make(
+        init=init,
+        topology="sandwich",
+        n_layers=4,
+        n_prelude=1,
+        n_coda=1,
+        loops=4,
+        injection="add",
+        n_heads=2,
+        d_model=64,
+        init_std=0.02,
+    )
+    down = torch.cat([b.mlp.down.weight.flatten() for b in [*model.prelude, *model.core, *model.coda]])
     assert down.std().item() == pytest.approx(0.02 * (2 * depth) ** -0.5, rel=0.05)
     assert model.core[0].attn.qkv.weight.std().item() == pytest.approx(0.02, rel=0.05)
 
@@ -282,7 +288,16 @@ def test_flops_per_token_match_torch_flop_counter(option):
 @pytest.mark.parametrize("init", ["gpt2", "torch"])
 def test_recurrence_modules_keep_0_02_unless_init_std_is_set(init):
     """The width-scaled default is for the main weights; the injection projection keeps 0.02."""
-    sandwich = dict(d_model=128, n_heads=4, topology="sandwich", n_prelude=1, n_coda=1, n_layers=3, loops=2,
-                    injection="concat", init=init)
+    sandwich = dict(
+        d_model=128,
+        n_heads=4,
+        topology="sandwich",
+        n_prelude=1,
+        n_coda=1,
+        n_layers=3,
+        loops=2,
+        injection="concat",
+        init=init,
+    )
     assert make(**sandwich).injection.proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert make(**sandwich, init_std=0.05).injection.proj.weight.std().item() == pytest.approx(0.05, rel=0.05)

@@ -28,7 +28,8 @@ def smoke(tmp_path_factory):
 def test_smoke_preset_runs_every_variant_and_seed_on_one_base(smoke):
     table = plots.read_results(smoke)
     assert sorted(zip(table["variant"], table["seed"])) == sorted(
-        (v, s) for v in ("controller", "static", "nogate") for s in (0, 1))
+        (v, s) for v in ("controller", "static", "nogate") for s in (0, 1)
+    )
     assert table["run_dir"].nunique() == 1  # one synthlab base, trained and exported once
     run_dir = Path(table["run_dir"].iloc[0])
     assert (run_dir / "qwen2" / "config.json").is_file()
@@ -61,14 +62,17 @@ def _smoke_config(**section):
     return config
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c: c["ouroboros"].update(colour=1), "ouroboros.colour: unknown field"),
-    (lambda c: c["ouroboros"].update(variant="base"), "ouroboros.variant must be one of"),
-    (lambda c: c["ouroboros"].update(eval_depths=[1, 8]), "exceeds max_steps"),
-    (lambda c: c["ouroboros"].update(base="/somewhere"), "go together"),
-    (lambda c: c.update(stages=["train", "ouroboros"]), "needs the export stage"),
-    (lambda c: c["model"].update(mlp="gelu"), "Qwen2 cannot express this model: mlp = gelu"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c["ouroboros"].update(colour=1), "ouroboros.colour: unknown field"),
+        (lambda c: c["ouroboros"].update(variant="base"), "ouroboros.variant must be one of"),
+        (lambda c: c["ouroboros"].update(eval_depths=[1, 8]), "exceeds max_steps"),
+        (lambda c: c["ouroboros"].update(base="/somewhere"), "go together"),
+        (lambda c: c.update(stages=["train", "ouroboros"]), "needs the export stage"),
+        (lambda c: c["model"].update(mlp="gelu"), "Qwen2 cannot express this model: mlp = gelu"),
+    ],
+)
 def test_bad_points_fail_with_one_line(change, message):
     config = _smoke_config()
     change(config)
@@ -85,8 +89,13 @@ def test_every_preset_validates_and_gpu_uses_the_given_checkpoint():
     assert {p.ouroboros.train.seed for p in gpu} == {0, 1, 2}
     assert all(p.ouroboros.source.base and stages.columns(p) == ["loss_base"] for p in gpu)
     first = gpu[0].ouroboros
-    assert (first.system.rank, first.system.controller_hidden, first.train.seq_len,
-            first.train.batch_size * first.train.grad_accum, first.train.depths) == (32, 320, 2048, 32, (4, 8, 16))
+    assert (
+        first.system.rank,
+        first.system.controller_hidden,
+        first.train.seq_len,
+        first.train.batch_size * first.train.grad_accum,
+        first.train.depths,
+    ) == (32, 320, 2048, 32, (4, 8, 16))
 
 
 def test_a_given_checkpoint_trains_no_synthlab_base(smoke, tmp_path):
@@ -110,18 +119,28 @@ def test_the_cpu_static_control_has_the_controllers_trainable_parameters(tmp_pat
     from synthlab.hf import OuroborosLM, trainable_breakdown
     from synthlab.hf.checkpoint import meta_base
 
-    points = {p.factors["variant"]: stages.parse(p.config) for p in experiments.load(TOML).points("cpu")
-              if p.factors["seed"] == "0"}
+    points = {
+        p.factors["variant"]: stages.parse(p.config)
+        for p in experiments.load(TOML).points("cpu")
+        if p.factors["seed"] == "0"
+    }
     model, path = points["controller"].model, tmp_path / "config.json"
-    transformers.Qwen2Config(hidden_size=model.d_model, intermediate_size=model.ff_dim, num_hidden_layers=model.n_layers,
-                             num_attention_heads=model.n_heads, vocab_size=64).to_json_file(path)
+    transformers.Qwen2Config(
+        hidden_size=model.d_model,
+        intermediate_size=model.ff_dim,
+        num_hidden_layers=model.n_layers,
+        num_attention_heads=model.n_heads,
+        vocab_size=64,
+    ).to_json_file(path)
 
     def count(system) -> int:  # a fresh base each time: one base carries the bases of one rank
         return trainable_breakdown(OuroborosLM(meta_base(path), system, torch.Generator().manual_seed(0)))["total"]
 
     control, controller = points["static-r148"].ouroboros.system, points["controller"].ouroboros.system
     target = count(controller)
-    gaps = {r: abs(count(dataclasses.replace(control, rank=r)) - target) for r in range(control.rank - 2, control.rank + 3)}
+    gaps = {
+        r: abs(count(dataclasses.replace(control, rank=r)) - target) for r in range(control.rank - 2, control.rank + 3)
+    }
     assert min(gaps, key=gaps.get) == control.rank
     assert (target, count(control), count(points["static"].ouroboros.system)) == (17080, 17056, 9216)
     assert control.variant == "static" and control.alpha / control.rank == controller.alpha / controller.rank

@@ -23,9 +23,13 @@ OPTIONS = ("prelude_layers", "coda_layers", "recurrent_layer")
 
 def _valid(split, layers: int) -> bool:
     kept = [*split.prelude, split.recurrent, *split.coda]
-    return (split.prelude == tuple(range(len(split.prelude))) and split.coda == tuple(range(layers - len(split.coda), layers))
-            and len(split.prelude) <= split.recurrent < layers - len(split.coda) and len(split.removed) >= 1
-            and sorted(kept + list(split.removed)) == list(range(layers)))
+    return (
+        split.prelude == tuple(range(len(split.prelude)))
+        and split.coda == tuple(range(layers - len(split.coda), layers))
+        and len(split.prelude) <= split.recurrent < layers - len(split.coda)
+        and len(split.removed) >= 1
+        and sorted(kept + list(split.removed)) == list(range(layers))
+    )
 
 
 @pytest.mark.parametrize("layers", [1, 2, 3, 4, 5, 8, 24, 28, 36])
@@ -63,31 +67,73 @@ def _base_config(tmp_path, layers: int):
     from transformers import Qwen2Config
 
     path = tmp_path / f"qwen2_{layers}.json"
-    Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                num_key_value_heads=4).to_json_file(str(path))
+    Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+    ).to_json_file(str(path))
     return path
 
 
 def test_build_checks_the_split_before_writing_and_reports_empty_parts(tmp_path):
     runner = CliRunner()
     two = _base_config(tmp_path, 2)
-    result = runner.invoke(app, ["ouroboros", "build", "--base-config", str(two), "--out", str(tmp_path / "a"),
-                                 "--rank", "4", "--controller-hidden", "8"])
+    result = runner.invoke(
+        app,
+        [
+            "ouroboros",
+            "build",
+            "--base-config",
+            str(two),
+            "--out",
+            str(tmp_path / "a"),
+            "--rank",
+            "4",
+            "--controller-hidden",
+            "8",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "prelude none, recurrent 1, coda none" in result.output
     assert json.loads((tmp_path / "a" / "summary.json").read_text())["split"]["recurrent"] == 1
     four = _base_config(tmp_path, 4)
-    result = runner.invoke(app, ["ouroboros", "build", "--base-config", str(four), "--out", str(tmp_path / "b"),
-                                 "--prelude-layers", "0", "--coda-layers", "0", "--recurrent-layer", "0",
-                                 "--rank", "4", "--controller-hidden", "8"])
+    result = runner.invoke(
+        app,
+        [
+            "ouroboros",
+            "build",
+            "--base-config",
+            str(four),
+            "--out",
+            str(tmp_path / "b"),
+            "--prelude-layers",
+            "0",
+            "--coda-layers",
+            "0",
+            "--recurrent-layer",
+            "0",
+            "--rank",
+            "4",
+            "--controller-hidden",
+            "8",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "prelude none, recurrent 0, coda none" in result.output
-    for flags, culprit in ((["--prelude-layers", "2", "--coda-layers", "1"], "pass --prelude-layers / --coda-layers"),
-                           (["--recurrent-layer", "3"], "pass --recurrent-layer from 1 to 2")):
-        result = runner.invoke(app, ["ouroboros", "build", "--base-config", str(four), "--out", str(tmp_path / "c"),
-                                     *flags])
+    for flags, culprit in (
+        (["--prelude-layers", "2", "--coda-layers", "1"], "pass --prelude-layers / --coda-layers"),
+        (["--recurrent-layer", "3"], "pass --recurrent-layer from 1 to 2"),
+    ):
+        result = runner.invoke(
+            app, ["ouroboros", "build", "--base-config", str(four), "--out", str(tmp_path / "c"), *flags]
+        )
         assert result.exit_code == 2 and result.output.startswith("error: ") and culprit in result.output
         assert len(result.output.strip().splitlines()) == 1
         assert not (tmp_path / "c").exists()
-    result = runner.invoke(app, ["ouroboros", "build", "--base", str(tmp_path / "missing"), "--out", str(tmp_path / "c")])
+    result = runner.invoke(
+        app, ["ouroboros", "build", "--base", str(tmp_path / "missing"), "--out", str(tmp_path / "c")]
+    )
     assert result.exit_code == 2 and "no config.json" in result.output and not (tmp_path / "c").exists()

@@ -41,25 +41,65 @@ def _fixtures() -> dict[str, pd.DataFrame]:
     exit_ = _grid(strategy=["static", "q", "diff"], threshold=[1, 2, 3])
     exit_["mean_exit_step"] = exit_["threshold"] + rng.uniform(0, 0.5, len(exit_))
     exit_["accuracy"] = 0.2 * exit_["mean_exit_step"]
-    kv = pd.DataFrame({"kv": ["full", "first", "last", "mean"], "accuracy": [0.8, 0.2, 0.8, 0.79],
-                       "kv_bytes": [4096, 1024, 1024, 1024]})
+    kv = pd.DataFrame(
+        {
+            "kv": ["full", "first", "last", "mean"],
+            "accuracy": [0.8, 0.2, 0.8, 0.79],
+            "kv_bytes": [4096, 1024, 1024, 1024],
+        }
+    )
     topo = pd.DataFrame({"model": ["sandwich concat", "full-stack loop", "sandwich add"], "accuracy": [0.6, 0.4, 0.5]})
-    recipe = pd.DataFrame({"recipe": ["lab", "lab", "reference", "reference"], "accuracy": [0.3, 0.35, 0.4, 0.38],
-                           "train_loss": [0.9, 0.8, 0.1, 0.12]})
+    recipe = pd.DataFrame(
+        {
+            "recipe": ["lab", "lab", "reference", "reference"],
+            "accuracy": [0.3, 0.35, 0.4, 0.38],
+            "train_loss": [0.9, 0.8, 0.1, 0.12],
+        }
+    )
     depth = pd.DataFrame({"loops": [2, 4], **{f"acc_step_{t}": [0.1 * t, 0.05 * t] for t in range(1, 9)}})
-    faith = pd.DataFrame({"loops": [4], "model": ["1x4"],
-                          **{f"agree_{i}_{j}": [1.0 if i == j else 0.5] for i in range(1, 5) for j in range(1, 5)}})
+    faith = pd.DataFrame(
+        {
+            "loops": [4],
+            "model": ["1x4"],
+            **{f"agree_{i}_{j}": [1.0 if i == j else 0.5] for i in range(1, 5) for j in range(1, 5)},
+        }
+    )
     ouro = _grid(variant=["controller", "static", "nogate"], seed=[0, 1, 2])
-    ouro = ouro.assign(loss_base=2.0, loss_truncated=3.0,
-                       **{f"loss_depth_{d}": 2.5 + 0.1 * d * rng.uniform(0, 1, len(ouro)) for d in (1, 2, 4, 8)})
-    return {"capacity": cap, "mano": mano, "multihop": multi, "reach": reach, "scaling": scal, "exit": exit_,
-            "kvcache": kv, "topology": topo, "recipe": recipe, "depth": depth, "faithfulness": faith,
-            "ouroboros": ouro}
+    ouro = ouro.assign(
+        loss_base=2.0,
+        loss_truncated=3.0,
+        **{f"loss_depth_{d}": 2.5 + 0.1 * d * rng.uniform(0, 1, len(ouro)) for d in (1, 2, 4, 8)},
+    )
+    return {
+        "capacity": cap,
+        "mano": mano,
+        "multihop": multi,
+        "reach": reach,
+        "scaling": scal,
+        "exit": exit_,
+        "kvcache": kv,
+        "topology": topo,
+        "recipe": recipe,
+        "depth": depth,
+        "faithfulness": faith,
+        "ouroboros": ouro,
+    }
 
 
-UNITS = {"capacity": "(bits)", "mano": "(%)", "multihop": "(%)", "reach": "(%)", "scaling": "(nats/token)",
-         "exit": "(recurrent steps per token)", "kvcache": "(KiB)", "topology": "(%)", "recipe": "(%)", "depth": "(%)",
-         "faithfulness": "(%)", "ouroboros": "(nats/token)"}
+UNITS = {
+    "capacity": "(bits)",
+    "mano": "(%)",
+    "multihop": "(%)",
+    "reach": "(%)",
+    "scaling": "(nats/token)",
+    "exit": "(recurrent steps per token)",
+    "kvcache": "(KiB)",
+    "topology": "(%)",
+    "recipe": "(%)",
+    "depth": "(%)",
+    "faithfulness": "(%)",
+    "ouroboros": "(nats/token)",
+}
 
 
 @pytest.mark.parametrize("kind", sorted(plots.PLOTTERS))
@@ -118,12 +158,23 @@ def _fake_sweep_dir(path, kind: str):
     import json
 
     path.mkdir(parents=True)
-    table = _fixtures()[kind].assign(point_id=lambda t: [f"p{i}" for i in range(len(t))],
-                                     run_dir=lambda t: [f"/abs/runs/r{i}" for i in range(len(t))])
+    table = _fixtures()[kind].assign(
+        point_id=lambda t: [f"p{i}" for i in range(len(t))],
+        run_dir=lambda t: [f"/abs/runs/r{i}" for i in range(len(t))],
+    )
     table.to_csv(path / "results.csv", index=False)
-    (path / "sweep.json").write_text(json.dumps({"experiment": kind, "preset": "smoke", "claim": "C2",
-                                                 "title": "a title", "plot": kind,
-                                                 "commands": [f"synthlab sweep {kind} --preset smoke"]}))
+    (path / "sweep.json").write_text(
+        json.dumps(
+            {
+                "experiment": kind,
+                "preset": "smoke",
+                "claim": "C2",
+                "title": "a title",
+                "plot": kind,
+                "commands": [f"synthlab sweep {kind} --preset smoke"],
+            }
+        )
+    )
     return table
 
 
@@ -133,8 +184,19 @@ def test_report_has_tables_figures_commands_and_verdicts(tmp_path):
     notes = tmp_path / "notes.toml"
     notes.write_text('preamble = "Made on 2 cores."\nmano = "Loops help at this scale."\n')
     out = tmp_path / "results" / "README.md"
-    result = CliRunner().invoke(app, ["report", str(tmp_path / "runs" / "mano"), str(tmp_path / "runs" / "kv"),
-                                      "--out", str(out), "--copy", "--notes", str(notes)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "report",
+            str(tmp_path / "runs" / "mano"),
+            str(tmp_path / "runs" / "kv"),
+            "--out",
+            str(out),
+            "--copy",
+            "--notes",
+            str(notes),
+        ],
+    )
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert text.startswith("# synthlab results\n\nMade on 2 cores.")
@@ -147,8 +209,19 @@ def test_report_has_tables_figures_commands_and_verdicts(tmp_path):
     assert list(copied["run_dir"]) == [f"r{i}" for i in range(len(table))]  # no absolute paths committed
     # regenerating the report changes no byte: committed results do not churn
     before = {p: p.read_bytes() for p in out.parent.rglob("*") if p.is_file()}
-    again = CliRunner().invoke(app, ["report", str(tmp_path / "runs" / "mano"), str(tmp_path / "runs" / "kv"),
-                                     "--out", str(out), "--copy", "--notes", str(notes)])
+    again = CliRunner().invoke(
+        app,
+        [
+            "report",
+            str(tmp_path / "runs" / "mano"),
+            str(tmp_path / "runs" / "kv"),
+            "--out",
+            str(out),
+            "--copy",
+            "--notes",
+            str(notes),
+        ],
+    )
     assert again.exit_code == 0 and {p: p.read_bytes() for p in out.parent.rglob("*") if p.is_file()} == before
 
 
@@ -169,7 +242,8 @@ def test_report_counts_grid_points_apart_from_runs_of_an_earlier_grid(tmp_path):
     grid = [p.point_id for p in experiments.load(fixture).points("smoke")]
     table = _fake_sweep_dir(tmp_path / "runs" / "mano", "mano")
     table.assign(point_id=[grid[0]] + [f"old{i}" for i in range(1, len(table))]).to_csv(
-        tmp_path / "runs" / "mano" / "results.csv", index=False)
+        tmp_path / "runs" / "mano" / "results.csv", index=False
+    )
     info = json.loads((tmp_path / "runs" / "mano" / "sweep.json").read_text())
     (tmp_path / "runs" / "mano" / "sweep.json").write_text(json.dumps({**info, "definition": str(fixture)}))
     out = tmp_path / "report.md"
@@ -195,27 +269,51 @@ def test_plots_over_seeds_show_the_mean_and_every_seed(kind, tmp_path):
 
 
 def test_reach_pools_both_classes_of_a_distance_by_their_counts():
-    table = pd.DataFrame({"diameter": [2, 2], "loops": [1, 2], "acc_d1_yes": [1.0, 0.5], "n_d1_yes": [3, 3],
-                          "acc_d1_no": [0.0, 0.5], "n_d1_no": [1, 1], "acc_d2_yes": [0.5, 1.0], "n_d2_yes": [2, 2],
-                          "acc_d2_no": [1.0, 1.0], "n_d2_no": [2, 2]})
+    table = pd.DataFrame(
+        {
+            "diameter": [2, 2],
+            "loops": [1, 2],
+            "acc_d1_yes": [1.0, 0.5],
+            "n_d1_yes": [3, 3],
+            "acc_d1_no": [0.0, 0.5],
+            "n_d1_no": [1, 1],
+            "acc_d2_yes": [0.5, 1.0],
+            "n_d2_yes": [2, 2],
+            "acc_d2_no": [1.0, 1.0],
+            "n_d2_no": [2, 2],
+        }
+    )
     long = plots.reach_distances(table)
-    assert long[["loops", "distance", "acc"]].values.tolist() == [[1, 1, 0.75], [2, 1, 0.5], [1, 2, 0.75],
-                                                                   [2, 2, 1.0]]
+    assert long[["loops", "distance", "acc"]].values.tolist() == [[1, 1, 0.75], [2, 1, 0.5], [1, 2, 0.75], [2, 2, 1.0]]
     assert plots.reach_distances(table[["diameter", "loops"]]).empty  # a table from before
 
 
 def test_mano_heatmap_shows_every_seed_under_the_mean(tmp_path):
-    rows = [{"model": m, "L": L, "seed": s, "accuracy": acc}
-            for m, base in (("1x1", 0.2), ("1x3", 0.5)) for L in (2, 3) for s, acc in enumerate((base, base + 0.1, base + 0.3))]
+    rows = [
+        {"model": m, "L": L, "seed": s, "accuracy": acc}
+        for m, base in (("1x1", 0.2), ("1x3", 0.5))
+        for L in (2, 3)
+        for s, acc in enumerate((base, base + 0.1, base + 0.3))
+    ]
     paths = plots.plot("mano", pd.DataFrame(rows), tmp_path)
     svg = next(p for p in paths if p.suffix == ".svg" and p.stem == "mano").read_text()
     assert "(50, 60, 80)" in svg and "63.3" in svg and "each seed below" in svg
 
 
 def test_mano_lengths_draws_every_seed_as_a_point_beside_the_mean(tmp_path, monkeypatch):
-    rows = [{"model": m, "L": 2, "seed": s, "accuracy": 0.5, "acc_l1": 0.9 - 0.1 * s - k / 100,
-             "acc_l2": 0.4 + 0.1 * s + k / 100, "train_acc_l1": 0.95 - 0.05 * s - k / 100}
-            for k, m in enumerate(("1x1", "1x3")) for s in range(3)]
+    rows = [
+        {
+            "model": m,
+            "L": 2,
+            "seed": s,
+            "accuracy": 0.5,
+            "acc_l1": 0.9 - 0.1 * s - k / 100,
+            "acc_l2": 0.4 + 0.1 * s + k / 100,
+            "train_acc_l1": 0.95 - 0.05 * s - k / 100,
+        }
+        for k, m in enumerate(("1x1", "1x3"))
+        for s in range(3)
+    ]
     figures = []
     monkeypatch.setattr(plots, "save", lambda fig, out, name: figures.append(fig) or [out / f"{name}.png"])
     plots.plot_lengths(pd.DataFrame(rows), tmp_path)
@@ -227,8 +325,15 @@ def test_mano_lengths_draws_every_seed_as_a_point_beside_the_mean(tmp_path, monk
 
 
 def test_faithfulness_heatmap_shows_the_seeds_range_under_the_mean(tmp_path):
-    rows = [{"model": "1x4", "loops": 4, "seed": s, **{f"agree_{i}_{j}": (1.0 if i == j else 0.5 + 0.1 * s)
-                                                       for i in range(1, 4) for j in range(1, 4)}} for s in range(3)]
+    rows = [
+        {
+            "model": "1x4",
+            "loops": 4,
+            "seed": s,
+            **{f"agree_{i}_{j}": (1.0 if i == j else 0.5 + 0.1 * s) for i in range(1, 4) for j in range(1, 4)},
+        }
+        for s in range(3)
+    ]
     paths = plots.plot("faithfulness", pd.DataFrame(rows), tmp_path)
     svg = next(p for p in paths if p.suffix == ".svg").read_text()
     assert "50-70" in svg and "seeds' range" in svg  # off the diagonal: mean 60, seeds 50, 60, 70

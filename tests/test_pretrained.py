@@ -17,8 +17,9 @@ from synthlab.models import LoopedGPT, ModelConfig, build_model
 from synthlab.options import TrainConfig
 from synthlab.runs import RunConfig
 
-CONFIG = ModelConfig(vocab_size=40, d_model=32, n_heads=4, n_layers=2, loops=3, max_seq_len=32, tie_head=False,
-                     exit_gate=True)
+CONFIG = ModelConfig(
+    vocab_size=40, d_model=32, n_heads=4, n_layers=2, loops=3, max_seq_len=32, tie_head=False, exit_gate=True
+)
 
 
 def _perturbed(config: ModelConfig):
@@ -58,14 +59,17 @@ def test_round_trip_gives_the_same_logits_and_readable_files(tmp_path):
 def test_a_finished_run_loads_like_load_model(tmp_path, mano):
     from synthlab.train import train
 
-    config = RunConfig(ModelConfig(vocab_size=14, d_model=16, n_heads=2, n_layers=1, loops=2, max_seq_len=64),
-                       TrainConfig(task="mano", data=str(mano), steps=2, batch_size=4, seq_len=64, warmup_steps=1))
+    config = RunConfig(
+        ModelConfig(vocab_size=14, d_model=16, n_heads=2, n_layers=1, loops=2, max_seq_len=64),
+        TrainConfig(task="mano", data=str(mano), steps=2, batch_size=4, seq_len=64, warmup_steps=1),
+    )
     train(tmp_path / "run", config, progress=False)
     assert _mode(tmp_path / "run" / "model.safetensors") == _mode(tmp_path / "run" / "config.json")
     ids = torch.randint(0, 14, (1, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        assert torch.equal(LoopedGPT.from_pretrained(tmp_path / "run")(ids).logits,
-                           synthlab.load_model(tmp_path / "run")(ids).logits)
+        assert torch.equal(
+            LoopedGPT.from_pretrained(tmp_path / "run")(ids).logits, synthlab.load_model(tmp_path / "run")(ids).logits
+        )
 
 
 def test_refusals_are_one_line(tmp_path):

@@ -44,8 +44,30 @@ def test_a_training_through_a_pipe_writes_few_plain_lines(tmp_path):
     spec = TASKS["mano"]
     data = write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, tmp_path / "mano")
     exe = Path(sys.executable).parent / "synthlab"
-    args = [exe, "train", "--task", "mano", "--data", data, "--out", tmp_path / "run", "--steps", 200, "--d-model", 16,
-            "--n-heads", 2, "--n-layers", 1, "--max-seq-len", 32, "--batch-size", 4, "--threads", 1]
+    args = [
+        exe,
+        "train",
+        "--task",
+        "mano",
+        "--data",
+        data,
+        "--out",
+        tmp_path / "run",
+        "--steps",
+        200,
+        "--d-model",
+        16,
+        "--n-heads",
+        2,
+        "--n-layers",
+        1,
+        "--max-seq-len",
+        32,
+        "--batch-size",
+        4,
+        "--threads",
+        1,
+    ]
     start = time.monotonic()
     proc = subprocess.run([str(a) for a in args], capture_output=True, text=True)
     wall = time.monotonic() - start

@@ -28,8 +28,21 @@ from synthlab_generators import TASKS, write_dataset
 
 TESTS = Path(__file__).parent
 FAKE = TESTS / "fixtures" / "sweep_fake.toml"
-TINY = ["--d-model", 32, "--n-heads", 2, "--n-layers", 1, "--max-seq-len", 32, "--batch-size", 8,
-        "--device", "cpu", "--no-progress"]
+TINY = [
+    "--d-model",
+    32,
+    "--n-heads",
+    2,
+    "--n-layers",
+    1,
+    "--max-seq-len",
+    32,
+    "--batch-size",
+    8,
+    "--device",
+    "cpu",
+    "--no-progress",
+]
 runner = CliRunner()
 
 
@@ -50,6 +63,7 @@ def losses(run_dir: Path) -> list[tuple[int, float]]:
 
 
 # --- 1. unwritable outputs ---------------------------------------------------------------------
+
 
 def test_every_writing_command_refuses_an_unwritable_place_in_one_line(tmp_path, mano, monkeypatch):
     blocker = tmp_path / "file"
@@ -100,6 +114,7 @@ def test_gen_into_an_existing_empty_folder_that_cannot_be_moved_leaves_nothing(t
 
 # --- 2. a run stopped before its first checkpoint; --init-from ----------------------------------
 
+
 def test_a_run_with_a_config_and_no_checkpoint_resumes_from_step_0(tmp_path, mano):
     args = ["--data", mano, "--steps", 6, "--log-every", 1, "--checkpoint-every", 4, *TINY]
     assert invoke("train", "--out", tmp_path / "fresh", *args).exit_code == 0
@@ -117,8 +132,11 @@ def test_a_run_with_a_config_and_no_checkpoint_resumes_from_step_0(tmp_path, man
 def test_kill_9_before_the_first_checkpoint_then_resume_gives_the_fresh_run(tmp_path, mano):
     args = ["--data", mano, "--steps", 300, "--log-every", 1, "--checkpoint-every", 300, "--threads", 1, *TINY]
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "synthlab"), "train", "--out", str(killed),
-                             *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "synthlab"), "train", "--out", str(killed), *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     log, deadline = killed / "metrics.jsonl", time.time() + 120
     while not (log.is_file() and log.stat().st_size) and time.time() < deadline:  # a step logged
         time.sleep(0.02)
@@ -132,17 +150,36 @@ def test_kill_9_before_the_first_checkpoint_then_resume_gives_the_fresh_run(tmp_
 
 def test_a_bad_init_from_creates_no_run_folder(tmp_path, mano):
     out = tmp_path / "run"
-    one_error_line(invoke("train", "--data", mano, "--out", out, "--steps", 2, "--init-from", tmp_path / "nothere",
-                          *TINY), "nothere")
+    one_error_line(
+        invoke("train", "--data", mano, "--out", out, "--steps", 2, "--init-from", tmp_path / "nothere", *TINY),
+        "nothere",
+    )
     assert not out.exists()
 
 
 # --- 3. divergence ----------------------------------------------------------------------------
 
+
 def test_a_diverging_run_stops_with_one_line_and_valid_metrics(tmp_path, mano):
     run_dir = tmp_path / "run"
-    result = invoke("train", "--data", mano, "--out", run_dir, "--steps", 40, "--log-every", 2, "--checkpoint-every", 2,
-                    "--lr", "1e30", "--warmup-steps", 0, *TINY)
+    result = invoke(
+        "train",
+        "--data",
+        mano,
+        "--out",
+        run_dir,
+        "--steps",
+        40,
+        "--log-every",
+        2,
+        "--checkpoint-every",
+        2,
+        "--lr",
+        "1e30",
+        "--warmup-steps",
+        0,
+        *TINY,
+    )
     one_error_line(result, "diverged", run_dir)
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():  # strict JSON: no NaN, no Infinity
         json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in metrics.jsonl"))
@@ -152,14 +189,31 @@ def test_a_diverging_run_stops_with_one_line_and_valid_metrics(tmp_path, mano):
 
 def test_a_run_diverging_before_its_first_checkpoint_says_none_is_kept(tmp_path, mano):
     run_dir = tmp_path / "run"
-    result = invoke("train", "--data", mano, "--out", run_dir, "--steps", 40, "--log-every", 2, "--checkpoint-every", 1000,
-                    "--lr", "1e30", "--warmup-steps", 0, *TINY)
+    result = invoke(
+        "train",
+        "--data",
+        mano,
+        "--out",
+        run_dir,
+        "--steps",
+        40,
+        "--log-every",
+        2,
+        "--checkpoint-every",
+        1000,
+        "--lr",
+        "1e30",
+        "--warmup-steps",
+        0,
+        *TINY,
+    )
     one_error_line(result, "no checkpoint", run_dir)
     assert not checkpoint_files(run_dir)
 
 
-@pytest.mark.parametrize("flag, value", [("--lr", "inf"), ("--lr", "nan"), ("--weight-decay", "nan"),
-                                         ("--eps", "inf"), ("--dropout", "nan")])
+@pytest.mark.parametrize(
+    "flag, value", [("--lr", "inf"), ("--lr", "nan"), ("--weight-decay", "nan"), ("--eps", "inf"), ("--dropout", "nan")]
+)
 def test_non_finite_settings_are_refused_before_anything_is_written(tmp_path, mano, flag, value):
     out = tmp_path / "run"
     one_error_line(invoke("train", "--data", mano, "--out", out, "--steps", 2, flag, value, *TINY), "finite")
@@ -167,6 +221,7 @@ def test_non_finite_settings_are_refused_before_anything_is_written(tmp_path, ma
 
 
 # --- 4. damaged checkpoints and results rows ----------------------------------------------------
+
 
 def test_a_truncated_newest_checkpoint_falls_back_to_the_older_one(tmp_path, mano, capsys):
     args = ["--data", mano, "--steps", 9, "--log-every", 1, "--checkpoint-every", 3, *TINY]
@@ -197,7 +252,9 @@ def test_a_stops_off_schedule_checkpoint_takes_no_kept_place_once_a_newer_one_ex
 
 def test_no_intact_checkpoint_is_one_line_naming_each_file(tmp_path, mano):
     run_dir = tmp_path / "run"
-    assert invoke("train", "--out", run_dir, "--data", mano, "--steps", 4, "--checkpoint-every", 2, *TINY).exit_code == 0
+    assert (
+        invoke("train", "--out", run_dir, "--data", mano, "--steps", 4, "--checkpoint-every", 2, *TINY).exit_code == 0
+    )
     for path in checkpoint_files(run_dir):
         path.write_bytes(b"garbage")
     with pytest.raises(SynthlabError, match="checkpoint-4.pt.*checkpoint-2.pt"):
@@ -208,8 +265,11 @@ def test_a_damaged_sweep_json_is_one_error_line_for_a_sweep_and_its_dry_run(tmp_
     monkeypatch.syspath_prepend(str(TESTS))
     (tmp_path / "sweep.json").write_text("{not json")
     for extra in ([], ["--dry-run"]):
-        one_error_line(invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", tmp_path, *extra),
-                       tmp_path / "sweep.json", "not valid JSON")
+        one_error_line(
+            invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", tmp_path, *extra),
+            tmp_path / "sweep.json",
+            "not valid JSON",
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.json"]  # nothing else written
 
 
@@ -248,12 +308,36 @@ def test_a_row_missing_its_stage_columns_reruns_its_point(tmp_path, monkeypatch,
 
 # --- 5. moved data, errors that name their file and line, big generations --------------------
 
+
 def test_capacity_reads_a_moved_dataset_with_data(tmp_path):
     spec = TASKS["bios"]
     data = write_dataset(spec, spec.params_cls(n_people=8), 0, tmp_path / "bios")
     run_dir = tmp_path / "run"
-    assert invoke("train", "--data", data, "--out", run_dir, "--steps", 1, "--batch-size", 4, "--d-model", 32,
-                  "--n-heads", 2, "--n-layers", 1, "--max-seq-len", 128, "--device", "cpu", "--no-progress").exit_code == 0
+    assert (
+        invoke(
+            "train",
+            "--data",
+            data,
+            "--out",
+            run_dir,
+            "--steps",
+            1,
+            "--batch-size",
+            4,
+            "--d-model",
+            32,
+            "--n-heads",
+            2,
+            "--n-layers",
+            1,
+            "--max-seq-len",
+            128,
+            "--device",
+            "cpu",
+            "--no-progress",
+        ).exit_code
+        == 0
+    )
     moved = data.rename(tmp_path / "moved")
     one_error_line(invoke("capacity", run_dir, "--device", "cpu"), "--data")
     result = invoke("capacity", run_dir, "--data", moved, "--device", "cpu", "--json")
@@ -267,8 +351,11 @@ def test_a_token_outside_the_vocabulary_names_its_file_and_line(tmp_path, mano):
     record = json.loads(lines[4])
     lines[4] = json.dumps({**record, "answer": "13"})  # mod 5: no token 13
     (data / "train.jsonl").write_text("\n".join(lines) + "\n")
-    one_error_line(invoke("train", "--data", data, "--out", tmp_path / "run", "--steps", 1, "--no-verify", *TINY),
-                   f"{data / 'train.jsonl'}:5", "'13'")
+    one_error_line(
+        invoke("train", "--data", data, "--out", tmp_path / "run", "--steps", 1, "--no-verify", *TINY),
+        f"{data / 'train.jsonl'}:5",
+        "'13'",
+    )
 
 
 def test_gen_states_a_big_size_and_refuses_one_the_disk_cannot_hold(tmp_path, monkeypatch):

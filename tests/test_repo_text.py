@@ -13,10 +13,10 @@ SKIP_DIRS = {".git", ".venv", "data", "runs", "build", "dist", "__pycache__", ".
 # This file itself is not scanned: it spells out what it looks for.
 OUTSIDE = re.compile("|".join([re.escape("../shared"), re.escape("MISSION.md")]))
 WORK_PERIOD = re.compile(
-    r"\bsessions?\b"             # a work period
-    r"|\bissues? ?#?\d"          # a ticket by number
-    r"|(?<![\w&#/])#\d{1,4}\b"   # a ticket or pull request by number
-    r"|\bhelpers?\b",            # who did the work
+    r"\bsessions?\b"  # a work period
+    r"|\bissues? ?#?\d"  # a ticket by number
+    r"|(?<![\w&#/])#\d{1,4}\b"  # a ticket or pull request by number
+    r"|\bhelpers?\b",  # who did the work
     re.IGNORECASE,
 )
 # The one unavoidable use: pytest's fixture scope is called "session".
@@ -53,8 +53,15 @@ def test_the_scan_sees_the_repository():
 
 
 def test_the_patterns_catch_what_they_are_for():
-    for line in ["see ../shared/x", "the claims in MISSION.md", "Session 12 ran it", "sessions 8-11",
-                 "asked for in issue 15", "fixed in #42", "a helper did it"]:
+    for line in [
+        "see ../shared/x",
+        "the claims in MISSION.md",
+        "Session 12 ran it",
+        "sessions 8-11",
+        "asked for in issue 15",
+        "fixed in #42",
+        "a helper did it",
+    ]:
         assert OUTSIDE.search(line) or WORK_PERIOD.search(line), line
     assert Path(__file__).resolve() not in repo_text_files()
     for line in ["color #1f77b4", "scope='session'", "issue a warning", "&#39;", "Python 3.10"]:

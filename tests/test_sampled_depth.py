@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 import torch._dynamo
+from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
 
 from synthlab.train import train
-from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
 
 def test_sampled_depths_reuse_one_compiled_block(tmp_path, datasets, monkeypatch):
@@ -21,8 +21,15 @@ def test_sampled_depths_reuse_one_compiled_block(tmp_path, datasets, monkeypatch
     runs = {}
     for on in (True, False):
         runs[on] = tmp_path / f"compile{on}"
-        config = run_config(datasets("mano"), "mano", {"loops": 3, "step_sampling": True}, steps=12, loss="mean",
-                            device="cpu", compile=on)
+        config = run_config(
+            datasets("mano"),
+            "mano",
+            {"loops": 3, "step_sampling": True},
+            steps=12,
+            loss="mean",
+            device="cpu",
+            compile=on,
+        )
         train(runs[on], config, progress=False)
     depths = [len(step) for step in losses_of(runs[True])]  # the mean objective logs every step's loss
     assert len(set(depths)) >= 3, depths

@@ -36,10 +36,30 @@ def grid(*axes):
 # Ground truths in fit space, and designs that identify them.
 TRUTH = {
     "chinchilla": {"E": 1.8, "A": 400.0, "alpha": 0.34, "B": 2000.0, "beta": 0.37},
-    "looplm": {"E": 1.5, "A": 300.0, "alpha": 0.3, "t1": 2e5, "B": 1000.0, "beta": 0.35, "t2": 1e8,
-               "C": 0.3, "gamma": 0.8, "t3": 0.5},
-    "steps": {"E": 1.2, "A": 200.0, "alpha": 0.3, "t1": 1e5, "B": 500.0, "beta": 0.3, "t2": 5e7,
-              "C": 0.5, "gamma": 1.0, "t3": 1.0},
+    "looplm": {
+        "E": 1.5,
+        "A": 300.0,
+        "alpha": 0.3,
+        "t1": 2e5,
+        "B": 1000.0,
+        "beta": 0.35,
+        "t2": 1e8,
+        "C": 0.3,
+        "gamma": 0.8,
+        "t3": 0.5,
+    },
+    "steps": {
+        "E": 1.2,
+        "A": 200.0,
+        "alpha": 0.3,
+        "t1": 1e5,
+        "B": 500.0,
+        "beta": 0.3,
+        "t2": 5e7,
+        "C": 0.5,
+        "gamma": 1.0,
+        "t3": 1.0,
+    },
     "power": {"E": 0.2, "A": 50.0, "alpha": 0.5, "t": 2e3},
 }
 
@@ -63,7 +83,9 @@ def synthetic(name: str, noise: float, rng: np.random.Generator) -> tuple[sc.Dat
 
 
 def summed_objective(law: sc.Law, data: sc.Data, theta: np.ndarray) -> float:
-    objective = sc.huber_objective(law, data.matrix(law), np.log(data.loss), np.ones((1, len(data.loss))), sc.FitOptions())
+    objective = sc.huber_objective(
+        law, data.matrix(law), np.log(data.loss), np.ones((1, len(data.loss))), sc.FitOptions()
+    )
     return float(objective(theta[None, :], np.zeros(1, dtype=int), False)[0][0])
 
 
@@ -79,7 +101,9 @@ def test_gradient_matches_finite_differences(name):
     law = sc.get_law(name)
     data, theta = synthetic(name, 0.02, rng)
     X, y = data.matrix(law), np.log(data.loss)
-    objective = sc.huber_objective(law, X, y, rng.integers(1, 4, size=(1, len(y))).astype(float), sc.FitOptions(delta=0.01))
+    objective = sc.huber_objective(
+        law, X, y, rng.integers(1, 4, size=(1, len(y))).astype(float), sc.FitOptions(delta=0.01)
+    )
     theta = theta + rng.normal(0, 0.05, theta.shape)
     _, grad = objective(theta[None, :], np.zeros(1, dtype=int), True)
     step = 1e-6
@@ -129,8 +153,10 @@ def test_fit_is_at_least_the_per_start_scipy_loop_best():
             np.testing.assert_allclose(polished.theta, best_loop[1:], rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.parametrize("name,noise,rtol", [("chinchilla", 5e-4, 0.03), ("looplm", 3e-5, 0.05),
-                                             ("steps", 3e-5, 0.05), ("power", 1e-3, 0.03)])
+@pytest.mark.parametrize(
+    "name,noise,rtol",
+    [("chinchilla", 5e-4, 0.03), ("looplm", 3e-5, 0.05), ("steps", 3e-5, 0.05), ("power", 1e-3, 0.03)],
+)
 def test_recovers_known_parameters(name, noise, rtol):
     data, theta = synthetic(name, noise, np.random.default_rng(4))
     law = sc.get_law(name)
@@ -152,7 +178,9 @@ def test_averaging_stops_early_where_summing_converges():
 
     def share_at_optimum(reduction: str) -> float:
         starts = law.starts(None)[::10]
-        fits = [sc.fit("chinchilla", data, sc.FitOptions(polish=0, reduction=reduction), starts=s[None]) for s in starts]
+        fits = [
+            sc.fit("chinchilla", data, sc.FitOptions(polish=0, reduction=reduction), starts=s[None]) for s in starts
+        ]
         return np.mean([summed_objective(law, data, f.theta) < 1.01 * optimum for f in fits])
 
     summed, averaged = share_at_optimum("sum"), share_at_optimum("mean")
@@ -160,10 +188,13 @@ def test_averaging_stops_early_where_summing_converges():
 
 
 def test_user_law_in_a_few_lines():
-    law = sc.register_law(sc.power_sum_law(
-        "data_only", [sc.PowerTerm("D", "B", "beta")],
-        lambda X: {"log_E": (-1.0, 0.0, 1.0), "log_B": (0.0, 5.0, 10.0), "beta": (0.25, 0.5, 1.0)},
-    ))
+    law = sc.register_law(
+        sc.power_sum_law(
+            "data_only",
+            [sc.PowerTerm("D", "B", "beta")],
+            lambda X: {"log_E": (-1.0, 0.0, 1.0), "log_B": (0.0, 5.0, 10.0), "beta": (0.25, 0.5, 1.0)},
+        )
+    )
     try:
         assert sc.get_law("data_only") is law and law.formula == "L = E + B/D^beta"
         with pytest.raises(ValueError, match="already registered"):

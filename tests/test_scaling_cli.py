@@ -22,8 +22,21 @@ def run(*args: str):
 def test_reproduces_published_chinchilla_fit_from_the_shipped_csv():
     if not CHINCHILLA_CSV.is_file():
         pytest.skip(f"{CHINCHILLA_CSV} absent: the shared data folder must sit beside the repository")
-    out = run("chinchilla", CHINCHILLA_CSV, "--n-col", "Model Size", "--tokens-from-flops", "Training FLOP",
-              "--drop-top-loss", "5", "--bootstrap", "20", "--compute", "5.76e23", "--json")
+    out = run(
+        "chinchilla",
+        CHINCHILLA_CSV,
+        "--n-col",
+        "Model Size",
+        "--tokens-from-flops",
+        "Training FLOP",
+        "--drop-top-loss",
+        "5",
+        "--bootstrap",
+        "20",
+        "--compute",
+        "5.76e23",
+        "--json",
+    )
     assert out.exit_code == 0, out.output
     fit = json.loads(out.output)
     for name, value in PUBLISHED.items():
@@ -35,8 +48,15 @@ def test_reproduces_published_chinchilla_fit_from_the_shipped_csv():
 def looplm_table(tmp_path):
     data, _ = synthetic("looplm", 1e-4, np.random.default_rng(20))
     path = tmp_path / "results.csv"
-    pd.DataFrame({"params": data.variables["N"], "tokens": data.variables["D"], "loops": data.variables["Tm"],
-                  "loss": data.loss, "run": np.arange(len(data.loss))}).to_csv(path, index=False)
+    pd.DataFrame(
+        {
+            "params": data.variables["N"],
+            "tokens": data.variables["D"],
+            "loops": data.variables["Tm"],
+            "loss": data.loss,
+            "run": np.arange(len(data.loss)),
+        }
+    ).to_csv(path, index=False)
     return path
 
 
@@ -59,12 +79,22 @@ def test_a_heldout_stage_table_is_fitted_on_its_heldout_columns_by_default(tmp_p
     and the tokens seen by then (`eval_loss`, `eval_tokens`); the law is about the latter."""
     data, _ = synthetic("chinchilla", 1e-4, np.random.default_rng(3))
     path = tmp_path / "results.csv"
-    pd.DataFrame({"params": data.variables["N"], "eval_tokens": data.variables["D"], "eval_loss": data.loss,
-                  "tokens": data.variables["D"].max(), "loss": 1.0 + 0.1 * np.arange(len(data.loss))}).to_csv(path, index=False)
+    pd.DataFrame(
+        {
+            "params": data.variables["N"],
+            "eval_tokens": data.variables["D"],
+            "eval_loss": data.loss,
+            "tokens": data.variables["D"].max(),
+            "loss": 1.0 + 0.1 * np.arange(len(data.loss)),
+        }
+    ).to_csv(path, index=False)
     by_default = json.loads(run("chinchilla", path, "--bootstrap", "0", "--json").output)
     assert by_default["r2"] > 0.999 and by_default["alpha"] == pytest.approx(TRUTH["chinchilla"]["alpha"], rel=1e-2)
-    explicit = json.loads(run("chinchilla", path, "--bootstrap", "0", "--json", "--d-col", "eval_tokens",
-                              "--loss-col", "eval_loss").output)
+    explicit = json.loads(
+        run(
+            "chinchilla", path, "--bootstrap", "0", "--json", "--d-col", "eval_tokens", "--loss-col", "eval_loss"
+        ).output
+    )
     assert explicit == by_default
     training = run("chinchilla", path, "--bootstrap", "0", "--json", "--d-col", "tokens", "--loss-col", "loss")
     assert training.exit_code == 2 or json.loads(training.output)["r2"] < 0.99  # the old defaults: not the law
@@ -73,7 +103,7 @@ def test_a_heldout_stage_table_is_fitted_on_its_heldout_columns_by_default(tmp_p
 def test_text_output_power_law(tmp_path):
     x = np.geomspace(1e3, 1e6, 25)
     path = tmp_path / "capacity.csv"
-    pd.DataFrame({"params": x, "bits": 0.1 + 2.0 * x ** 0.9}).to_csv(path, index=False)
+    pd.DataFrame({"params": x, "bits": 0.1 + 2.0 * x**0.9}).to_csv(path, index=False)
     out = run("power", path, "--loss-col", "bits", "--bootstrap", "0")
     assert out.exit_code == 0, out.output
     assert "L = E + A/(x + t)^alpha" in out.output and "alpha = -0.9" in out.output
@@ -81,8 +111,12 @@ def test_text_output_power_law(tmp_path):
 
 def test_fit_table_takes_a_dataframe():
     x = np.geomspace(1e3, 1e6, 25)
-    fitted = scaling.fit_table(pd.DataFrame({"params": x, "bits": 0.1 + 2.0 * x ** 0.9}), "power",
-                               scaling.TableColumns(loss_col="bits"), bootstrap=0)
+    fitted = scaling.fit_table(
+        pd.DataFrame({"params": x, "bits": 0.1 + 2.0 * x**0.9}),
+        "power",
+        scaling.TableColumns(loss_col="bits"),
+        bootstrap=0,
+    )
     (group,) = fitted.fits
     assert fitted.law is scaling.POWER and group.title == "power fit to table" and group.bootstrap is None
     assert group.result.params["alpha"] == pytest.approx(-0.9, rel=1e-4)
@@ -92,8 +126,17 @@ def test_steps_law_is_fitted_per_max_steps(tmp_path):
     rows = []
     for tm in (2, 4):
         data, _ = synthetic("steps", 1e-4, np.random.default_rng(tm))
-        rows.append(pd.DataFrame({"params": data.variables["N"], "tokens": data.variables["D"],
-                                  "step": data.variables["T"], "loops": tm, "loss": data.loss}))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "params": data.variables["N"],
+                    "tokens": data.variables["D"],
+                    "step": data.variables["T"],
+                    "loops": tm,
+                    "loss": data.loss,
+                }
+            )
+        )
     one_step = rows[0][rows[0]["step"] == 1].assign(loops=1)  # a plain model's runs: one step, no T to fit
     path = tmp_path / "steps.csv"
     pd.concat([one_step, *rows]).to_csv(path, index=False)
@@ -105,14 +148,17 @@ def test_steps_law_is_fitted_per_max_steps(tmp_path):
     assert all(f["gamma"] == pytest.approx(1.0, rel=0.05) for f in fits)
 
 
-@pytest.mark.parametrize("edit,args,message", [
-    (None, ["--n-col", "size"], "column 'size' (--n-col) not in results.csv"),
-    ("nan", [], "'loss' has 1 NaN"),
-    ("negative", [], "'params' has 1 non-positive"),
-    ("few", [], "10 parameters but only 5 rows"),
-    (None, ["--holdout", "tokens"], "--holdout must be one of"),
-    (None, ["--drop-top-loss", "500"], "would drop all"),
-])
+@pytest.mark.parametrize(
+    "edit,args,message",
+    [
+        (None, ["--n-col", "size"], "column 'size' (--n-col) not in results.csv"),
+        ("nan", [], "'loss' has 1 NaN"),
+        ("negative", [], "'params' has 1 non-positive"),
+        ("few", [], "10 parameters but only 5 rows"),
+        (None, ["--holdout", "tokens"], "--holdout must be one of"),
+        (None, ["--drop-top-loss", "500"], "would drop all"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, edit, args, message):
     path = looplm_table(tmp_path)
     table = pd.read_csv(path)
@@ -132,7 +178,9 @@ def test_a_table_with_eval_loss_but_no_eval_tokens_says_which_flags_to_pass(tmp_
     path = looplm_table(tmp_path)
     pd.read_csv(path).rename(columns={"loss": "eval_loss"}).to_csv(path, index=False)
     out = run("looplm", path, "--bootstrap", "0")
-    assert out.exit_code == 2 and "has eval_loss but no eval_tokens: pass --d-col and --loss-col eval_loss" in out.output
+    assert (
+        out.exit_code == 2 and "has eval_loss but no eval_tokens: pass --d-col and --loss-col eval_loss" in out.output
+    )
 
 
 def test_unknown_law_suggests():
@@ -145,8 +193,9 @@ def test_a_fit_of_seeds_prints_and_saves_its_lack_of_fit(tmp_path):
 
     data = replicated_chinchilla(np.random.default_rng(2), 0.02)
     path = tmp_path / "results.csv"
-    pd.DataFrame({"params": data.variables["N"], "tokens": data.variables["D"], "loss": data.loss,
-                  "run_dir": data.runs}).to_csv(path, index=False)
+    pd.DataFrame(
+        {"params": data.variables["N"], "tokens": data.variables["D"], "loss": data.loss, "run_dir": data.runs}
+    ).to_csv(path, index=False)
     out = run("chinchilla", path, "--bootstrap", "0", "--lack-of-fit-resamples", "200", "--save", tmp_path / "fit.json")
     assert out.exit_code == 0, out.output
     assert "lack of fit (least squares, log loss, 16 design points with replicates): p = " in out.output
@@ -194,4 +243,6 @@ def test_a_damaged_saved_fit_is_named_on_stderr_and_the_figure_refits(tmp_path, 
     capsys.readouterr()
     assert plots.fit_scaling(table).law == "looplm"
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"warning: cannot use {tmp_path / 'fit_looplm.json'}: JSONDecodeError"), err
+    assert err.count("\n") == 1 and err.startswith(
+        f"warning: cannot use {tmp_path / 'fit_looplm.json'}: JSONDecodeError"
+    ), err

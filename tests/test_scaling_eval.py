@@ -60,7 +60,7 @@ def test_compute_optimum_minimises_loss_at_fixed_compute():
 def test_holdout_splits_and_scores():
     data, _ = synthetic("looplm", 1e-5, np.random.default_rng(11))
     law = sc.LOOPLM
-    (name, train), = sc.holdout_splits(law, data, "size")
+    ((name, train),) = sc.holdout_splits(law, data, "size")
     assert name == "smallest 3 of 5 sizes" and data.variables["N"][train].max() < data.variables["N"][~train].min()
     fractions = sc.holdout_splits(law, data, "data")
     assert [int(t.sum()) for _, t in fractions] == sorted(int(t.sum()) for _, t in fractions)
@@ -83,26 +83,40 @@ def test_data_holdout_keeps_a_checkpoint_whole_when_its_tokens_vary_between_runs
     d = levels + rng.integers(-60, 60, levels.shape)
     d[-1] = 3.6e6  # the largest D, against which the cuts are taken
     data = sc.Data({"N": np.full(d.shape, 1e5), "D": d, "Tm": np.ones(d.shape)}, np.ones(d.shape))
-    (name, train), = sc.holdout_splits(sc.LOOPLM, data, "data")
+    ((name, train),) = sc.holdout_splits(sc.LOOPLM, data, "data")
     assert name == "first 3 of 4 D levels" and int(train.sum()) == 36  # whole levels: 3 of the 4 checkpoints
     # each run its own D (Chinchilla's grid): cut at 25/50/75% of the largest D
     spread = sc.Data({"N": np.full(40, 1e5), "D": np.geomspace(1e6, 1e8, 40), "Tm": np.ones(40)}, np.ones(40))
     cuts = sc.holdout_splits(sc.LOOPLM, spread, "data")
     assert [n for n, _ in cuts] == ["first 25% of data", "first 50% of data", "first 75% of data"]
-    assert [int(t.sum()) for _, t in cuts] == [int((spread.variables["D"] <= q * 1e8 * 1.01).sum()) for q in (0.25, 0.5, 0.75)]
+    assert [int(t.sum()) for _, t in cuts] == [
+        int((spread.variables["D"] <= q * 1e8 * 1.01).sum()) for q in (0.25, 0.5, 0.75)
+    ]
 
 
 # The cpu scaling preset's design: 4 model sizes x 4 checkpoints (D) x 4 loop counts (experiments/scaling.toml).
-CPU_TRUTH = {"E": 1.0, "A": 400.0, "alpha": 0.45, "t1": 2e4, "B": 2000.0, "beta": 0.5, "t2": 1e5,
-             "C": 0.5, "gamma": 1.0, "t3": 0.5}
+CPU_TRUTH = {
+    "E": 1.0,
+    "A": 400.0,
+    "alpha": 0.45,
+    "t1": 2e4,
+    "B": 2000.0,
+    "beta": 0.5,
+    "t2": 1e5,
+    "C": 0.5,
+    "gamma": 1.0,
+    "t3": 0.5,
+}
 
 
 def test_the_cpu_preset_design_identifies_the_looplm_law():
     """Loss from a known LoopLM law (0.1% noise) on a grid shaped like the cpu preset: the fit
     converges, the bootstrap keeps only converged refits (at least 90% of them) and every
     constant's interval holds its true value."""
-    n, d, t = (a.ravel() for a in np.meshgrid([8.0e4, 1.1e5, 1.9e5, 2.8e5], [2e5, 4e5, 8e5, 1.6e6],
-                                              [1.0, 2.0, 3.0, 4.0], indexing="ij"))
+    n, d, t = (
+        a.ravel()
+        for a in np.meshgrid([8.0e4, 1.1e5, 1.9e5, 2.8e5], [2e5, 4e5, 8e5, 1.6e6], [1.0, 2.0, 3.0, 4.0], indexing="ij")
+    )
     law = sc.LOOPLM
     clean = law.predict(law.theta(CPU_TRUTH), np.column_stack([n, d, t]))
     data = sc.Data({"N": n, "D": d, "Tm": t}, clean * np.exp(np.random.default_rng(0).normal(0, 1e-3, clean.shape)))
@@ -124,11 +138,11 @@ def test_a_holdout_that_leaves_two_levels_says_so():
 
     n, d = (a.ravel() for a in np.meshgrid([1e6, 1e7, 1e8], [1e8, 1e9, 1e10, 1e11], indexing="ij"))
     data = sc.Data({"N": n, "D": d}, 2.0 + 0 * n)
-    (name, train), = sc.holdout_splits(sc.CHINCHILLA, data, "size")
+    ((name, train),) = sc.holdout_splits(sc.CHINCHILLA, data, "size")
     assert name == "smallest 2 of 3 sizes" and thin_levels(sc.CHINCHILLA, data, train) == "N: 2 levels"
     assert thin_levels(sc.CHINCHILLA, data, np.ones(len(n), bool)) == ""
     four = sc.Data({"N": np.repeat([1e6, 2e6, 4e6, 8e6], 4), "D": np.tile([1e8, 1e9, 1e10, 1e11], 4)}, np.full(16, 2.0))
-    (name, train), = sc.holdout_splits(sc.CHINCHILLA, four, "size")  # the cpu scaling grid's 4 sizes: 3 fitted
+    ((name, train),) = sc.holdout_splits(sc.CHINCHILLA, four, "size")  # the cpu scaling grid's 4 sizes: 3 fitted
     assert name == "smallest 3 of 4 sizes" and thin_levels(sc.CHINCHILLA, four, train) == ""
     assert thin_levels(sc.CHINCHILLA, data, d <= 1e9) == "D: 2 levels"
 
@@ -138,7 +152,9 @@ def replicated_chinchilla(rng: np.random.Generator, noise: float, bend: float = 
     tokens between seeds; log-normal noise of sd `noise`, the fraction `shared` of its variance
     common to a run's checkpoints (a seed's luck persists). `bend` multiplies the loss by exp(+-bend),
     the sign alternating over D's levels: a zigzag in D that no power law in D follows."""
-    n, seed, d = (a.ravel() for a in np.meshgrid([1e7, 3e7, 1e8, 3e8], [0, 1, 2], [1e9, 3e9, 1e10, 3e10], indexing="ij"))
+    n, seed, d = (
+        a.ravel() for a in np.meshgrid([1e7, 3e7, 1e8, 3e8], [0, 1, 2], [1e9, 3e9, 1e10, 3e10], indexing="ij")
+    )
     d = d + rng.integers(0, 50, 48)
     runs = np.repeat(np.arange(12), 4)
     z = np.sqrt(shared) * rng.standard_normal(12)[runs] + np.sqrt(1 - shared) * rng.standard_normal(48)
@@ -187,15 +203,25 @@ def test_free_level_models_find_the_interaction_the_loss_has():
 
     script = _law_form_check()
     rng = np.random.default_rng(3)
-    n, tm, seed, d = (a.ravel() for a in np.meshgrid([3e4, 1e5, 2.3e5, 4e5], [1, 2, 3, 4], [0, 1, 2],
-                                                      [2e5, 4e5, 9e5, 1.8e6], indexing="ij"))
+    n, tm, seed, d = (
+        a.ravel()
+        for a in np.meshgrid([3e4, 1e5, 2.3e5, 4e5], [1, 2, 3, 4], [0, 1, 2], [2e5, 4e5, 9e5, 1.8e6], indexing="ij")
+    )
     run = np.repeat(np.arange(48), 4)
     noise = 0.03 * (np.sqrt(0.5) * rng.standard_normal(48)[run] + np.sqrt(0.5) * rng.standard_normal(192))
-    additive = 0.3 + 30 / n ** 0.5 + 300 / d ** 0.5 + 0.2 / tm
+    additive = 0.3 + 30 / n**0.5 + 300 / d**0.5 + 0.2 / tm
     interacting = additive + 0.4 * np.log(n / 3e4) * np.log(d / 2e5) / 10  # the size gap widens with D
     for loss, rejected in ((additive, set()), (interacting, {"N + D + Tm", "N + D x Tm"})):
-        table = pd.DataFrame({"params": n, "eval_tokens": d + rng.integers(0, 50, 192), "loops": tm,
-                              "eval_loss": loss * np.exp(noise), "run_dir": run.astype(str), "eval.checkpoint": 0})
+        table = pd.DataFrame(
+            {
+                "params": n,
+                "eval_tokens": d + rng.integers(0, 50, 192),
+                "loops": tm,
+                "eval_loss": loss * np.exp(noise),
+                "run_dir": run.astype(str),
+                "eval.checkpoint": 0,
+            }
+        )
         results, described = script.form_tests(table, np.random.default_rng(0), resamples=300)
         assert described.startswith("192 rows, 64 design points, 48 runs; levels: N 4, D 4, Tm 4"), described
         assert set(results.loc[results["p (runs)"] < 0.05, "model"]) == rejected, results

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from synthlab import experiments, stages, sweep
 from synthlab.cli import app
-from synthlab.errors import SynthlabError
 from synthlab.data import Examples, pack_rows
+from synthlab.errors import SynthlabError
 from synthlab.heldout import examples_in_rows, heldout_loss, seen_share, sequences
 from synthlab.results import step_rows
 
@@ -47,8 +47,9 @@ def test_the_heldout_loss_is_the_final_model_at_the_last_checkpoint_and_is_deter
     final = heldout_loss(model_dir, data_dir, rows=4)
     at_20 = heldout_loss(model_dir, data_dir, rows=4, checkpoint=20)
     assert final["loss_per_step"] == pytest.approx(at_20["loss_per_step"], rel=1e-5)
-    assert heldout_loss(model_dir, data_dir, rows=4, checkpoint=10) == heldout_loss(model_dir, data_dir, rows=4,
-                                                                                     checkpoint=10)
+    assert heldout_loss(model_dir, data_dir, rows=4, checkpoint=10) == heldout_loss(
+        model_dir, data_dir, rows=4, checkpoint=10
+    )
     assert heldout_loss(model_dir, data_dir, rows=4, train_dir=data_dir)["seen"] == 1.0  # its own training rows
     assert table["eval_seen"].between(0, 1).all()
     with pytest.raises(SynthlabError, match="no checkpoint of step 15"):

@@ -18,11 +18,21 @@ def test_names_and_matches_round_trip():
         schema.AGREE.name(1)
 
 
-@pytest.mark.parametrize("column,pattern", [
-    ("n_test", "n_test"), ("n_l2", "n_<g>"), ("acc_step_2", "acc_step_<t>"), ("acc_d3_yes", "acc_<g>"),
-    ("train_acc_l2", "train_acc_<g>"), ("bits_name", "bits_name"), ("bits_gender", "bits_<attribute>"),
-    ("eval_loss_step_4", "eval_loss_step_<t>"), ("loss_depth_8", "loss_depth_<k>"), ("L", "L"),
-])
+@pytest.mark.parametrize(
+    "column,pattern",
+    [
+        ("n_test", "n_test"),
+        ("n_l2", "n_<g>"),
+        ("acc_step_2", "acc_step_<t>"),
+        ("acc_d3_yes", "acc_<g>"),
+        ("train_acc_l2", "train_acc_<g>"),
+        ("bits_name", "bits_name"),
+        ("bits_gender", "bits_<attribute>"),
+        ("eval_loss_step_4", "eval_loss_step_<t>"),
+        ("loss_depth_8", "loss_depth_<k>"),
+        ("L", "L"),
+    ],
+)
 def test_a_single_column_wins_over_a_pattern(column, pattern):
     assert schema.family(column).pattern == pattern
 
@@ -32,8 +42,10 @@ def test_the_stages_columns_are_all_known():
     from synthlab.stages import STAGES
 
     promised = [c for stage in STAGES.values() for c in stage.columns]
-    written = [*heldout_columns({"loss_per_step": [1.0, 0.5], "tokens": 10, "step": 2, "n_tokens": 5, "seen": 0.1}),
-               *capacity_metrics({"p1": 0.1, "p2": 0.2, "bits": 3.0, "params": 9, "per_attribute": {"gender": {"bits": 1.0}}})]
+    written = [
+        *heldout_columns({"loss_per_step": [1.0, 0.5], "tokens": 10, "step": 2, "n_tokens": 5, "seen": 0.1}),
+        *capacity_metrics({"p1": 0.1, "p2": 0.2, "bits": 3.0, "params": 9, "per_attribute": {"gender": {"bits": 1.0}}}),
+    ]
     assert [c for c in promised + written if schema.family(c) is None] == []
     assert schema.family("train.lr") is None  # a grid axis is its own column
 

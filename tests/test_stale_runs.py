@@ -15,9 +15,11 @@ from synthlab.stages import _train_or_resume
 
 @pytest.fixture(scope="module")
 def run(mano):
-    return resolve_run_config({}, {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "init": "torch",
-                                   "init_std": 0.02},
-                              {"task": "mano", "data": str(mano), "steps": 3, "batch_size": 8, "warmup_steps": 1})
+    return resolve_run_config(
+        {},
+        {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "init": "torch", "init_std": 0.02},
+        {"task": "mano", "data": str(mano), "steps": 3, "batch_size": 8, "warmup_steps": 1},
+    )
 
 
 def test_the_same_configuration_is_reused_and_a_changed_one_is_refused(run, tmp_path):

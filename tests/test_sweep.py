@@ -79,8 +79,18 @@ def test_bad_definitions_are_rejected_with_one_line(edit, message):
 
 def test_every_builtin_experiment_and_preset_loads_and_validates():
     names = experiments.available()
-    assert set(names) >= {"capacity", "mano", "multihop", "reach", "scaling", "exit", "kvcache",
-                          "topology", "depth", "faithfulness"}
+    assert set(names) >= {
+        "capacity",
+        "mano",
+        "multihop",
+        "reach",
+        "scaling",
+        "exit",
+        "kvcache",
+        "topology",
+        "depth",
+        "faithfulness",
+    }
     for name in names:
         exp = experiments.load(name)
         for preset in experiments.PRESETS:
@@ -162,22 +172,33 @@ def test_lost_row_is_recovered_without_rerunning(tmp_path):
 
 
 def _cli(out: Path) -> list[str]:
-    return [str(Path(sys.executable).parent / "synthlab"), "sweep", str(FAKE), "--preset", "cpu",
-            "--runner", RUNNER.__name__, "--out", str(out)]
+    return [
+        str(Path(sys.executable).parent / "synthlab"),
+        "sweep",
+        str(FAKE),
+        "--preset",
+        "cpu",
+        "--runner",
+        RUNNER.__name__,
+        "--out",
+        str(out),
+    ]
 
 
 @pytest.mark.slow  # two sweeps as fresh CLI processes
 def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_table(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    proc = subprocess.Popen(_cli(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(_cli(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = tmp_path / "killed" / sweep.RESULTS
     deadline = time.time() + 60
     # wait until one point is finished and another is part-way through its training
     while time.time() < deadline:
         rows = results_table.read_rows(results)
-        partial = [c for c in (tmp_path / "killed" / "runs").glob("*/ckpt.json")
-                   if c.parent.name not in {Path(r["run_dir"]).name for r in rows}]
+        partial = [
+            c
+            for c in (tmp_path / "killed" / "runs").glob("*/ckpt.json")
+            if c.parent.name not in {Path(r["run_dir"]).name for r in rows}
+        ]
         if rows and partial:
             break
         time.sleep(0.05)
@@ -201,14 +222,29 @@ def test_dry_run_lists_status_and_cost(tmp_path):
     assert sorted(r["cost"] for r in smoke) == ["estimated"] * 4 + ["shared model"] * 4
     sweep.run_sweep(exp, "smoke", tmp_path / "done", runner=RUNNER, progress=False)
     assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path / "done", runner=RUNNER)} == {"done"}
-    result = CliRunner().invoke(app, ["sweep", str(FAKE), "--preset", "cpu", "--runner", RUNNER.__name__,
-                                      "--out", str(tmp_path), "--dry-run"])
+    result = CliRunner().invoke(
+        app, ["sweep", str(FAKE), "--preset", "cpu", "--runner", RUNNER.__name__, "--out", str(tmp_path), "--dry-run"]
+    )
     assert result.exit_code == 0, result.output
     assert "4 points, 4 to run" in result.output and not (tmp_path / sweep.RESULTS).exists()
     assert f"trained models: in {tmp_path / 'runs'} (0 of 4 already there" in result.output
     # the store the models would be trained into, whatever --out says is done
-    result = CliRunner().invoke(app, ["sweep", str(FAKE), "--preset", "smoke", "--runner", RUNNER.__name__,
-                                      "--out", str(tmp_path / "other"), "--runs", str(tmp_path / "done" / "runs"), "--dry-run"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "sweep",
+            str(FAKE),
+            "--preset",
+            "smoke",
+            "--runner",
+            RUNNER.__name__,
+            "--out",
+            str(tmp_path / "other"),
+            "--runs",
+            str(tmp_path / "done" / "runs"),
+            "--dry-run",
+        ],
+    )
     assert f"in {tmp_path / 'done' / 'runs'} (4 of 4 already there" in result.output, result.output
 
 
@@ -236,8 +272,12 @@ def test_a_sweep_dir_holds_one_experiment_and_preset(tmp_path):
 def test_sweeps_sharing_a_model_store_train_once(tmp_path):
     exp = experiments.load(FAKE)
     store, cache = tmp_path / "store", tmp_path / "cache"
-    first = sweep.run_sweep(exp, "smoke", tmp_path / "a", runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False)
-    second = sweep.run_sweep(exp, "smoke", tmp_path / "b", runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False)
+    first = sweep.run_sweep(
+        exp, "smoke", tmp_path / "a", runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False
+    )
+    second = sweep.run_sweep(
+        exp, "smoke", tmp_path / "b", runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False
+    )
     assert _table(first) == _table(second)
     logs = [(d / "starts.log").read_text().split() for d in store.iterdir()]
     assert len(logs) == 4 and all(log == ["0", "5"] for log in logs)  # each model trained once, in sweep a
@@ -250,8 +290,10 @@ def test_a_rerun_without_runs_and_cache_uses_the_stores_the_sweep_used_before(tm
     exp = experiments.load(FAKE)
     store, cache, out = tmp_path / "store", tmp_path / "cache", tmp_path / "sweep"
     results = sweep.run_sweep(exp, "smoke", out, runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False)
-    assert json.loads((out / "sweep.json").read_text())["stores"] == {"cache": str(cache.resolve()),
-                                                                     "runs": str(store.resolve())}
+    assert json.loads((out / "sweep.json").read_text())["stores"] == {
+        "cache": str(cache.resolve()),
+        "runs": str(store.resolve()),
+    }
     rows = results_table.read_rows(results)
     with results.open("w", newline="") as fh:  # the first point's row lost: it runs again
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -266,8 +308,9 @@ def test_a_rerun_without_runs_and_cache_uses_the_stores_the_sweep_used_before(tm
     assert all(r["status"] == "done" for r in sweep.plan(exp, "smoke", out, runner=RUNNER))
 
 
-@pytest.mark.parametrize("argv0, recorded", [("/venv/bin/synthlab", True), ("/repo/synthlab/__main__.py", True),
-                                             ("/venv/bin/pytest", False)])
+@pytest.mark.parametrize(
+    "argv0, recorded", [("/venv/bin/synthlab", True), ("/repo/synthlab/__main__.py", True), ("/venv/bin/pytest", False)]
+)
 def test_the_command_line_is_recorded_from_the_entry_point_and_python_m(monkeypatch, argv0, recorded):
     from synthlab.sweep import _command_line
 
@@ -281,8 +324,14 @@ def test_reevaluate_runs_every_finished_point_again_on_its_model(tmp_path, monke
     results = sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)
     before = {r["point_id"]: r for r in results_table.read_rows(results)}
     original = RUNNER.run_point
-    monkeypatch.setattr(RUNNER, "run_point", lambda config, run_dir, *, cache_dir: {  # a changed evaluator
-        **original(config, run_dir, cache_dir=cache_dir), "new_metric": 1.0})
+    monkeypatch.setattr(
+        RUNNER,
+        "run_point",
+        lambda config, run_dir, *, cache_dir: {  # a changed evaluator
+            **original(config, run_dir, cache_dir=cache_dir),
+            "new_metric": 1.0,
+        },
+    )
     sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)  # nothing to do: every point finished
     assert all("new_metric" not in r for r in results_table.read_rows(results))
     sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False, reevaluate=True)
@@ -294,9 +343,23 @@ def test_reevaluate_runs_every_finished_point_again_on_its_model(tmp_path, monke
 
 
 def test_the_first_start_records_when_the_data_began_and_every_rule_then(tmp_path):
-    exp = dataclasses.replace(experiments.load(FAKE), verdicts=verdicts.parse_rules(
-        [{"claim": "C0", "says": "b beats a", "metric": "accuracy", "column": "arch", "a": "b", "b": "a",
-          "expect": "above"}], "test"))
+    exp = dataclasses.replace(
+        experiments.load(FAKE),
+        verdicts=verdicts.parse_rules(
+            [
+                {
+                    "claim": "C0",
+                    "says": "b beats a",
+                    "metric": "accuracy",
+                    "column": "arch",
+                    "a": "b",
+                    "b": "a",
+                    "expect": "above",
+                }
+            ],
+            "test",
+        ),
+    )
     sweep.run_sweep(exp, "gpu", tmp_path, runner=RUNNER, progress=False)
     info = sweep.read_info(tmp_path)
     fixed = verdicts.fingerprint(exp.verdicts[0])
@@ -312,8 +375,22 @@ def test_seeds_overrides_the_presets_seeds_in_the_run_and_the_dry_run(tmp_path):
     exp = experiments.with_seeds(experiments.load(FAKE), "gpu", 3)
     assert [p.factors["seed"] for p in exp.points("gpu")] == [0, 1, 2]
     assert exp.points("gpu")[0].point_id == experiments.load(FAKE).points("gpu")[0].point_id  # seed 0 keeps its id
-    result = CliRunner().invoke(app, ["sweep", str(FAKE), "--preset", "cpu", "--runner", RUNNER.__name__,
-                                      "--out", str(tmp_path), "--dry-run", "--seeds", "2"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "sweep",
+            str(FAKE),
+            "--preset",
+            "cpu",
+            "--runner",
+            RUNNER.__name__,
+            "--out",
+            str(tmp_path),
+            "--dry-run",
+            "--seeds",
+            "2",
+        ],
+    )
     assert result.exit_code == 0 and "8 points, 8 to run" in result.output, result.output
     with pytest.raises(SynthlabError, match="unknown preset"):
         experiments.with_seeds(experiments.load(FAKE), "huge", 3)

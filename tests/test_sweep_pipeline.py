@@ -102,9 +102,16 @@ def test_eval_results_flatten_to_columns():
     from synthlab.options import EvalOptions
     from synthlab.results import eval_metrics
 
-    result = {"accuracy": 0.5, "accuracy_at_trained_depth": 0.4, "answer_loss_per_step": [2.0, 1.0],
-              "eval_steps": 2, "accuracy_per_step": [0.4, 0.5], "agreement": [[1.0, 0.7], [0.7, 1.0]],
-              "exit_accuracy": 0.45, "mean_exit_step": 1.5}
+    result = {
+        "accuracy": 0.5,
+        "accuracy_at_trained_depth": 0.4,
+        "answer_loss_per_step": [2.0, 1.0],
+        "eval_steps": 2,
+        "accuracy_per_step": [0.4, 0.5],
+        "agreement": [[1.0, 0.7], [0.7, 1.0]],
+        "exit_accuracy": 0.45,
+        "mean_exit_step": 1.5,
+    }
     plain = eval_metrics(result, EvalOptions())
     assert plain["acc_step_2"] == plain["accuracy"] == 0.5 and "agree_1_2" not in plain
     exits = eval_metrics(result, EvalOptions(exit="q:0.8", agreement=True))
@@ -156,11 +163,15 @@ def _gate_experiment(raw: dict) -> dict:
 
 def test_gate_stage_trains_the_exit_gate_alone_and_evaluates_that_model(tmp_path):
     import tomllib
-
     import torch
 
-    results = sweep.run_sweep(experiments.parse(_gate_experiment(tomllib.loads(FIXTURE.read_text()))), "smoke",
-                              tmp_path, runner=stages, progress=False)
+    results = sweep.run_sweep(
+        experiments.parse(_gate_experiment(tomllib.loads(FIXTURE.read_text()))),
+        "smoke",
+        tmp_path,
+        runner=stages,
+        progress=False,
+    )
     rows = read_rows(results)
     assert len(rows) == 2 and all(int(r["gate_steps"]) == 4 for r in rows)
     run_dirs = {Path(r["run_dir"]) for r in rows}
@@ -211,7 +222,9 @@ def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_p
 
     def parse_under_a_new_default(config):  # as if TrainConfig's default warmup had changed since
         point = parse(config)
-        return dataclasses.replace(point, train=dataclasses.replace(point.train, warmup_steps=point.train.warmup_steps + 1))
+        return dataclasses.replace(
+            point, train=dataclasses.replace(point.train, warmup_steps=point.train.warmup_steps + 1)
+        )
 
     monkeypatch.setattr(stages, "parse", parse_under_a_new_default)
     assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path, runner=stages)} == {"done, config changed"}

@@ -20,8 +20,9 @@ RUNNER = "sweep_fake_runner"  # imported by name where it runs (sys.path here, P
 
 
 def _table(results: Path) -> list[tuple]:
-    return sorted(tuple(sorted((k, v) for k, v in r.items() if k not in ("wall_s", "run_dir")))
-                  for r in read_rows(results))
+    return sorted(
+        tuple(sorted((k, v) for k, v in r.items() if k not in ("wall_s", "run_dir"))) for r in read_rows(results)
+    )
 
 
 @pytest.fixture
@@ -41,7 +42,9 @@ def local_cluster(monkeypatch):
 def test_ray_executor_matches_local(local_cluster, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     exp = experiments.load(FAKE)
-    remote = sweep.run_sweep(exp, "smoke", tmp_path / "ray", executor="ray", runner=sweep.load_runner(RUNNER), progress=False)
+    remote = sweep.run_sweep(
+        exp, "smoke", tmp_path / "ray", executor="ray", runner=sweep.load_runner(RUNNER), progress=False
+    )
     local = sweep.run_sweep(exp, "smoke", tmp_path / "local", runner=sweep.load_runner(RUNNER), progress=False)
     assert len(sweep.read_rows(remote)) == 8
     assert _table(remote) == _table(local)

@@ -5,14 +5,14 @@ in-process sweep gives; Ray asks for K GPUs per job."""
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from synthlab import experiments, stages, sweep
-from synthlab.results import read_rows
 from synthlab.devices import ray_resources
+from synthlab.results import read_rows
 from synthlab.sweep import Unit
 
 MANO = Path(__file__).resolve().parent.parent / "experiments" / "mano.toml"

@@ -27,12 +27,22 @@ SETTINGS = [
     ("bios", {"n_people": 60, "variant": "permute"}),
     ("bios", {"n_people": 60, "variant": "fullname"}),
     ("multihop", {"layers": 3, "per_layer": 3, "relations": 2, "hops": 2, "n_test": 2}),
-    ("multihop", {"layers": 5, "per_layer": 6, "relations": 3, "hops": 3, "n_test": 20,
-                  "train_fraction": 0.3}),
+    ("multihop", {"layers": 5, "per_layer": 6, "relations": 3, "hops": 3, "n_test": 20, "train_fraction": 0.3}),
     ("reach", {"nodes": 12, "max_diameter": 2, "n_train": 10, "n_test": 4}),
-    ("reach", {"nodes": 23, "max_diameter": 3, "n_train": 40, "n_test": 10,
-               "context_edges": 10, "edge_repeats": 3, "edge_queries": 2,
-               "distance_decay": 0.5, "lookup_queries": 30}),  # uneven layers: 6, 6, 6, 5
+    (
+        "reach",
+        {
+            "nodes": 23,
+            "max_diameter": 3,
+            "n_train": 40,
+            "n_test": 10,
+            "context_edges": 10,
+            "edge_repeats": 3,
+            "edge_queries": 2,
+            "distance_decay": 0.5,
+            "lookup_queries": 30,
+        },
+    ),  # uneven layers: 6, 6, 6, 5
 ]
 # Tasks whose every record's length is known from the params: shape is exact, not an estimate.
 EXACT = ("mano", "multihop", "reach")
@@ -91,14 +101,17 @@ def test_spec_facts_match_generated_data(generated, i):
 
 
 def test_spec_values():
-    facts = {name: (s.extra_files, s.group_key, s.headline, s.pack, dict(s.data_columns))
-             for name, s in TASKS.items()}
+    facts = {name: (s.extra_files, s.group_key, s.headline, s.pack, dict(s.data_columns)) for name, s in TASKS.items()}
     assert facts == {
         "bios": (("people.jsonl",), "attribute", "bits_per_param", True, {"n_people": "n_people"}),
         "mano": ((), "length", "accuracy", False, {"L": "L"}),
-        "multihop": (("facts.jsonl",), "hops", "accuracy", False,
-                     {"train_fraction": "train_fraction", "n_train": "train_questions",
-                      "head_layers": "head_layers"}),
+        "multihop": (
+            ("facts.jsonl",),
+            "hops",
+            "accuracy",
+            False,
+            {"train_fraction": "train_fraction", "n_train": "train_questions", "head_layers": "head_layers"},
+        ),
         "reach": (("graph.json",), "group", "accuracy", False, {"max_diameter": "diameter"}),
     }
     spec = TASKS["bios"]
@@ -124,12 +137,24 @@ def _pool_size(name: str) -> int:
 
 
 def test_capacity_constants_come_from_the_pools():
-    assert capacity.N0 == bios.name_values() == (
-        _pool_size("first_name") * _pool_size("middle_name") * _pool_size("last_name"))
+    assert (
+        capacity.N0
+        == bios.name_values()
+        == (_pool_size("first_name") * _pool_size("middle_name") * _pool_size("last_name"))
+    )
     birth_dates = len(bios.MONTHS) * bios.N_DAYS * bios.N_YEARS
-    assert capacity.S0 == math.prod(bios.attribute_values().values()) == (
-        len(bios.GENDERS) * birth_dates * _pool_size("city") * _pool_size("university")
-        * _pool_size("field") * _pool_size("company"))
+    assert (
+        capacity.S0
+        == math.prod(bios.attribute_values().values())
+        == (
+            len(bios.GENDERS)
+            * birth_dates
+            * _pool_size("city")
+            * _pool_size("university")
+            * _pool_size("field")
+            * _pool_size("company")
+        )
+    )
     scored = ["gender"] + [a for a in bios.ATTRIBUTES if a not in capacity.SCORED_AS]
     assert list(capacity.ATTRIBUTE_VALUES) == scored
 

@@ -55,7 +55,8 @@ def test_ids_equal_the_old_tokenizers_on_every_tasks_data(task, task_datasets):
         assert ids == old.encode(text), text
         assert new.decode(ids) == old.decode(ids) == " ".join(text.split())
         assert ds.encode_text(text) == [new.bos_id] * (ids[:1] != [new.bos_id]) + ids + [new.eos_id] * (
-            ids[-1:] != [new.eos_id])
+            ids[-1:] != [new.eos_id]
+        )
         checked += 1
     assert checked > 50
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from synthlab import config as configlib
+from synthlab.cli.train import resolve_run_config
 from synthlab.errors import SynthlabError
 from synthlab.models import ModelConfig, build_model
-from synthlab.cli.train import resolve_run_config
 from synthlab.optim import lr_factor
 from synthlab.options import TrainConfig
 from synthlab.runs import load_checkpoint
@@ -65,8 +65,9 @@ def test_lr_warms_up_then_decays_to_the_floor():
 
 @pytest.mark.parametrize("schedule", ["constant", "wsd"])
 def test_constant_and_wsd_hold_the_peak_after_warmup(schedule):
-    values = [lr_factor(s, warmup=10, total=100, min_ratio=0.1, schedule=schedule, decay_fraction=0.2)
-              for s in range(100)]
+    values = [
+        lr_factor(s, warmup=10, total=100, min_ratio=0.1, schedule=schedule, decay_fraction=0.2) for s in range(100)
+    ]
     assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
     stable = values[10:80]
     assert all(v == 1.0 for v in stable)
@@ -179,8 +180,9 @@ def test_ouro_stage2_trains_the_gate_alone_from_a_stage1_run(tmp_path, datasets)
     with pytest.raises(SynthlabError, match="init_from"):
         train(tmp_path / "bad", without_start, progress=False)
     assert not (tmp_path / "bad").exists()
-    stage2 = run_config(data, "mano", {"loops": 3, "exit_gate": True}, steps=4, loss="ouro_stage2",
-                        init_from=str(tmp_path / "stage1"))
+    stage2 = run_config(
+        data, "mano", {"loops": 3, "exit_gate": True}, steps=4, loss="ouro_stage2", init_from=str(tmp_path / "stage1")
+    )
     train(tmp_path / "stage2", stage2, progress=False)
     before = torch.load(tmp_path / "stage1" / "checkpoint.pt", weights_only=True)["model"]
     after = torch.load(tmp_path / "stage2" / "checkpoint.pt", weights_only=True)["model"]

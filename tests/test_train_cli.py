@@ -24,10 +24,26 @@ def invoke(*args):
 
 def test_train_eval_from_a_config_file_with_flag_overrides(tmp_path, mano):
     config = tmp_path / "run.toml"
-    config.write_text('[model]\nd_model = 32\nn_heads = 2\nn_layers = 1\nmax_seq_len = 32\n'
-                      '[train]\nsteps = 3\nbatch_size = 8\nlog_every = 1\n')
-    result = invoke("train", "--task", "mano", "--data", mano, "--out", tmp_path / "run", "--config", config,
-                    "--loops", 2, "--steps", 4, "--no-progress")
+    config.write_text(
+        "[model]\nd_model = 32\nn_heads = 2\nn_layers = 1\nmax_seq_len = 32\n"
+        "[train]\nsteps = 3\nbatch_size = 8\nlog_every = 1\n"
+    )
+    result = invoke(
+        "train",
+        "--task",
+        "mano",
+        "--data",
+        mano,
+        "--out",
+        tmp_path / "run",
+        "--config",
+        config,
+        "--loops",
+        2,
+        "--steps",
+        4,
+        "--no-progress",
+    )
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["model"]["loops"] == 2 and saved["model"]["d_model"] == 32  # flag and file
@@ -86,8 +102,31 @@ def test_resume_takes_no_run_options_and_needs_a_run(tmp_path, mano):
 def test_ctrl_c_on_the_real_command_writes_a_checkpoint_and_exits_130(tmp_path, mano):
     exe = Path(sys.executable).parent / "synthlab"
     run_dir = tmp_path / "run"
-    args = [exe, "train", "--task", "mano", "--data", mano, "--out", run_dir, "--steps", 100000, "--d-model", 32,
-            "--n-heads", 2, "--n-layers", 1, "--max-seq-len", 32, "--log-every", 1, "--no-progress", "--threads", 1]
+    args = [
+        exe,
+        "train",
+        "--task",
+        "mano",
+        "--data",
+        mano,
+        "--out",
+        run_dir,
+        "--steps",
+        100000,
+        "--d-model",
+        32,
+        "--n-heads",
+        2,
+        "--n-layers",
+        1,
+        "--max-seq-len",
+        32,
+        "--log-every",
+        1,
+        "--no-progress",
+        "--threads",
+        1,
+    ]
     proc = subprocess.Popen([str(a) for a in args], stderr=subprocess.PIPE, text=True)
     while not (run_dir / "metrics.jsonl").is_file() or not (run_dir / "metrics.jsonl").read_text():
         assert proc.poll() is None, proc.stderr.read()
@@ -106,7 +145,9 @@ def test_every_model_and_train_field_is_a_flag_with_help():
     from synthlab.models import ModelConfig
     from synthlab.options import TrainConfig
 
-    result = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "400"})  # rich wraps at COLUMNS (80 off a terminal)
+    result = runner.invoke(
+        app, ["train", "--help"], env={"COLUMNS": "400"}
+    )  # rich wraps at COLUMNS (80 off a terminal)
     for cls in (ModelConfig, TrainConfig):
         for f in dataclasses.fields(cls):
             if f.name != "vocab_size":
@@ -115,13 +156,47 @@ def test_every_model_and_train_field_is_a_flag_with_help():
 
 
 def test_new_model_and_schedule_flags_reach_the_run_config(tmp_path, mano):
-    result = invoke("train", "--data", mano, "--out", tmp_path / "run", "--d-model", 32, "--n-heads", 2,
-                    "--n-layers", 1, "--max-seq-len", 32, "--steps", 3, "--batch-size", 8, "--no-tie-head",
-                    "--positions", "learned", "--init", "torch", "--bias", "--norm-type", "layernorm",
-                    "--schedule", "wsd", "--controller", "static_lora", "--lora-targets", "q,v", "--no-progress")
+    result = invoke(
+        "train",
+        "--data",
+        mano,
+        "--out",
+        tmp_path / "run",
+        "--d-model",
+        32,
+        "--n-heads",
+        2,
+        "--n-layers",
+        1,
+        "--max-seq-len",
+        32,
+        "--steps",
+        3,
+        "--batch-size",
+        8,
+        "--no-tie-head",
+        "--positions",
+        "learned",
+        "--init",
+        "torch",
+        "--bias",
+        "--norm-type",
+        "layernorm",
+        "--schedule",
+        "wsd",
+        "--controller",
+        "static_lora",
+        "--lora-targets",
+        "q,v",
+        "--no-progress",
+    )
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert (saved["model"]["tie_head"], saved["model"]["positions"], saved["model"]["init"]) == (False, "learned", "torch")
+    assert (saved["model"]["tie_head"], saved["model"]["positions"], saved["model"]["init"]) == (
+        False,
+        "learned",
+        "torch",
+    )
     assert saved["model"]["lora_targets"] == ["q", "v"] and saved["train"]["schedule"] == "wsd"
     assert Path(saved["train"]["data"]).is_absolute()  # the run folder works from anywhere
 
@@ -137,14 +212,42 @@ def test_resume_auto_starts_then_continues_the_same_run(tmp_path, mano):
     run, a later one (here after an interruption: the last checkpoint and its metrics removed)
     continues it, and options that describe another run are refused."""
     run_dir = tmp_path / "run"
-    args = ["train", "--resume", "auto", "--out", run_dir, "--task", "mano", "--data", mano, "--steps", 8,
-            "--d-model", 32, "--n-heads", 2, "--n-layers", 1, "--max-seq-len", 32, "--log-every", 1,
-            "--checkpoint-every", 4, "--keep-checkpoints", 3, "--no-progress"]
+    args = [
+        "train",
+        "--resume",
+        "auto",
+        "--out",
+        run_dir,
+        "--task",
+        "mano",
+        "--data",
+        mano,
+        "--steps",
+        8,
+        "--d-model",
+        32,
+        "--n-heads",
+        2,
+        "--n-layers",
+        1,
+        "--max-seq-len",
+        32,
+        "--log-every",
+        1,
+        "--checkpoint-every",
+        4,
+        "--keep-checkpoints",
+        3,
+        "--no-progress",
+    ]
     first = invoke(*args)
     assert first.exit_code == 0, first.output
+
     def curve():
-        return [{k: v for k, v in json.loads(line).items() if k != "tokens_per_s"}
-                for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [
+            {k: v for k, v in json.loads(line).items() if k != "tokens_per_s"}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+        ]
 
     full = curve()
     for name in ("summary.json", "model.safetensors", "checkpoint-8.pt", "checkpoint-8.pt.sha256"):

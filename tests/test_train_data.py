@@ -45,8 +45,10 @@ def test_qa_examples_train_only_on_the_answer(tmp_path):
 
 
 def test_text_records_are_language_modelled(tmp_path):
-    train = [{"kind": "edge", "text": "n1 -> n2"},
-             {"kind": "query", "prompt": "<bos> can n1 reach n2 ? <ans>", "answer": "yes", "distance": 1}]
+    train = [
+        {"kind": "edge", "text": "n1 -> n2"},
+        {"kind": "query", "prompt": "<bos> can n1 reach n2 ? <ans>", "answer": "yes", "distance": 1},
+    ]
     tokens = ["n1", "n2", "->", "can", "reach", "?", "yes", "no"]
     ds = load_dataset(write_dataset(tmp_path / "d", "reach", train, train[1:], tokens, {"graph": []}), "reach")
     ex = training_examples(ds)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import tomllib
 from scipy import stats
 from typer.testing import CliRunner
 
@@ -48,7 +48,8 @@ def test_seeds_repeat_every_point_with_the_data_fixed_and_seed_zero_keeps_its_id
     both = experiments.parse(_raw(seeds=2, data_seeds=[0, 7])).points("smoke")
     assert len(both) == 4 * len(plain)
     assert {(p.factors["seed"], p.factors["data_seed"], p.config["data"].get("seed", 0)) for p in both} == {
-        (s, d, d) for s in (0, 1) for d in (0, 7)}
+        (s, d, d) for s in (0, 1) for d in (0, 7)
+    }
 
 
 def test_a_preset_that_sets_the_train_seed_keeps_it_for_that_seed():
@@ -58,14 +59,17 @@ def test_a_preset_that_sets_the_train_seed_keeps_it_for_that_seed():
     assert {p.factors["seed"]: p.config["train"]["seed"] for p in points} == {3: 3, 4: 4}
 
 
-@pytest.mark.parametrize("preset, message", [
-    ({"seeds": 0}, "seeds must be >= 1"),
-    ({"seeds": [1, 1]}, "distinct integers"),
-    ({"seeds": [-1]}, "distinct integers"),
-    ({"data_seeds": "two"}, "data_seeds"),
-    ({"seeds": 2, "grid": {"train.seed": [0, 1]}}, "sets train.seed"),
-    ({"seeds": 2, "grid": {"s": [{"label": "x", "train.seed": 3}]}}, "sets train.seed"),
-])
+@pytest.mark.parametrize(
+    "preset, message",
+    [
+        ({"seeds": 0}, "seeds must be >= 1"),
+        ({"seeds": [1, 1]}, "distinct integers"),
+        ({"seeds": [-1]}, "distinct integers"),
+        ({"data_seeds": "two"}, "data_seeds"),
+        ({"seeds": 2, "grid": {"train.seed": [0, 1]}}, "sets train.seed"),
+        ({"seeds": 2, "grid": {"s": [{"label": "x", "train.seed": 3}]}}, "sets train.seed"),
+    ],
+)
 def test_bad_seed_keys_are_one_line_errors(preset, message):
     with pytest.raises(SynthlabError, match=message):
         experiments.parse(_raw(**preset))
@@ -85,31 +89,37 @@ def _paired(diffs: list[float], seeds_column: bool = True) -> pd.DataFrame:
     for seed, d in enumerate(diffs):
         for L in (2, 3):
             base = 0.3 + 0.1 * L + 0.01 * seed
-            rows += [{"seed": seed, "L": L, "model": "loop", "accuracy": base + d + (0.01 if L == 2 else -0.01)},
-                     {"seed": seed, "L": L, "model": "base", "accuracy": base}]
+            rows += [
+                {"seed": seed, "L": L, "model": "loop", "accuracy": base + d + (0.01 if L == 2 else -0.01)},
+                {"seed": seed, "L": L, "model": "base", "accuracy": base},
+            ]
     table = pd.DataFrame(rows)
     return table if seeds_column else table.drop(columns="seed")
 
 
 def _rule(**kw) -> verdicts.Rule:
-    fields = dict(claim="C0", says="loop beats base", metric="accuracy", column="model", a="loop", b="base",
-                  expect="above")
+    fields = dict(
+        claim="C0", says="loop beats base", metric="accuracy", column="model", a="loop", b="base", expect="above"
+    )
     return verdicts.Rule(**{**fields, **kw})
 
 
-@pytest.mark.parametrize("diffs, rule, outcome", [
-    ([0.10, 0.12, 0.09], {}, "reproduced"),
-    ([-0.10, -0.12, -0.09], {}, "contradicted"),
-    ([0.10, -0.12, 0.03], {}, "inconclusive"),
-    ([-0.10, -0.12, -0.09], {"expect": "below"}, "reproduced"),
-    ([0.10, 0.12, 0.09], {"expect": "below"}, "contradicted"),
-    ([0.01, -0.01, 0.005], {"expect": "within", "margin": 0.05}, "reproduced"),
-    ([0.30, 0.32, 0.29], {"expect": "within", "margin": 0.05}, "contradicted"),
-    ([0.03, 0.06, 0.0], {"expect": "within", "margin": 0.05}, "inconclusive"),
-    ([0.10, 0.12], {}, "too few seeds"),
-    ([0.10, 0.12, 0.09], {"b": "absent"}, "no data"),
-    ([0.10, 0.12, 0.09], {"metric": "nope"}, "no data"),
-])
+@pytest.mark.parametrize(
+    "diffs, rule, outcome",
+    [
+        ([0.10, 0.12, 0.09], {}, "reproduced"),
+        ([-0.10, -0.12, -0.09], {}, "contradicted"),
+        ([0.10, -0.12, 0.03], {}, "inconclusive"),
+        ([-0.10, -0.12, -0.09], {"expect": "below"}, "reproduced"),
+        ([0.10, 0.12, 0.09], {"expect": "below"}, "contradicted"),
+        ([0.01, -0.01, 0.005], {"expect": "within", "margin": 0.05}, "reproduced"),
+        ([0.30, 0.32, 0.29], {"expect": "within", "margin": 0.05}, "contradicted"),
+        ([0.03, 0.06, 0.0], {"expect": "within", "margin": 0.05}, "inconclusive"),
+        ([0.10, 0.12], {}, "too few seeds"),
+        ([0.10, 0.12, 0.09], {"b": "absent"}, "no data"),
+        ([0.10, 0.12, 0.09], {"metric": "nope"}, "no data"),
+    ],
+)
 def test_every_outcome_is_reachable(diffs, rule, outcome):
     verdict = verdicts.evaluate([_rule(**rule)], _paired(diffs), ["seed", "L", "model"])[0]
     assert verdict.outcome == outcome, verdict
@@ -156,8 +166,9 @@ def test_relative_level_where_and_row_differences():
     level = verdicts.seed_statistics(_rule(b=None, where={"L": [3]}), table, ["seed", "L", "model"])
     assert level == pytest.approx([0.6 + 0.01 * s + 0.1 - 0.01 for s in range(3)])
     table = table.assign(other=table["accuracy"] - 0.25)
-    assert verdicts.seed_statistics(verdicts.Rule(claim="C0", says="s", metric="accuracy - other", expect="above"),
-                                    table, []) == pytest.approx([0.25] * 3)
+    assert verdicts.seed_statistics(
+        verdicts.Rule(claim="C0", says="s", metric="accuracy - other", expect="above"), table, []
+    ) == pytest.approx([0.25] * 3)
 
 
 def test_a_curve_is_read_at_the_other_arms_x():
@@ -179,15 +190,19 @@ def test_rows_without_a_seed_value_are_one_seed_of_their_own():
         rows += [{**unit, "strategy": "gate", "step": 2.5, "accuracy": 0.25 + 0.01 * seed}]
     rule = _rule(column="strategy", a="gate", b="static", x="step")
     assert sorted(verdicts.seed_statistics(rule, pd.DataFrame(rows), ["seed", "strategy"])) == pytest.approx(
-        [0.0, 0.01, 0.02])
+        [0.0, 0.01, 0.02]
+    )
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"expect": "higher"}, "expect must be"),
-    ({"column": None, "b": "base"}, "need `column`"),
-    ({"x": "step", "b": None}, "set `b`"),
-    ({"min_seeds": 1}, "min_seeds"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"expect": "higher"}, "expect must be"),
+        ({"column": None, "b": "base"}, "need `column`"),
+        ({"x": "step", "b": None}, "set `b`"),
+        ({"min_seeds": 1}, "min_seeds"),
+    ],
+)
 def test_bad_rules_are_one_line_errors(fields, message):
     with pytest.raises(SynthlabError, match=message):
         _rule(**fields)
@@ -206,20 +221,33 @@ def test_bad_rules_are_one_line_errors(fields, message):
 def test_report_prints_the_claims_table_and_means_over_seeds(tmp_path):
     definition = tmp_path / "paired.toml"
     text = FAKE.read_text().replace('name = "sweep_fake"', 'name = "paired"')
-    definition.write_text(text + '\n[[verdicts]]\nclaim = "C2"\nsays = "loop beats base"\nmetric = "accuracy"\n'
-                                 'column = "model"\na = "loop"\nb = "base"\nexpect = "above"\n')
+    definition.write_text(
+        text + '\n[[verdicts]]\nclaim = "C2"\nsays = "loop beats base"\nmetric = "accuracy"\n'
+        'column = "model"\na = "loop"\nb = "base"\nexpect = "above"\n'
+    )
     sweep_dir = tmp_path / "runs"
     sweep_dir.mkdir()
-    table = _paired([0.10, 0.12, 0.09]).assign(point_id=lambda t: [f"p{i}" for i in range(len(t))],
-                                                 run_dir="r", wall_s=1.0)
+    table = _paired([0.10, 0.12, 0.09]).assign(
+        point_id=lambda t: [f"p{i}" for i in range(len(t))], run_dir="r", wall_s=1.0
+    )
     table.to_csv(sweep_dir / "results.csv", index=False)
-    (sweep_dir / "sweep.json").write_text(json.dumps({"experiment": "paired", "preset": "smoke", "claim": "C2",
-                                                      "title": "t", "plot": "none", "definition": str(definition)}))
+    (sweep_dir / "sweep.json").write_text(
+        json.dumps(
+            {
+                "experiment": "paired",
+                "preset": "smoke",
+                "claim": "C2",
+                "title": "t",
+                "plot": "none",
+                "definition": str(definition),
+            }
+        )
+    )
     out = tmp_path / "README.md"
     result = CliRunner().invoke(app, ["report", str(sweep_dir), "--out", str(out)])
     assert result.exit_code == 0, result.output
     text = out.read_text()
-    claims = text[text.index("## Claims"):text.index("## paired")]
+    claims = text[text.index("## Claims") : text.index("## paired")]
     condition = "accuracy[model=loop] - accuracy[model=base]: one-sided 95% lower bound above 0"
     assert f"| C2 | paired | loop beats base: {condition} | reproduced | +0.1033 |" in claims
     assert "| 3 | not recorded |" in claims  # a sweep.json without the record of its rules
@@ -260,30 +288,54 @@ def test_every_rule_names_arms_its_presets_train(name):
                 continue
             for arm in (rule.a, rule.b):
                 if arm is not None and rule.column in values:
-                    assert str(arm) in values.get(rule.column, set()), \
-                        f"{name} preset {preset}: rule '{rule.says}' compares {rule.column} = {arm!r}, " \
+                    assert str(arm) in values.get(rule.column, set()), (
+                        f"{name} preset {preset}: rule '{rule.says}' compares {rule.column} = {arm!r}, "
                         f"which the grid does not train ({sorted(values.get(rule.column, set()))})"
+                    )
 
 
 def test_a_rule_scoped_to_other_presets_is_listed_untested_not_decided():
     from synthlab.report import _verdict_lines
 
-    rules = verdicts.parse_rules([
-        {"claim": "C0", "says": "loop beats base", "metric": "accuracy", "column": "model", "a": "loop", "b": "base",
-         "expect": "above", "presets": ["cpu"]},
-        {"claim": "C0", "says": "big loop beats big base", "metric": "accuracy", "column": "model", "a": "big",
-         "b": "base", "expect": "above", "presets": ["gpu"]}], "test")
+    rules = verdicts.parse_rules(
+        [
+            {
+                "claim": "C0",
+                "says": "loop beats base",
+                "metric": "accuracy",
+                "column": "model",
+                "a": "loop",
+                "b": "base",
+                "expect": "above",
+                "presets": ["cpu"],
+            },
+            {
+                "claim": "C0",
+                "says": "big loop beats big base",
+                "metric": "accuracy",
+                "column": "model",
+                "a": "big",
+                "b": "base",
+                "expect": "above",
+                "presets": ["gpu"],
+            },
+        ],
+        "test",
+    )
     assert rules[0].presets == ("cpu",) and rules[0].applies_to("cpu") and not rules[1].applies_to("cpu")
-    lines, found = _verdict_lines(rules, (), _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], {"preset": "cpu"},
-                                  Path("."))
+    lines, found = _verdict_lines(
+        rules, (), _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], {"preset": "cpu"}, Path(".")
+    )
     assert [v.rule.says for v in found] == ["loop beats base"] and found[0].outcome == "reproduced"
     assert any("big loop beats big base: not tested by preset `cpu` (the rule is for `gpu`)" in line for line in lines)
 
 
 def test_requires_turns_a_verdict_into_not_tested_when_a_compared_model_did_not_learn():
     table = _paired([-0.10, -0.12, -0.09]).assign(train_acc=0.99)
-    assert verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], table, ["L", "model", "seed"])[0].outcome \
+    assert (
+        verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], table, ["L", "model", "seed"])[0].outcome
         == "contradicted"
+    )
     table.loc[(table.model == "base") & (table.seed == 1) & (table.L == 3), "train_acc"] = 0.4
     found = verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], table, ["L", "model", "seed"])[0]
     assert found.outcome == "not tested" and "1 of 12 compared rows fail, lowest 0.4" in found.why
@@ -291,8 +343,10 @@ def test_requires_turns_a_verdict_into_not_tested_when_a_compared_model_did_not_
     assert "not tested (requires train_acc >= 0.95" in found.summary()
     # rows outside the compared arms do not count
     other = pd.concat([table.assign(train_acc=0.99), table.assign(model="other", train_acc=0.0)])
-    assert verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], other, ["L", "model", "seed"])[0].outcome \
+    assert (
+        verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], other, ["L", "model", "seed"])[0].outcome
         == "contradicted"
+    )
     missing = verdicts.evaluate([_rule(requires=("nope > 0",))], table, ["L", "model", "seed"])[0]
     assert missing.outcome == "not tested" and "results.csv has no nope" in missing.why
 
@@ -304,20 +358,39 @@ def test_requires_must_read_column_op_number():
 
 def test_units_replicate_over_a_column_when_each_value_is_an_independent_run():
     rng = np.random.default_rng(0)
-    rows = [{"d_model": d, "checkpoint": c, "loops": loops, "eval_loss": 3.0 - 0.1 * c - (0.2 if loops == 4 else 0.0)
-             + 0.01 * rng.standard_normal()}
-            for d in (24, 32, 48, 128) for c in (1, 2) for loops in (1, 4)]
+    rows = [
+        {
+            "d_model": d,
+            "checkpoint": c,
+            "loops": loops,
+            "eval_loss": 3.0 - 0.1 * c - (0.2 if loops == 4 else 0.0) + 0.01 * rng.standard_normal(),
+        }
+        for d in (24, 32, 48, 128)
+        for c in (1, 2)
+        for loops in (1, 4)
+    ]
     for row in rows:  # the size's own offset tells the replicates apart
         row["eval_loss"] -= 0.001 * row["d_model"] * (row["loops"] == 4)
-    rule = verdicts.Rule(claim="C5", says="4 loops below 1", metric="eval_loss", column="loops", a=4, b=1,
-                         match=("checkpoint",), units=("d_model",), expect="below")
+    rule = verdicts.Rule(
+        claim="C5",
+        says="4 loops below 1",
+        metric="eval_loss",
+        column="loops",
+        a=4,
+        b=1,
+        match=("checkpoint",),
+        units=("d_model",),
+        expect="below",
+    )
     found = verdicts.evaluate([rule], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0]
     assert found.n == 4 and found.outcome == "reproduced" and found.estimate == pytest.approx(-0.258, abs=0.02)
     assert np.argsort(found.replicates).tolist() == [3, 2, 1, 0]  # d_model 24, 32, 48, 128 in numeric order
     assert "one replicate per seed x d_model" in rule.condition()
     without = dataclasses.replace(rule, units=(), match=("d_model", "checkpoint"))  # one seed: no interval
-    assert verdicts.evaluate([without], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0].outcome \
+    assert (
+        verdicts.evaluate([without], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0].outcome
         == "too few seeds"
+    )
 
 
 # --- per-cell rules, rule freezing -----------------------------------------------------------
@@ -325,27 +398,43 @@ def test_units_replicate_over_a_column_when_each_value_is_an_independent_run():
 
 def _cells_table(by_L: dict[int, list[float]]) -> pd.DataFrame:
     """Loop minus base differences per seed at each L (a loss-like score: no range, no test set)."""
-    return pd.DataFrame([{"seed": s, "L": L, "model": m, "score": 1.0 + (d if m == "loop" else 0.0)}
-                         for L, diffs in by_L.items() for s, d in enumerate(diffs) for m in ("loop", "base")])
+    return pd.DataFrame(
+        [
+            {"seed": s, "L": L, "model": m, "score": 1.0 + (d if m == "loop" else 0.0)}
+            for L, diffs in by_L.items()
+            for s, d in enumerate(diffs)
+            for m in ("loop", "base")
+        ]
+    )
 
 
 def test_each_decides_per_cell_with_holm_and_names_the_deciding_cell():
     from synthlab import intervals
 
     table = _cells_table({2: [0.16, 0.15, 0.17], 3: [0.1, -0.02, 0.06]})
-    pooled, per_cell = verdicts.evaluate([_rule(metric="score", match=("L",)),
-                                          _rule(metric="score", each=("L",), says="loop beats base at each L")],
-                                         table, ["seed", "L", "model"])
-    assert pooled.outcome == "reproduced" and pooled.estimate == pytest.approx(np.mean([0.16, 0.15, 0.17, 0.1, -0.02, 0.06]))
+    pooled, per_cell = verdicts.evaluate(
+        [_rule(metric="score", match=("L",)), _rule(metric="score", each=("L",), says="loop beats base at each L")],
+        table,
+        ["seed", "L", "model"],
+    )
+    assert pooled.outcome == "reproduced" and pooled.estimate == pytest.approx(
+        np.mean([0.16, 0.15, 0.17, 0.1, -0.02, 0.06])
+    )
     assert per_cell.outcome == "inconclusive" and per_cell.decided_by == "L=3"
-    assert per_cell.estimate == pytest.approx(0.14 / 3) and [c.outcome for c in per_cell.cells] == ["reproduced", "inconclusive"]
+    assert per_cell.estimate == pytest.approx(0.14 / 3) and [c.outcome for c in per_cell.cells] == [
+        "reproduced",
+        "inconclusive",
+    ]
     raw = [float(intervals.SeedEstimate.of(np.array(d)).p_above(0.0)) for d in ([0.16, 0.15, 0.17], [0.1, -0.02, 0.06])]
     assert [c.p for c in per_cell.cells] == pytest.approx(list(intervals.holm(np.array(raw))))
     assert per_cell.per_cell().startswith("L=2: reproduced +0.16") and per_cell.per_cell().endswith("decided by L=3")
     assert "in every L (Holm over the cells)" in per_cell.rule.condition()
     # contradicted if any cell is, whatever the others say
-    worse = verdicts.evaluate([_rule(metric="score", each=("L",))], _cells_table(
-        {2: [0.16, 0.15, 0.17], 3: [-0.2, -0.22, -0.21]}), ["seed", "L", "model"])[0]
+    worse = verdicts.evaluate(
+        [_rule(metric="score", each=("L",))],
+        _cells_table({2: [0.16, 0.15, 0.17], 3: [-0.2, -0.22, -0.21]}),
+        ["seed", "L", "model"],
+    )[0]
     assert worse.outcome == "contradicted" and worse.decided_by == "L=3"
 
 
@@ -359,24 +448,69 @@ def test_a_rule_that_says_each_must_name_its_cells():
 def test_the_fingerprint_ignores_the_wording_and_defaults_and_sees_every_test_field():
     base = verdicts.fingerprint(_rule())
     assert verdicts.fingerprint(_rule(says="other words")) == base
-    assert verdicts.fingerprint(_rule(threshold=0)) == base == verdicts.table_fingerprint(verdicts.Rule, {
-        "claim": "C0", "says": "x", "metric": "accuracy", "column": "model", "a": "loop", "b": "base",
-        "expect": "above", "threshold": 0.0, "each": []})
-    assert len({base, verdicts.fingerprint(_rule(threshold=0.1)), verdicts.fingerprint(_rule(each=("L",))),
-                verdicts.fingerprint(_rule(expect="below"))}) == 4
+    assert (
+        verdicts.fingerprint(_rule(threshold=0))
+        == base
+        == verdicts.table_fingerprint(
+            verdicts.Rule,
+            {
+                "claim": "C0",
+                "says": "x",
+                "metric": "accuracy",
+                "column": "model",
+                "a": "loop",
+                "b": "base",
+                "expect": "above",
+                "threshold": 0.0,
+                "each": [],
+            },
+        )
+    )
+    assert (
+        len(
+            {
+                base,
+                verdicts.fingerprint(_rule(threshold=0.1)),
+                verdicts.fingerprint(_rule(each=("L",))),
+                verdicts.fingerprint(_rule(expect="below")),
+            }
+        )
+        == 4
+    )
 
 
-@pytest.mark.parametrize("info, expected", [
-    ({}, ("not recorded", False)),
-    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-02T00:00:00+00:00"}}, ("2026-01-02", False)),
-    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-03T00:00:00+00:00"}}, ("2026-01-03", True)),
-    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {}}, ("after the data", True)),
-    # dated from git: a rule first committed with its data was written after the runs began
-    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-02T00:00:00+00:00"},
-      "rules_from": "git history"}, ("2026-01-02", True)),
-    ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-01T09:00:00+00:00"},
-      "rules_from": "git history"}, ("2026-01-01", False)),
-])
+@pytest.mark.parametrize(
+    "info, expected",
+    [
+        ({}, ("not recorded", False)),
+        (
+            {"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-02T00:00:00+00:00"}},
+            ("2026-01-02", False),
+        ),
+        (
+            {"data_began": "2026-01-02T00:00:00+00:00", "rules": {"RULE": "2026-01-03T00:00:00+00:00"}},
+            ("2026-01-03", True),
+        ),
+        ({"data_began": "2026-01-02T00:00:00+00:00", "rules": {}}, ("after the data", True)),
+        # dated from git: a rule first committed with its data was written after the runs began
+        (
+            {
+                "data_began": "2026-01-02T00:00:00+00:00",
+                "rules": {"RULE": "2026-01-02T00:00:00+00:00"},
+                "rules_from": "git history",
+            },
+            ("2026-01-02", True),
+        ),
+        (
+            {
+                "data_began": "2026-01-02T00:00:00+00:00",
+                "rules": {"RULE": "2026-01-01T09:00:00+00:00"},
+                "rules_from": "git history",
+            },
+            ("2026-01-01", False),
+        ),
+    ],
+)
 def test_a_rule_changed_after_its_data_is_exploratory(info, expected):
     rule = _rule()
     info = json.loads(json.dumps(info).replace("RULE", verdicts.fingerprint(rule)))

@@ -25,8 +25,11 @@ def test_offline_run_gets_every_record(mano, tmp_path, monkeypatch):
     _offline(monkeypatch, tmp_path)
     logged = []
     real_log = wandb.Run.log
-    monkeypatch.setattr(wandb.Run, "log", lambda self, data, step=None, **kw: (logged.append((step, data)),
-                                                                             real_log(self, data, step=step, **kw)))
+    monkeypatch.setattr(
+        wandb.Run,
+        "log",
+        lambda self, data, step=None, **kw: (logged.append((step, data)), real_log(self, data, step=step, **kw)),
+    )
     run = tmp_path / "run"
     train(run, _tiny(mano, wandb="synthlab-test"), progress=False)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -34,7 +37,8 @@ def test_offline_run_gets_every_record(mano, tmp_path, monkeypatch):
     for (_, data), record in zip(logged, records):
         assert data["loss"] == record["loss"] and data["loss_per_step/2"] == record["loss_per_step"][1]
         assert set(data) == {k for k in record if k != "step" and not isinstance(record[k], list)} | {
-            f"loss_per_step/{t}" for t in (1, 2)}
+            f"loss_per_step/{t}" for t in (1, 2)
+        }
     run_id = (run / "wandb_id").read_text().strip()
     (folder,) = (run / "wandb").glob(f"offline-run-*-{run_id}")
     written = (folder / f"run-{run_id}.wandb").read_bytes()  # wandb's record log, values as JSON text

@@ -34,8 +34,11 @@ def finished(tmp_path_factory):
     """(run folder, data folder) of a finished tiny mano run; tests copy it before changing anything."""
     root = tmp_path_factory.mktemp("weights")
     data = _data(root / "data")
-    run = resolve_run_config({}, {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": 2},
-                             {"task": "mano", "data": str(data), "steps": 6, "batch_size": 8, "log_every": 2})
+    run = resolve_run_config(
+        {},
+        {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 32, "loops": 2},
+        {"task": "mano", "data": str(data), "steps": 6, "batch_size": 8, "log_every": 2},
+    )
     train(root / "run", run, progress=False)
     return root / "run", data
 
@@ -66,7 +69,10 @@ def test_importing_synthlab_stays_free_of_torch():
 def test_a_copied_run_evaluates_from_anywhere(finished, tmp_path, monkeypatch):
     run_dir, data = finished
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["derived"]["data_sha256"]["train.jsonl"] == json.loads((data / "meta.json").read_text())["files"]["train.jsonl"]["sha256"]
+    assert (
+        config["derived"]["data_sha256"]["train.jsonl"]
+        == json.loads((data / "meta.json").read_text())["files"]["train.jsonl"]["sha256"]
+    )
     copy = tmp_path / "copy"
     shutil.copytree(run_dir, copy)
     monkeypatch.chdir(tmp_path)

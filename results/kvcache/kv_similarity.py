@@ -3,6 +3,7 @@ For each run: the cosine similarity, per position and head, between step t's K (
 and step T's, averaged over the first 64 training biographies (prefill of each, no decoding).
 usage: python results/kvcache/kv_similarity.py RUN_DIR [RUN_DIR ...]  (a kvcache sweep's runs/<id>)
 It reads the model's own step function (`_embed_prelude`, `_core_step`), as `generate`'s prefill does."""
+
 import sys
 
 import torch
@@ -34,5 +35,9 @@ for run_dir in sys.argv[1:]:
                         sims[name][t, col] += torch.nn.functional.cosine_similarity(a, b, dim=-1).mean() / len(texts)
     print(run_dir, f"loops {T}, d_model {model.config.d_model}")
     for name in ("k", "v"):
-        print(f"  {name}: cos with step 1: " + " ".join(f"{x:.3f}" for x in sims[name][:, 0].tolist())
-              + " | with step T: " + " ".join(f"{x:.3f}" for x in sims[name][:, 1].tolist()))
+        print(
+            f"  {name}: cos with step 1: "
+            + " ".join(f"{x:.3f}" for x in sims[name][:, 0].tolist())
+            + " | with step T: "
+            + " ".join(f"{x:.3f}" for x in sims[name][:, 1].tolist())
+        )

@@ -1,6 +1,6 @@
 """Copy the small, self-describing files of the runs behind results/train/ (no checkpoints, no data).
 
-    .venv/bin/python results/train/collect.py
+.venv/bin/python results/train/collect.py
 """
 
 import shutil
@@ -8,8 +8,14 @@ from pathlib import Path
 
 RUNS = {
     "bios_capacity": ["bios-plain-2x1", "bios-loop-2x4", "bios3k-plain-1x1", "bios3k-loop-1x4"],
-    "mano": ["mano-base-1x1", "mano-loop-1x4", "manoL2-base-1x1", "manoL2-loop-1x4",
-             "manoL2-base-1x1-seed1", "manoL2-loop-1x4-seed1"],
+    "mano": [
+        "mano-base-1x1",
+        "mano-loop-1x4",
+        "manoL2-base-1x1",
+        "manoL2-loop-1x4",
+        "manoL2-base-1x1-seed1",
+        "manoL2-loop-1x4-seed1",
+    ],
 }
 FILES = ["config.json", "summary.json", "metrics.jsonl", "capacity.json"]
 

@@ -16,7 +16,6 @@ from typer.core import TyperGroup
 
 from synthlab.errors import TaskError
 
-
 # Parse errors: click's own, or those of the click copy that typer >= 0.2x vendors.
 _CLICK_ERRORS = (click.ClickException, getattr(typer, "TyperException", click.ClickException))
 
@@ -79,8 +78,11 @@ def _print_version(given: bool) -> None:
 
 
 @app.callback()
-def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                           help="Print the synthlab version and exit.")) -> None:
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the synthlab version and exit."
+    ),
+) -> None:
     """synthlab: generate synthetic tasks, train looped and plain models, measure, fit laws."""
 
 

@@ -12,14 +12,22 @@ from synthlab.files import check_writable
 
 def export(
     run_dir: Path = typer.Argument(..., help="Run directory of a trained loops = 1 model."),
-    out: Path = typer.Option(..., "--out", help="Checkpoint folder to write (an earlier export there is replaced; "
-                                                "anything else only with --overwrite)."),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="Checkpoint folder to write (an earlier export there is replaced; anything else only with --overwrite).",
+    ),
     fmt: str = typer.Option("qwen2", "--format", help="Checkpoint format: qwen2 (Qwen2ForCausalLM + tokenizer)."),
-    data: Optional[Path] = typer.Option(None, help="The run's dataset at its new place, if it moved (its vocabulary "
-                                                   "becomes the tokenizer)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out that is not an earlier "
-                                                              "export (never the run, the working directory or a "
-                                                              "folder holding either)."),
+    data: Optional[Path] = typer.Option(
+        None, help="The run's dataset at its new place, if it moved (its vocabulary becomes the tokenizer)."
+    ),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace a non-empty --out that is not an earlier "
+        "export (never the run, the working directory or a "
+        "folder holding either).",
+    ),
 ) -> None:
     """Write the model as a Qwen2ForCausalLM folder with its tokenizer and a model card (README.md):
     AutoModelForCausalLM and AutoTokenizer load it with the lab's logits and token ids."""

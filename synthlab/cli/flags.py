@@ -22,14 +22,19 @@ from synthlab.errors import SynthlabError
 from synthlab_generators.common import field_flag as flag_name
 
 
-def option(name: str, annotation: Any, default: Any, flag: str, help: str, shown: str | None = None,
-           metavar: str | None = None) -> inspect.Parameter:
+def option(
+    name: str, annotation: Any, default: Any, flag: str, help: str, shown: str | None = None, metavar: str | None = None
+) -> inspect.Parameter:
     """One keyword parameter whose default is a typer Option; `shown`: the default its help shows
     when that is not `default` itself (the default of a field whose flag defaults to unset)."""
     if shown:
         help = f"{help}  [default: {shown}]"
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                             default=typer.Option(default, flag, help=help, show_default=shown is None, metavar=metavar))
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        annotation=annotation,
+        default=typer.Option(default, flag, help=help, show_default=shown is None, metavar=metavar),
+    )
 
 
 def _plain(tp: Any) -> Any:
@@ -89,7 +94,9 @@ def given(values: dict[str, Any], cls: type) -> dict[str, Any]:
             try:
                 value = tuple(kind(w) for w in words)
             except ValueError:
-                raise SynthlabError(f"{flag_name(f)} takes comma-separated {kind.__name__} values, got '{value}'") from None
+                raise SynthlabError(
+                    f"{flag_name(f)} takes comma-separated {kind.__name__} values, got '{value}'"
+                ) from None
         out[f.name] = value
     return out
 

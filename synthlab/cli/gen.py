@@ -40,8 +40,7 @@ class _TaskGroup(TyperGroup):
 
 app = typer.Typer(
     cls=_TaskGroup,
-    help="Generate a task's dataset: DIR/meta.json, vocab.json, train.jsonl, test.jsonl "
-    "(+ extras).",
+    help="Generate a task's dataset: DIR/meta.json, vocab.json, train.jsonl, test.jsonl (+ extras).",
     no_args_is_help=True,
     rich_markup_mode=None,  # help text as written: no [markup] (it ate '[default: ...]', 'W[h; h]')
 )
@@ -67,8 +66,11 @@ def check_size(spec: TaskSpec, params, out: Path) -> None:
     low, high = (tokens * b / 1e9 for b in BYTES_PER_TOKEN)
     if high < 1:
         return
-    typer.echo(f"gen {spec.name}: {shape.train_records:,} training records, about {tokens:,.0f} tokens: "
-               f"expect {low:.1f}-{high:.1f} GB on disk", err=True)
+    typer.echo(
+        f"gen {spec.name}: {shape.train_records:,} training records, about {tokens:,.0f} tokens: "
+        f"expect {low:.1f}-{high:.1f} GB on disk",
+        err=True,
+    )
     folder = out.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -84,11 +86,17 @@ def _raise_exit(signum: int, frame) -> None:
 def _command(spec: TaskSpec):
     """A typer command whose options are the params dataclass's fields + seed, out, overwrite."""
     options = flags.dataclass_options(spec.params_cls) + [
-        flags.option("seed", int, 0, "--seed", "Seed of the random generator; same command and "
-                                               "seed give byte-identical files."),
-        flags.option("out", typing.Optional[Path], None, "--out",
-                     "Output folder (default: data/<task>-<hash of the parameters and seed>). "
-                     "Written to a temporary sibling, renamed at the end."),
+        flags.option(
+            "seed", int, 0, "--seed", "Seed of the random generator; same command and seed give byte-identical files."
+        ),
+        flags.option(
+            "out",
+            typing.Optional[Path],
+            None,
+            "--out",
+            "Output folder (default: data/<task>-<hash of the parameters and seed>). "
+            "Written to a temporary sibling, renamed at the end.",
+        ),
         flags.option("overwrite", bool, False, "--overwrite", "Replace --out if it exists and is not empty."),
     ]
 
@@ -100,8 +108,14 @@ def _command(spec: TaskSpec):
         # SIGTERM (kill, a scheduler) as an exception, so the temporary folder is removed too
         previous = signal.signal(signal.SIGTERM, _raise_exit)
         try:
-            write_dataset(spec, params, seed, out, overwrite=overwrite,
-                          progress=lambda total: Progress(total, desc=f"gen {spec.name}", unit="record"))
+            write_dataset(
+                spec,
+                params,
+                seed,
+                out,
+                overwrite=overwrite,
+                progress=lambda total: Progress(total, desc=f"gen {spec.name}", unit="record"),
+            )
         finally:
             signal.signal(signal.SIGTERM, previous)
         meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))

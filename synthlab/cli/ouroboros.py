@@ -18,6 +18,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # help text as written: no [markup] (it ate '[default: ...]', 'W[h; h]')
 )
 
+
 def _int_list(text: str, name: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
@@ -56,8 +57,10 @@ def _build(**kwargs) -> None:
     info = summary(system) | {"base": str(base or base_config), "meta": base is None}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "summary.json", json.dumps(info, indent=2) + "\n")
-    typer.echo(f"{config.variant}: {info['trainable_params']:,} trainable parameters "
-               f"({info['trainable_params'] / 1e6:.2f}M); {describe_split(system.split)} -> {out / 'summary.json'}")
+    typer.echo(
+        f"{config.variant}: {info['trainable_params']:,} trainable parameters "
+        f"({info['trainable_params'] / 1e6:.2f}M); {describe_split(system.split)} -> {out / 'summary.json'}"
+    )
 
 
 def _build_command():
@@ -67,14 +70,24 @@ def _build_command():
     params = [
         flags.option("out", Path, ..., "--out", "Folder to write summary.json into."),
         flags.option("base", Optional[Path], None, "--base", "Local Qwen2 checkpoint folder (config.json + weights)."),
-        flags.option("base_config", Optional[Path], None, "--base-config",
-                     "A Qwen2 config.json instead of --base: shapes only, on the meta device."),
+        flags.option(
+            "base_config",
+            Optional[Path],
+            None,
+            "--base-config",
+            "A Qwen2 config.json instead of --base: shapes only, on the meta device.",
+        ),
         *flags.dataclass_options(OuroborosConfig, unset=True),
         flags.option("device", Optional[str], None, "--device", _DEVICE_HELP),
     ]
-    return flags.with_signature(_build, params, "build", "Build the system (SVD bases included) and write "
-                                "DIR/summary.json: trainable_params, split, rank, alpha. The split is checked against the "
-                                "base's depth (config.json) before the base is read or anything written.")
+    return flags.with_signature(
+        _build,
+        params,
+        "build",
+        "Build the system (SVD bases included) and write "
+        "DIR/summary.json: trainable_params, split, rank, alpha. The split is checked against the "
+        "base's depth (config.json) before the base is read or anything written.",
+    )
 
 
 def _train(**kwargs) -> None:
@@ -92,14 +105,26 @@ def _train(**kwargs) -> None:
     ouroboros = cfgio.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
     resolve_split(base_layers(base), ouroboros)  # a bad split is an error before the base is read
     names = [v.strip() for v in variants.split(",") if v.strip()]
-    run = train_run(str(base), str(corpus), out, names, ouroboros, train_config, device=kwargs["device"],
-                    dtype=kwargs["dtype"], attn=kwargs["attn"], text_field=kwargs["text_field"], fsdp=kwargs["fsdp"])
+    run = train_run(
+        str(base),
+        str(corpus),
+        out,
+        names,
+        ouroboros,
+        train_config,
+        device=kwargs["device"],
+        dtype=kwargs["dtype"],
+        attn=kwargs["attn"],
+        text_field=kwargs["text_field"],
+        fsdp=kwargs["fsdp"],
+    )
     if not reporting():
         return
     if "base_held" in run:
         held = run["base_held"]
-        typer.echo(f"FSDP: at most {held['most_per_process']:,} of the base's {held['total']:,} parameters "
-                   f"on one process")
+        typer.echo(
+            f"FSDP: at most {held['most_per_process']:,} of the base's {held['total']:,} parameters on one process"
+        )
     typer.echo(f"trained {', '.join(names)} -> {out}")
 
 
@@ -111,21 +136,40 @@ def _train_command():
         flags.option("base", Path, ..., "--base", "Local Qwen2 checkpoint folder (with its tokenizer)."),
         flags.option("corpus", Path, ..., "--corpus", "Training text: .txt, .jsonl (field --text-field) or .parquet."),
         flags.option("out", Path, ..., "--out", "Run folder: run.json, <variant>/trainable.safetensors, logs."),
-        flags.option("variants", str, "controller,static,nogate", "--variants", "Looped variants to train, comma-separated."),
+        flags.option(
+            "variants", str, "controller,static,nogate", "--variants", "Looped variants to train, comma-separated."
+        ),
         flags.option("config", Optional[Path], None, "--config", "TOML/JSON OuroborosTrainConfig; flags override it."),
         *flags.dataclass_options(OuroborosTrainConfig, unset=True),
         *flags.dataclass_options(OuroborosConfig, unset=True, exclude=("variant",)),
-        flags.option("text_field", str, "text", "--text-field", "Field / column holding the text in .jsonl / .parquet."),
+        flags.option(
+            "text_field", str, "text", "--text-field", "Field / column holding the text in .jsonl / .parquet."
+        ),
         flags.option("device", Optional[str], None, "--device", _DEVICE_HELP),
-        flags.option("dtype", Optional[str], None, "--dtype",
-                     "Base dtype: bfloat16 (GPU default), float32 (CPU default), float16."),
+        flags.option(
+            "dtype",
+            Optional[str],
+            None,
+            "--dtype",
+            "Base dtype: bfloat16 (GPU default), float32 (CPU default), float16.",
+        ),
         flags.option("attn", str, "sdpa", "--attn", "Attention implementation: sdpa or eager (always causal-masked)."),
-        flags.option("fsdp", bool, False, "--fsdp",
-                     "Under torchrun: shard the frozen base over the processes with PyTorch's FSDP (1/K of it on "
-                     "each), for a base that does not fit one device; same training and checkpoints."),
+        flags.option(
+            "fsdp",
+            bool,
+            False,
+            "--fsdp",
+            "Under torchrun: shard the frozen base over the processes with PyTorch's FSDP (1/K of it on "
+            "each), for a base that does not fit one device; same training and checkpoints.",
+        ),
     ]
-    return flags.with_signature(_train, params, "train", "Train the looped variants on a local corpus (resumes "
-                                "when rerun); checkpoints hold the trainable parameters only.")
+    return flags.with_signature(
+        _train,
+        params,
+        "train",
+        "Train the looped variants on a local corpus (resumes "
+        "when rerun); checkpoints hold the trainable parameters only.",
+    )
 
 
 app.command("build")(_build_command())
@@ -149,20 +193,32 @@ def evaluate(
     from synthlab.hf.runs import eval_run
     from synthlab.hf.system import VARIANT_ROWS
 
-    table = eval_run(run_dir, _int_list(depths, "depths"), str(corpus) if corpus else None, batch_size=batch_size,
-                     max_sequences=max_sequences, device=device, dtype=dtype, fsdp=fsdp)
+    table = eval_run(
+        run_dir,
+        _int_list(depths, "depths"),
+        str(corpus) if corpus else None,
+        batch_size=batch_size,
+        max_sequences=max_sequences,
+        device=device,
+        dtype=dtype,
+        fsdp=fsdp,
+    )
     if not reporting():
         return
     wide = table.pivot_table(index=["corpus", "variant"], columns="depth", values="loss", observed=True)
     typer.echo(wide.round(4).to_string())
-    typer.echo("loss: mean next-token cross-entropy (nats) over the corpus's sequences, lower is better; columns: "
-               "recurrent depth")
+    typer.echo(
+        "loss: mean next-token cross-entropy (nats) over the corpus's sequences, lower is better; columns: "
+        "recurrent depth"
+    )
     for variant in table["variant"].cat.categories:
         typer.echo(f"  {variant}: {VARIANT_ROWS[variant]}")
     for name, rows in table[table["depth"] == table["depth"].min()].groupby("corpus", observed=True):
         loss = rows.set_index("variant")["loss"]
         if loss["base"] > loss["truncated"]:
-            typer.echo(f"  {name}: base is {loss['base'] - loss['truncated']:.2f} nats above truncated: on this corpus "
-                       f"the full checkpoint predicts worse than its own cut-down copy (the layers cut out hurt "
-                       f"here); the looped variants start from truncated")
+            typer.echo(
+                f"  {name}: base is {loss['base'] - loss['truncated']:.2f} nats above truncated: on this corpus "
+                f"the full checkpoint predicts worse than its own cut-down copy (the layers cut out hurt "
+                f"here); the looped variants start from truncated"
+            )
     typer.echo(f"-> {run_dir / 'results.csv'}, {run_dir / 'c11_loss_vs_depth.png'}")

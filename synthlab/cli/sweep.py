@@ -14,38 +14,89 @@ from synthlab.files import check_writable
 
 def sweep(
     name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...) or path to a TOML definition."),
-    preset: str = typer.Option("smoke", "--preset", "-p", help="Grid size: smoke (~1 min), cpu (a 2-core machine: 0.4-2.3 core-hours per experiment), gpu (one H200), or another the definition names; --dry-run prints the cost."),
+    preset: str = typer.Option(
+        "smoke",
+        "--preset",
+        "-p",
+        help="Grid size: smoke (~1 min), cpu (a 2-core machine: 0.4-2.3 core-hours per experiment), gpu (one H200), or another the definition names; --dry-run prints the cost.",
+    ),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/NAME-PRESET)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Points run in parallel processes (local executor); default: one per GPU (each on its own GPUs by CUDA_VISIBLE_DEVICES; more jobs than GPUs share them where the points' estimated peak memory fits), else 1."),
+    jobs: Optional[int] = typer.Option(
+        None,
+        "--jobs",
+        "-j",
+        help="Points run in parallel processes (local executor); default: one per GPU (each on its own GPUs by CUDA_VISIBLE_DEVICES; more jobs than GPUs share them where the points' estimated peak memory fits), else 1.",
+    ),
     executor: str = typer.Option("local", "--executor", help="Where points run: local or ray."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (HOST:6379, or 'auto' on its head node); "
-                                                                            "--executor ray needs one."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (Ray: CPUs) per run (default: cores/jobs locally, 1 on Ray)."),
-    launcher: str = typer.Option("process", "--launcher", help="How a point trains: process (in its worker) or torchrun (data-parallel, --nproc-per-node processes; Ray asks as many GPUs)."),
-    nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Processes per torchrun job (one GPU each on CUDA)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Dataset cache directory (default: the one this sweep used before, else OUT/datasets); share it between sweeps."),
-    runs: Optional[Path] = typer.Option(None, "--runs", help="Trained-model store (default: the one this sweep used before, else OUT/runs); share it between sweeps to train a model once."),
-    runner: Optional[str] = typer.Option(None, "--runner", help="A point runner module (parse, run_point) (default: synthlab.stages, the lab's own)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid with each point's status and cost; run nothing. "
-                                                          "For a gpu preset: tokens, FLOPs, memory and hours on one H200."),
-    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Run every point over training seeds 0..N-1 "
-                                        "instead of the preset's `seeds` (seed 0 keeps its point ids); default: the preset's."),
-    calibration: Optional[Path] = typer.Option(None, "--calibration", help="With --dry-run of a gpu preset: the "
-                                               "cost_calibration.json a GPU check wrote (benchmarks/gpu_check.sh): "
-                                               "measured MFU, memory and trainer overhead instead of the assumed ones."),
-    reevaluate: bool = typer.Option(False, "--reevaluate", help="Run the finished points again too, on their trained models "
-                                    "(after an evaluator change); each new row replaces the old, its time added."),
+    ray_address: Optional[str] = typer.Option(
+        None,
+        "--ray-address",
+        help="Ray cluster address (HOST:6379, or 'auto' on its head node); --executor ray needs one.",
+    ),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", help="Torch threads (Ray: CPUs) per run (default: cores/jobs locally, 1 on Ray)."
+    ),
+    launcher: str = typer.Option(
+        "process",
+        "--launcher",
+        help="How a point trains: process (in its worker) or torchrun (data-parallel, --nproc-per-node processes; Ray asks as many GPUs).",
+    ),
+    nproc_per_node: int = typer.Option(
+        1, "--nproc-per-node", help="Processes per torchrun job (one GPU each on CUDA)."
+    ),
+    cache: Optional[Path] = typer.Option(
+        None,
+        "--cache",
+        help="Dataset cache directory (default: the one this sweep used before, else OUT/datasets); share it between sweeps.",
+    ),
+    runs: Optional[Path] = typer.Option(
+        None,
+        "--runs",
+        help="Trained-model store (default: the one this sweep used before, else OUT/runs); share it between sweeps to train a model once.",
+    ),
+    runner: Optional[str] = typer.Option(
+        None, "--runner", help="A point runner module (parse, run_point) (default: synthlab.stages, the lab's own)."
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the grid with each point's status and cost; run nothing. "
+        "For a gpu preset: tokens, FLOPs, memory and hours on one H200.",
+    ),
+    seeds: Optional[int] = typer.Option(
+        None,
+        "--seeds",
+        min=1,
+        help="Run every point over training seeds 0..N-1 "
+        "instead of the preset's `seeds` (seed 0 keeps its point ids); default: the preset's.",
+    ),
+    calibration: Optional[Path] = typer.Option(
+        None,
+        "--calibration",
+        help="With --dry-run of a gpu preset: the "
+        "cost_calibration.json a GPU check wrote (benchmarks/gpu_check.sh): "
+        "measured MFU, memory and trainer overhead instead of the assumed ones.",
+    ),
+    reevaluate: bool = typer.Option(
+        False,
+        "--reevaluate",
+        help="Run the finished points again too, on their trained models "
+        "(after an evaluator change); each new row replaces the old, its time added.",
+    ),
 ) -> None:
     """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
-    from synthlab import experiments, stages, sweep as engine
+    from synthlab import experiments, stages
+    from synthlab import sweep as engine
 
     if launcher not in ("process", "torchrun"):
         raise SynthlabError(f"--launcher must be 'process' or 'torchrun', got '{launcher}'")
     if nproc_per_node < 1:
         raise SynthlabError(f"--nproc-per-node must be >= 1, got {nproc_per_node}")
     if executor == "ray" and ray_address is None and not dry_run:  # a cluster started here: open to the network
-        raise SynthlabError("--executor ray needs --ray-address of a running cluster (`ray start --head` on a trusted "
-                            "network, then HOST:6379, or 'auto' on its head node); none is started here")
+        raise SynthlabError(
+            "--executor ray needs --ray-address of a running cluster (`ray start --head` on a trusted "
+            "network, then HOST:6379, or 'auto' on its head node); none is started here"
+        )
     exp = experiments.load(name)
     if seeds is not None:
         exp = experiments.with_seeds(exp, preset, seeds)
@@ -60,12 +111,25 @@ def sweep(
                 cost.use_calibration(cost.load_calibration(calibration))
         rows = engine.plan(exp, preset, out, runner=point_runner, runs_dir=runs, gpu=preset == "gpu")
         _print_plan(rows, calibration)
-        typer.echo(f"seeds per point: {exp.presets[preset].get('seeds', 1)} "
-                   f"({'--seeds' if seeds is not None else 'the preset'}; the cost above counts every seed)")
+        typer.echo(
+            f"seeds per point: {exp.presets[preset].get('seeds', 1)} "
+            f"({'--seeds' if seeds is not None else 'the preset'}; the cost above counts every seed)"
+        )
         return
-    results = engine.run_sweep(exp, preset, out, runner=point_runner, jobs=jobs, executor=executor,
-                               ray_address=ray_address, cache_dir=cache, runs_dir=runs, threads=threads,
-                               nproc_per_node=nproc_per_node if launcher == "torchrun" else 0, reevaluate=reevaluate)
+    results = engine.run_sweep(
+        exp,
+        preset,
+        out,
+        runner=point_runner,
+        jobs=jobs,
+        executor=executor,
+        ray_address=ray_address,
+        cache_dir=cache,
+        runs_dir=runs,
+        threads=threads,
+        nproc_per_node=nproc_per_node if launcher == "torchrun" else 0,
+        reevaluate=reevaluate,
+    )
     if point_runner is stages:  # the lab's own columns: say what was measured
         from synthlab.report import summary_lines
 
@@ -83,36 +147,52 @@ def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:
     typer.echo(table.drop(columns=["cost_s", "gpu_h_shared", "run_dir"], errors="ignore").to_string(index=False))
     todo = table[~table["status"].str.startswith("done")]
     changed = int((table["status"] == "done, config changed").sum())
-    typer.echo(f"{len(table)} points, {len(todo)} to run; total cost {_duration(total)}"
-               + (f"; {changed} done point(s) whose model was trained with another configuration than the "
-                  f"definition now asks for (their rows are kept; sweep into a new --out to rerun them)"
-                  if changed else ""))
+    typer.echo(
+        f"{len(table)} points, {len(todo)} to run; total cost {_duration(total)}"
+        + (
+            f"; {changed} done point(s) whose model was trained with another configuration than the "
+            f"definition now asks for (their rows are kept; sweep into a new --out to rerun them)"
+            if changed
+            else ""
+        )
+    )
     models = table["run_dir"].drop_duplicates()
-    typer.echo(f"trained models: in {Path(models.iloc[0]).parent} ({sum(Path(m).is_dir() for m in models)} of "
-               f"{len(models)} already there, reused or resumed; --runs names another store)")
+    typer.echo(
+        f"trained models: in {Path(models.iloc[0]).parent} ({sum(Path(m).is_dir() for m in models)} of "
+        f"{len(models)} already there, reused or resumed; --runs names another store)"
+    )
     if "gpu_h" in table:
         from synthlab import cost
 
         mfu = ", ".join(f"{m:.0%}" for m in sorted(set(table["mfu"].dropna()), reverse=True)) or "-"
-        source = (f"measured by the GPU check in {calibration} (compiled packed points; the others assumed)"
-                  if calibration else "assumed: 35% compiled, 25% eager, just under the 38.6% / 25.7% measured in "
-                                      "results/gpu; small shapes run below it (--calibration FILE: measured)")
-        typer.echo(f"gpu cost on one {cost.GPU}: {total / 3600:.1f} h at an MFU of {mfu} of "
-                   f"{cost.GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s ({source}); host work included (stall_h, eval_h); "
-                   f"largest peak {table['peak_gib'].max():.1f} GiB of {cost.GPU_MEMORY_GIB:.0f}.")
+        source = (
+            f"measured by the GPU check in {calibration} (compiled packed points; the others assumed)"
+            if calibration
+            else "assumed: 35% compiled, 25% eager, just under the 38.6% / 25.7% measured in "
+            "results/gpu; small shapes run below it (--calibration FILE: measured)"
+        )
+        typer.echo(
+            f"gpu cost on one {cost.GPU}: {total / 3600:.1f} h at an MFU of {mfu} of "
+            f"{cost.GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s ({source}); host work included (stall_h, eval_h); "
+            f"largest peak {table['peak_gib'].max():.1f} GiB of {cost.GPU_MEMORY_GIB:.0f}."
+        )
         rates = cost._host_rates
         if rates:
-            typer.echo(f"host rates measured here (best of three): packing {rates['pack_s_per_example'] * 1e6:.1f} us "
-                       f"per example, checkpoints written at {1e-9 / rates['write_s_per_byte']:.2f} GB/s, snapshots "
-                       f"copied at {1e-9 / rates['snapshot_s_per_byte']:.2f} GB/s (a busy machine measures slower rates)")
-        typer.echo("columns: pflop = training FLOPs / 1e15; layer_mib = activations of one layer application on one "
-                   "micro-batch (packed rows: fused/dense attention); act_gib = all activations kept, without/with "
-                   "activation checkpointing; peak_gib = weights, gradients, AdamW, activations (dense for packed "
-                   "rows) and logits, as configured; OUROBOROS points: from the Qwen2.5-3B step times and "
-                   "memory measured on one H200 (results/gpu); host, at rates measured on this machine: "
-                   "pack_h = packing every epoch and ckpt_h = writing ckpt_n checkpoints (both off the training "
-                   "thread), stall_h = what of the host's work the GPU waits for (in gpu_h), eval_h = the "
-                   "evaluation stages on the GPU (a forward over the training records each; in gpu_h)")
+            typer.echo(
+                f"host rates measured here (best of three): packing {rates['pack_s_per_example'] * 1e6:.1f} us "
+                f"per example, checkpoints written at {1e-9 / rates['write_s_per_byte']:.2f} GB/s, snapshots "
+                f"copied at {1e-9 / rates['snapshot_s_per_byte']:.2f} GB/s (a busy machine measures slower rates)"
+            )
+        typer.echo(
+            "columns: pflop = training FLOPs / 1e15; layer_mib = activations of one layer application on one "
+            "micro-batch (packed rows: fused/dense attention); act_gib = all activations kept, without/with "
+            "activation checkpointing; peak_gib = weights, gradients, AdamW, activations (dense for packed "
+            "rows) and logits, as configured; OUROBOROS points: from the Qwen2.5-3B step times and "
+            "memory measured on one H200 (results/gpu); host, at rates measured on this machine: "
+            "pack_h = packing every epoch and ckpt_h = writing ckpt_n checkpoints (both off the training "
+            "thread), stall_h = what of the host's work the GPU waits for (in gpu_h), eval_h = the "
+            "evaluation stages on the GPU (a forward over the training records each; in gpu_h)"
+        )
 
 
 def _duration(seconds: float) -> str:
@@ -126,10 +206,16 @@ def _duration(seconds: float) -> str:
 
 
 def plot(
-    name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...), path to a TOML definition, or a built-in plot kind."),
+    name: str = typer.Argument(
+        ..., help="Experiment name (capacity, mano, ...), path to a TOML definition, or a built-in plot kind."
+    ),
     sweep_dir: Path = typer.Argument(..., help="Sweep directory holding results.csv."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Figure directory (default: SWEEP_DIR/figures)."),
-    metric: Optional[str] = typer.Option(None, "--metric", help="Draw this results column with the generic figure of the grid (default: the definition's figure; without one, the task's headline metric)."),
+    metric: Optional[str] = typer.Option(
+        None,
+        "--metric",
+        help="Draw this results column with the generic figure of the grid (default: the definition's figure; without one, the task's headline metric).",
+    ),
 ) -> None:
     """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv: its built-in figure, or
     the generic figure of its grid (a definition without `plot`, or --metric)."""
@@ -169,10 +255,20 @@ def steps(
 def report(
     sweep_dirs: list[Path] = typer.Argument(..., help="Sweep directories (each with results.csv)."),
     out: Path = typer.Option(Path("report.md"), "--out", "-o", help="Markdown file to write; figures go beside it."),
-    copy_results: bool = typer.Option(False, "--copy/--no-copy", help="Copy each results.csv beside the report (for results/)."),
-    notes: Optional[Path] = typer.Option(None, "--notes", help="TOML file: experiment name -> verdict (Markdown); key 'preamble' -> text under the heading."),
+    copy_results: bool = typer.Option(
+        False, "--copy/--no-copy", help="Copy each results.csv beside the report (for results/)."
+    ),
+    notes: Optional[Path] = typer.Option(
+        None,
+        "--notes",
+        help="TOML file: experiment name -> verdict (Markdown); key 'preamble' -> text under the heading.",
+    ),
     title: str = typer.Option("synthlab results", "--title", help="The report's heading."),
-    index: bool = typer.Option(False, "--index/--one-file", help="Write OUT as an index (claims table with each verdict's scale, a line per experiment) and each experiment's section as EXPERIMENT/README.md beside it."),
+    index: bool = typer.Option(
+        False,
+        "--index/--one-file",
+        help="Write OUT as an index (claims table with each verdict's scale, a line per experiment) and each experiment's section as EXPERIMENT/README.md beside it.",
+    ),
 ) -> None:
     """Write a Markdown report with each sweep's claim, commands, table, figures and verdict."""
     from synthlab import report as reporting

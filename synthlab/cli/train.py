@@ -6,18 +6,20 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import tomllib
 from pathlib import Path
 from typing import Any, List, Optional
 
+import tomllib
 import typer
 
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
 
-VERIFY_HELP = ("Hash the dataset's files against meta.json before use (once per change of size or mtime); "
-               "--no-verify uses them as they are.")
+VERIFY_HELP = (
+    "Hash the dataset's files against meta.json before use (once per change of size or mtime); "
+    "--no-verify uses them as they are."
+)
 
 
 def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_flags: dict[str, Any]):
@@ -50,16 +52,18 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
     model_dict = {**file.get("model", {}), **model_flags}
     vocab = len(data.tokenizer)
     if model_dict.setdefault("vocab_size", vocab) != vocab:
-        raise SynthlabError(f"model.vocab_size is {model_dict['vocab_size']} but the data's vocabulary has {vocab} tokens")
+        raise SynthlabError(
+            f"model.vocab_size is {model_dict['vocab_size']} but the data's vocabulary has {vocab} tokens"
+        )
     train_cfg = configlib.merge(train_cfg, {"task": data.task})
     return RunConfig(configlib.from_dict(ModelConfig, model_dict, where="model."), train_cfg)
 
 
 def _train(**kwargs) -> None:
     from synthlab import config as configlib
+    from synthlab.data import unverified_data
     from synthlab.models import ModelConfig
     from synthlab.options import TrainConfig
-    from synthlab.data import unverified_data
     from synthlab.train import train as run_training
 
     out, config, resume = kwargs.pop("out"), kwargs.pop("config"), kwargs.pop("resume")
@@ -94,7 +98,10 @@ def _train(**kwargs) -> None:
         run_dir = out
     if result.interrupted:
         if result.main:
-            typer.echo(f"interrupted at step {result.step}/{result.total_steps}; checkpoint written; continue with: synthlab train --resume {run_dir}", err=True)
+            typer.echo(
+                f"interrupted at step {result.step}/{result.total_steps}; checkpoint written; continue with: synthlab train --resume {run_dir}",
+                err=True,
+            )
         raise typer.Exit(code=130)
     if result.main:
         typer.echo(f"done: {result.step} steps, final loss {result.final_loss:.4f}, run in {run_dir}")
@@ -137,25 +144,50 @@ def _train_command():
 
     params = [
         flags.option("out", Optional[Path], None, "--out", "New (or empty) run directory to create."),
-        flags.option("config", Optional[Path], None, "--config",
-                     "run.toml (or .json) with a model table and a train table; flags override it."),
-        flags.option("resume", Optional[Path], None, "--resume",
-                     "Continue the run in this directory from its checkpoint (no other run options); auto: "
-                     "with --out and the run's options, start the run there or continue it if it is there "
-                     "(the same command line for torchrun --max-restarts and a Slurm requeue; ./auto names a "
-                     "folder called auto)."),
+        flags.option(
+            "config",
+            Optional[Path],
+            None,
+            "--config",
+            "run.toml (or .json) with a model table and a train table; flags override it.",
+        ),
+        flags.option(
+            "resume",
+            Optional[Path],
+            None,
+            "--resume",
+            "Continue the run in this directory from its checkpoint (no other run options); auto: "
+            "with --out and the run's options, start the run there or continue it if it is there "
+            "(the same command line for torchrun --max-restarts and a Slurm requeue; ./auto names a "
+            "folder called auto).",
+        ),
         *flags.dataclass_options(TrainConfig, unset=True),
         *flags.dataclass_options(ModelConfig, unset=True, exclude=("vocab_size",)),
-        flags.option("set", Optional[List[str]], None, "--set",
-                     "SECTION.FIELD=VALUE, as in a run.toml (model.d_model=32, train.lr=3e-4); repeatable; "
-                     "overrides --config like the field's own flag.", metavar="SECTION.FIELD=VALUE"),
-        flags.option("threads", Optional[int], None, "--threads", "torch CPU threads (default: torch's choice; "
-                     "a warning says when they exceed the idle cores)."),
+        flags.option(
+            "set",
+            Optional[List[str]],
+            None,
+            "--set",
+            "SECTION.FIELD=VALUE, as in a run.toml (model.d_model=32, train.lr=3e-4); repeatable; "
+            "overrides --config like the field's own flag.",
+            metavar="SECTION.FIELD=VALUE",
+        ),
+        flags.option(
+            "threads",
+            Optional[int],
+            None,
+            "--threads",
+            "torch CPU threads (default: torch's choice; a warning says when they exceed the idle cores).",
+        ),
         flags.option("progress", bool, True, "--progress/--no-progress", "Show the progress bar."),
         flags.option("verify", bool, True, "--verify/--no-verify", VERIFY_HELP),
     ]
-    return flags.with_signature(_train, params, "train",
-                                "Train a model of the looped family on a generated dataset, into a self-describing run directory.")
+    return flags.with_signature(
+        _train,
+        params,
+        "train",
+        "Train a model of the looped family on a generated dataset, into a self-describing run directory.",
+    )
 
 
 train = _train_command()
@@ -176,9 +208,11 @@ def _set_threads(threads: int | None) -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     idle = cores - os.getloadavg()[0]
     if wanted > max(1.0, idle) and reporting():
-        warn(f"{wanted} torch threads but about {max(0.0, idle):.0f} of {cores} cores are idle (load average "
-             f"{os.getloadavg()[0]:.1f}): threads waiting for busy cores can make training several times slower; "
-             f"consider --threads {max(1, int(idle) // int(os.environ.get('LOCAL_WORLD_SIZE', '1')))}")
+        warn(
+            f"{wanted} torch threads but about {max(0.0, idle):.0f} of {cores} cores are idle (load average "
+            f"{os.getloadavg()[0]:.1f}): threads waiting for busy cores can make training several times slower; "
+            f"consider --threads {max(1, int(idle) // int(os.environ.get('LOCAL_WORLD_SIZE', '1')))}"
+        )
 
 
 def _at_least_one(**values: int) -> None:
@@ -190,8 +224,12 @@ def _at_least_one(**values: int) -> None:
 def evaluate(
     run_dir: Path = typer.Argument(..., help="Run directory made by `synthlab train`."),
     data: Optional[Path] = typer.Option(None, help="Dataset folder to test on (default: the run's own)."),
-    steps: Optional[int] = typer.Option(None, help="Recurrent steps at evaluation (past the trained depth to test extrapolation)."),
-    exit: Optional[str] = typer.Option(None, "--exit", help="Exit rule per token: static:T, q:0.8, diff:0.01 or kl:0.001."),
+    steps: Optional[int] = typer.Option(
+        None, help="Recurrent steps at evaluation (past the trained depth to test extrapolation)."
+    ),
+    exit: Optional[str] = typer.Option(
+        None, "--exit", help="Exit rule per token: static:T, q:0.8, diff:0.01 or kl:0.001."
+    ),
     kv: Optional[str] = typer.Option(None, help="Decode with this KV-cache strategy: full, first, last or mean."),
     batch_size: int = typer.Option(128, help="Examples per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
@@ -205,18 +243,23 @@ def evaluate(
     _at_least_one(batch_size=batch_size)
     _set_threads(threads)
     with unverified_data(not verify):
-        result = evaluate_run(run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size,
-                              device=device)
+        result = evaluate_run(
+            run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size, device=device
+        )
     per_step = " ".join(f"{a:.3f}" for a in result["accuracy_per_step"])
-    typer.echo(f"{result['task']}: accuracy {result['accuracy']:.4f} on {result['n_examples']} test items; per step: {per_step}")
+    typer.echo(
+        f"{result['task']}: accuracy {result['accuracy']:.4f} on {result['n_examples']} test items; per step: {per_step}"
+    )
     held, trained = result["groups"]["heldout"], result["groups"].get("train", {})
 
     def share(stats: dict, group: str) -> str:
         return f"{stats[group]['accuracy']:.3f}" if group in stats else "-"
 
     cells = [f"{g} {share(held, g)}/{share(trained, g)}" for g in dict.fromkeys([*trained, *held])]
-    typer.echo(f"per {result['group_key']} at step {result['groups_at_step']}, accuracy held-out/training prompts: "
-               f"{', '.join(cells)}")
+    typer.echo(
+        f"per {result['group_key']} at step {result['groups_at_step']}, accuracy held-out/training prompts: "
+        f"{', '.join(cells)}"
+    )
     for key in ("exit_accuracy", "mean_exit_step", "kv_accuracy"):
         if key in result:
             typer.echo(f"{key}: {result[key]:.4f}")
@@ -225,13 +268,20 @@ def evaluate(
 
 def capacity(
     run_dir: Path = typer.Argument(..., help="Run directory of a model trained on bios."),
-    data: Optional[Path] = typer.Option(None, help="The run's dataset at its new place, if it moved (checked to be the same data)."),
+    data: Optional[Path] = typer.Option(
+        None, help="The run's dataset at its new place, if it moved (checked to be the same data)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the whole report as JSON."),
-    steps: Optional[int] = typer.Option(None, help="Recurrent steps to read the model at (default: the trained loops)."),
+    steps: Optional[int] = typer.Option(
+        None, help="Recurrent steps to read the model at (default: the trained loops)."
+    ),
     batch_size: int = typer.Option(64, help="Biographies per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    checkpoint: Optional[int] = typer.Option(None, help="Read the kept checkpoint of this optimizer step instead of "
-                                                        "the final weights (a point of the learning curve)."),
+    checkpoint: Optional[int] = typer.Option(
+        None,
+        help="Read the kept checkpoint of this optimizer step instead of "
+        "the final weights (a point of the learning curve).",
+    ),
     verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Bits of knowledge stored (Physics of LMs 3.3, Def. 4.3) and bits per parameter -> RUN_DIR/capacity.json."""
@@ -240,8 +290,9 @@ def capacity(
     from synthlab.data import unverified_data
 
     with unverified_data(not verify):
-        report = estimate_capacity(run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps,
-                                   checkpoint=checkpoint)
+        report = estimate_capacity(
+            run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps, checkpoint=checkpoint
+        )
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
@@ -251,4 +302,6 @@ def capacity(
         f"P = {report['params']:,}; bits/param = {report['bits_per_param']:.3f}"
     )
     for name, row in report["per_attribute"].items():
-        typer.echo(f"  {name:<11} loss {row['loss']:.3f} nats  bits {row['bits']:,.0f}  (of log2 {row['values']} per person)")
+        typer.echo(
+            f"  {name:<11} loss {row['loss']:.3f} nats  bits {row['bits']:,.0f}  (of log2 {row['values']} per person)"
+        )

@@ -48,7 +48,9 @@ def load_base(path: str | Path, *, device: torch.device, dtype: torch.dtype, att
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if attn not in ATTENTION:
-        raise SynthlabError(f"attn must be one of {', '.join(ATTENTION)} (both get the explicit causal mask), got '{attn}'")
+        raise SynthlabError(
+            f"attn must be one of {', '.join(ATTENTION)} (both get the explicit causal mask), got '{attn}'"
+        )
     path = Path(path)
     if not (path / "config.json").is_file():
         raise SynthlabError(f"base: no config.json in '{path}' (expected a local checkpoint folder)")
@@ -56,9 +58,7 @@ def load_base(path: str | Path, *, device: torch.device, dtype: torch.dtype, att
     if config.model_type != "qwen2":
         raise SynthlabError(f"base: '{path}' is model_type '{config.model_type}', not a Qwen2-family checkpoint")
     with without_progress_bars():
-        model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, dtype=dtype, attn_implementation=attn
-        )
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype, attn_implementation=attn)
     return model.to(device).eval().requires_grad_(False)
 
 

@@ -52,8 +52,10 @@ def qwen2_refusal(c: ModelConfig) -> str | None:
     plain_sandwich = c.injection == "none" and c.state_init == "input"
     checks = [
         (c.loops == 1, f"loops = {c.loops}: Qwen2 has no recurrence (export a loops = 1 model)"),
-        (c.topology == "ouro" or plain_sandwich,
-         f"a sandwich with injection = {c.injection}, state_init = {c.state_init} is not a plain layer stack"),
+        (
+            c.topology == "ouro" or plain_sandwich,
+            f"a sandwich with injection = {c.injection}, state_init = {c.state_init} is not a plain layer stack",
+        ),
         (c.mlp == "swiglu", f"mlp = {c.mlp}: Qwen2's MLP is SwiGLU"),
         (c.positions == "rope", f"positions = {c.positions}: Qwen2 uses RoPE"),
         (c.norm == "pre", f"norm = {c.norm}: Qwen2 is pre-norm"),
@@ -69,14 +71,28 @@ def qwen2_refusal(c: ModelConfig) -> str | None:
 def qwen2_config(c: ModelConfig, tokenizer: WordTokenizer):
     from transformers import Qwen2Config
 
-    ids = {name: tokenizer.id(tok) if tok in tokenizer.tokens else None
-           for name, tok in (("pad", "<pad>"), ("bos", "<bos>"), ("eos", "<eos>"))}
+    ids = {
+        name: tokenizer.id(tok) if tok in tokenizer.tokens else None
+        for name, tok in (("pad", "<pad>"), ("bos", "<bos>"), ("eos", "<eos>"))
+    }
     return Qwen2Config(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.ff_dim, num_hidden_layers=c.n_layers,
-        num_attention_heads=c.n_heads, num_key_value_heads=c.n_heads, hidden_act="silu",
-        max_position_embeddings=c.max_seq_len, rms_norm_eps=RMS_EPS, tie_word_embeddings=c.tie_head,
-        rope_parameters={"rope_type": "default", "rope_theta": c.rope_base}, use_sliding_window=False,
-        attention_dropout=0.0, pad_token_id=ids["pad"], bos_token_id=ids["bos"], eos_token_id=ids["eos"])
+        vocab_size=c.vocab_size,
+        hidden_size=c.d_model,
+        intermediate_size=c.ff_dim,
+        num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads,
+        num_key_value_heads=c.n_heads,
+        hidden_act="silu",
+        max_position_embeddings=c.max_seq_len,
+        rms_norm_eps=RMS_EPS,
+        tie_word_embeddings=c.tie_head,
+        rope_parameters={"rope_type": "default", "rope_theta": c.rope_base},
+        use_sliding_window=False,
+        attention_dropout=0.0,
+        pad_token_id=ids["pad"],
+        bos_token_id=ids["bos"],
+        eos_token_id=ids["eos"],
+    )
 
 
 @torch.no_grad()
@@ -92,8 +108,8 @@ def qwen2_state(model) -> dict[str, torch.Tensor]:
         qkv = block.attn.qkv
         bias = qkv.bias if qkv.bias is not None else torch.zeros(3 * d)
         for k, name in enumerate(("q_proj", "k_proj", "v_proj")):
-            state[f"{p}self_attn.{name}.weight"] = qkv.weight[k * d:(k + 1) * d]
-            state[f"{p}self_attn.{name}.bias"] = bias[k * d:(k + 1) * d]
+            state[f"{p}self_attn.{name}.weight"] = qkv.weight[k * d : (k + 1) * d]
+            state[f"{p}self_attn.{name}.bias"] = bias[k * d : (k + 1) * d]
         state[f"{p}self_attn.o_proj.weight"] = block.attn.o.weight
         state[f"{p}mlp.gate_proj.weight"] = block.mlp.up.weight[:f]
         state[f"{p}mlp.up_proj.weight"] = block.mlp.up.weight[f:]
@@ -112,24 +128,41 @@ def hf_tokenizer(tokenizer: WordTokenizer):
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     texts = [tok if tok == "<bos>" else f" {tok}" for tok in tokenizer.tokens]
-    core = Tokenizer(BPE(vocab={text: i for i, text in enumerate(texts)}, merges=[], unk_token=None,
-                         fuse_unk=False, byte_fallback=False, continuing_subword_prefix="", end_of_word_suffix=""))
+    core = Tokenizer(
+        BPE(
+            vocab={text: i for i, text in enumerate(texts)},
+            merges=[],
+            unk_token=None,
+            fuse_unk=False,
+            byte_fallback=False,
+            continuing_subword_prefix="",
+            end_of_word_suffix="",
+        )
+    )
     # Qwen2Tokenizer's own pipeline, so that a PreTrainedTokenizerFast reading tokenizer.json and
     # AutoTokenizer's rebuild agree; the vocabulary is matched by the added tokens before it runs.
     core.normalizer = normalizers.NFC()
-    core.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     core.decoder = decoders.ByteLevel()
     special = set(tokenizer.special_tokens)
-    core.add_tokens([AddedToken(text, normalized=False, special=tok in special)
-                     for tok, text in zip(tokenizer.tokens, texts)])
-    named = {name: texts[tokenizer.tokens.index(tok)] for name, tok in
-             (("pad_token", "<pad>"), ("bos_token", "<bos>"), ("eos_token", "<eos>")) if tok in tokenizer.tokens}
+    core.add_tokens(
+        [AddedToken(text, normalized=False, special=tok in special) for tok, text in zip(tokenizer.tokens, texts)]
+    )
+    named = {
+        name: texts[tokenizer.tokens.index(tok)]
+        for name, tok in (("pad_token", "<pad>"), ("bos_token", "<bos>"), ("eos_token", "<eos>"))
+        if tok in tokenizer.tokens
+    }
     extra = [texts[i] for i, tok in enumerate(tokenizer.tokens) if tok in special and texts[i] not in named.values()]
     # unk_token None: Qwen2Tokenizer would otherwise append its own <|endoftext|> as a new id
-    return PreTrainedTokenizerFast(tokenizer_object=core, clean_up_tokenization_spaces=False, unk_token=None,
-                                   extra_special_tokens=extra, **named)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, clean_up_tokenization_spaces=False, unk_token=None, extra_special_tokens=extra, **named
+    )
 
 
 def finish_folder(tokenizer: WordTokenizer, folder: Path, card: str | None) -> None:
@@ -143,8 +176,9 @@ def finish_folder(tokenizer: WordTokenizer, folder: Path, card: str | None) -> N
         as_new_file(path)
 
 
-def export_model(model, tokenizer: WordTokenizer, out: str | Path, overwrite: bool = False,
-                 card: str | None = None) -> Path:
+def export_model(
+    model, tokenizer: WordTokenizer, out: str | Path, overwrite: bool = False, card: str | None = None
+) -> Path:
     """Write a synthlab `model` and its vocabulary to `out` as a Qwen2 checkpoint folder (written
     beside `out` and swapped into place at the end), with `card` as its README.md; refuses a model
     Qwen2 cannot express, and an `out` holding anything but an earlier export unless `overwrite`
@@ -186,8 +220,9 @@ def is_export(folder: Path) -> bool:
     return {p.name for p in folder.iterdir()} <= listed
 
 
-def export_run(run_dir: str | Path, out: str | Path, fmt: str = "qwen2", data: str | Path | None = None,
-               overwrite: bool = False) -> Path:
+def export_run(
+    run_dir: str | Path, out: str | Path, fmt: str = "qwen2", data: str | Path | None = None, overwrite: bool = False
+) -> Path:
     """The trained model of `run_dir`, with its dataset's vocabulary (`data`: the dataset's new
     place if it moved), exported to `out` in format `fmt`."""
     if fmt not in FORMATS:

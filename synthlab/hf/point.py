@@ -32,7 +32,6 @@ from synthlab.hf.system import LOOPED_VARIANTS, OuroborosConfig
 from synthlab.hf.train import OuroborosTrainConfig
 
 
-
 @dataclass
 class OuroborosEval:
     eval_depths: tuple[int, ...] = (1, 2, 4, 8)
@@ -67,8 +66,12 @@ class OuroborosOptions:
     source: OuroborosSource = field(default_factory=OuroborosSource)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**cfgio.to_dict(self.system), **cfgio.to_dict(self.train), **cfgio.to_dict(self.eval),
-                **cfgio.to_dict(self.source)}
+        return {
+            **cfgio.to_dict(self.system),
+            **cfgio.to_dict(self.train),
+            **cfgio.to_dict(self.eval),
+            **cfgio.to_dict(self.source),
+        }
 
 
 def parse_section(raw: dict[str, Any]) -> OuroborosOptions:
@@ -78,11 +81,17 @@ def parse_section(raw: dict[str, Any]) -> OuroborosOptions:
     unknown = sorted(set(raw).difference(*names))
     if unknown:
         raise SynthlabError(f"ouroboros.{unknown[0]}: unknown field (have {', '.join(sorted(set().union(*names)))})")
-    options = OuroborosOptions(*(cfgio.from_dict(cls, {k: v for k, v in raw.items() if k in keys}, where="ouroboros.")
-                                 for cls, keys in zip(classes, names)))
+    options = OuroborosOptions(
+        *(
+            cfgio.from_dict(cls, {k: v for k, v in raw.items() if k in keys}, where="ouroboros.")
+            for cls, keys in zip(classes, names)
+        )
+    )
     if options.system.variant not in LOOPED_VARIANTS:
-        raise SynthlabError(f"ouroboros.variant must be one of {', '.join(LOOPED_VARIANTS)} (truncated and base "
-                            f"are evaluated with every point), got '{options.system.variant}'")
+        raise SynthlabError(
+            f"ouroboros.variant must be one of {', '.join(LOOPED_VARIANTS)} (truncated and base "
+            f"are evaluated with every point), got '{options.system.variant}'"
+        )
     too_deep = max(options.train.depths + options.eval.eval_depths)
     if too_deep > options.system.max_steps:
         raise SynthlabError(f"ouroboros: depth {too_deep} exceeds max_steps {options.system.max_steps}")
@@ -100,14 +109,32 @@ def run_stage(options: OuroborosOptions, base: Path, corpus: Path, out: Path) ->
     variant = options.system.variant
     if options.source.base is not None:
         base, corpus = Path(options.source.base), Path(options.source.corpus)
-    run = train_run(str(base), str(corpus), folder, [variant], options.system, options.train,
-                    text_field=options.source.text_field, progress=False)
-    table = eval_run(folder, list(options.eval.eval_depths), batch_size=options.eval.eval_batch_size,
-                     max_sequences=options.eval.eval_max_sequences, progress=False)
+    run = train_run(
+        str(base),
+        str(corpus),
+        folder,
+        [variant],
+        options.system,
+        options.train,
+        text_field=options.source.text_field,
+        progress=False,
+    )
+    table = eval_run(
+        folder,
+        list(options.eval.eval_depths),
+        batch_size=options.eval.eval_batch_size,
+        max_sequences=options.eval.eval_max_sequences,
+        progress=False,
+    )
     loss = {(row.variant, row.depth): row.loss for row in table.itertuples()}
     log = pd.read_csv(folder / variant / LOG)
-    tail = log["loss"].iloc[-max(1, len(log) // 10):]
+    tail = log["loss"].iloc[-max(1, len(log) // 10) :]
     depth = options.eval.eval_depths[0]
-    return {"trainable_params": run["trainable_params"][variant], "ouro_steps": len(log), "ouro_train_loss": float(tail.mean()),
-            **{f"loss_depth_{d}": loss[(variant, d)] for d in options.eval.eval_depths},
-            "loss_truncated": loss[("truncated", depth)], "loss_base": loss[("base", depth)]}
+    return {
+        "trainable_params": run["trainable_params"][variant],
+        "ouro_steps": len(log),
+        "ouro_train_loss": float(tail.mean()),
+        **{f"loss_depth_{d}": loss[(variant, d)] for d in options.eval.eval_depths},
+        "loss_truncated": loss[("truncated", depth)],
+        "loss_base": loss[("base", depth)],
+    }

@@ -58,8 +58,9 @@ def read_state(path: Path) -> dict:
     try:
         return load_state_file(path)
     except ValueError as why:
-        raise SynthlabError(f"damaged training state {path} ({why}); delete {path.parent} to train "
-                            f"{path.parent.name} again") from None
+        raise SynthlabError(
+            f"damaged training state {path} ({why}); delete {path.parent} to train {path.parent.name} again"
+        ) from None
 
 
 def load_trainable(model: OuroborosLM, path: Path) -> None:
@@ -68,8 +69,9 @@ def load_trainable(model: OuroborosLM, path: Path) -> None:
     try:
         state = load_file(str(path))
     except Exception as err:  # safetensors raises its own error types for a damaged file
-        raise SynthlabError(f"damaged weights {path} ({type(err).__name__}); train {path.parent.name} again "
-                            f"(delete {path.parent})") from None
+        raise SynthlabError(
+            f"damaged weights {path} ({type(err).__name__}); train {path.parent.name} again (delete {path.parent})"
+        ) from None
     expected = set(model.trainable_state())
     if set(state) != expected:
         raise SynthlabError(f"{path}: parameters {sorted(set(state) ^ expected)} do not match this variant")
@@ -85,7 +87,14 @@ class _Base:
     shards from rank 0 (`shard`): they never hold more than 1/K of the base."""
 
     def __init__(self, path: str, dev: torch.device, dtype: str | None, attn: str, fsdp: bool, world):
-        self.path, self.dev, self.dtype, self.attn, self.fsdp, self.world = path, dev, resolve_dtype(dtype, dev), attn, fsdp, world
+        self.path, self.dev, self.dtype, self.attn, self.fsdp, self.world = (
+            path,
+            dev,
+            resolve_dtype(dtype, dev),
+            attn,
+            fsdp,
+            world,
+        )
         self.full: dict | None = None
         self.shared = None if fsdp else load_base(path, device=dev, dtype=self.dtype, attn=attn)
 
@@ -113,16 +122,35 @@ class _Base:
         full = {**model.base.state_dict(), **dict(model.base.named_buffers())} if self.world.main else {}
         buffers = {k: v.detach().cpu() for k, v in model.base.named_buffers()} if self.world.main else {}
         full = {k: v.detach().cpu() for k, v in full.items() if k not in buffers}
-        distributed.shard(model, list(model.base.model.layers), [p for p in model.parameters() if p.requires_grad],
-                          self.world, self.dev)
+        distributed.shard(
+            model,
+            list(model.base.model.layers),
+            [p for p in model.parameters() if p.requires_grad],
+            self.world,
+            self.dev,
+        )
         distributed.fill_from_rank0(model.base, full, buffers, self.world, self.dev)
-        return {"total": sum(p.numel() for p in model.base.parameters()),
-                "most_per_process": distributed.most_held(self.world, model.base.parameters(), self.dev)}
+        return {
+            "total": sum(p.numel() for p in model.base.parameters()),
+            "most_per_process": distributed.most_held(self.world, model.base.parameters(), self.dev),
+        }
 
 
-def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str], config: OuroborosConfig,
-              train_config: OuroborosTrainConfig, *, device: str | None = None, dtype: str | None = None,
-              attn: str = "sdpa", text_field: str = "text", progress: bool = True, fsdp: bool = False) -> dict:
+def train_run(
+    base_path: str,
+    corpus: str,
+    out: str | Path,
+    variants: list[str],
+    config: OuroborosConfig,
+    train_config: OuroborosTrainConfig,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    attn: str = "sdpa",
+    text_field: str = "text",
+    progress: bool = True,
+    fsdp: bool = False,
+) -> dict:
     """Train each looped variant in `variants` on `corpus` into `out` (a rerun resumes, skipping the
     finished ones); returns run.json's content and each variant's trainable parameter count.
     Under torchrun (`torchrun --nproc-per-node K -m synthlab ouroboros train ...`) data-parallel:
@@ -138,12 +166,27 @@ def train_run(base_path: str, corpus: str, out: str | Path, variants: list[str],
     with distributed.process_group(resolve_device(device or "auto")) as (world, dev):
         if fsdp:
             distributed.check_shardable(world, dev)
-        return _train_run(base_path, corpus, Path(out), variants, config, train_config, docs, dev, dtype, attn,
-                          text_field, progress, world, fsdp)
+        return _train_run(
+            base_path,
+            corpus,
+            Path(out),
+            variants,
+            config,
+            train_config,
+            docs,
+            dev,
+            dtype,
+            attn,
+            text_field,
+            progress,
+            world,
+            fsdp,
+        )
 
 
-def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev, dtype, attn, text_field,
-               progress, world, fsdp) -> dict:
+def _train_run(
+    base_path, corpus, out, variants, config, train_config, docs, dev, dtype, attn, text_field, progress, world, fsdp
+) -> dict:
     import pandas as pd
 
     base = _Base(base_path, dev, dtype, attn, fsdp, world)
@@ -152,9 +195,13 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
     if world.main:
         out.mkdir(parents=True, exist_ok=True)
     run = {
-        "base": str(Path(base_path).resolve()), "corpus": str(Path(corpus).resolve()),
-        "text_field": text_field, "attn": attn, "variants": variants,
-        "ouroboros": cfgio.to_dict(config), "train": cfgio.to_dict(train_config),
+        "base": str(Path(base_path).resolve()),
+        "corpus": str(Path(corpus).resolve()),
+        "text_field": text_field,
+        "attn": attn,
+        "variants": variants,
+        "ouroboros": cfgio.to_dict(config),
+        "train": cfgio.to_dict(train_config),
         "sequences": {"train": len(train_seqs), "heldout": len(heldout)},
     }
     trained = any((out / v / name).is_file() for v in VARIANTS for name in (STATE, CHECKPOINT, LOG))
@@ -180,8 +227,10 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
         state = folder / STATE
         resume = read_state(state) if state.is_file() else None
         if resume is not None and "data" not in resume:
-            raise SynthlabError(f"{state} holds a training state of an earlier layout; remove it to train {variant} "
-                                f"again from its first step")
+            raise SynthlabError(
+                f"{state} holds a training state of an earlier layout; remove it to train {variant} "
+                f"again from its first step"
+            )
 
         def checkpoint(state, m=model, f=folder):
             save_trainable(m, f / CHECKPOINT)
@@ -191,17 +240,27 @@ def _train_run(base_path, corpus, out, variants, config, train_config, docs, dev
             return f"while training {v}; the last checkpoint in {f} is kept (rerun the same command to resume)"
 
         with distributed.peers_lost_as_error(world, where):
-            log = train(model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume,
-                        world=world)
+            log = train(
+                model, train_seqs, train_config, progress=progress, on_checkpoint=checkpoint, resume=resume, world=world
+            )
         if world.main:
             atomic_write(folder / LOG, lambda tmp, rows=log: pd.DataFrame(rows).to_csv(tmp, index=False))
             (folder / STATE).unlink()
     return run | {"trainable_params": counts} | ({"base_held": held} if held else {})
 
 
-def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, *, batch_size: int = 4,
-             max_sequences: int | None = None, device: str | None = None, dtype: str | None = None,
-             progress: bool = True, fsdp: bool = False):
+def eval_run(
+    run_dir: str | Path,
+    depths: list[int],
+    corpus: str | None = None,
+    *,
+    batch_size: int = 4,
+    max_sequences: int | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: bool = True,
+    fsdp: bool = False,
+):
     """Loss of every variant (trained looped ones, truncated, base) at each depth, on the held-out
     part of the training corpus and on `corpus` (another distribution); writes the table and plot.
 
@@ -237,26 +296,30 @@ def eval_run(run_dir: str | Path, depths: list[int], corpus: str | None = None, 
         if fsdp:
             distributed.check_shardable(world, dev)
         with distributed.peers_lost_as_error(world, lambda: "while evaluating; nothing was written"):
-            rows = _eval_rows(run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress,
-                              world, fsdp)
+            rows = _eval_rows(
+                run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world, fsdp
+            )
     table = pd.DataFrame(rows)
     table["variant"] = pd.Categorical(table["variant"], [v for v in VARIANTS if v in set(table["variant"])])
     table = table.sort_values(["corpus", "variant", "depth"]).reset_index(drop=True)
     if world.main:
         atomic_write(run_dir / "results.csv", lambda tmp: table.to_csv(tmp, index=False))
-        atomic_write(run_dir / "results.json",
-                     lambda tmp: tmp.write_text(table.to_json(orient="records", indent=2) + "\n"))
+        atomic_write(
+            run_dir / "results.json", lambda tmp: tmp.write_text(table.to_json(orient="records", indent=2) + "\n")
+        )
         atomic_write(run_dir / "c11_loss_vs_depth.png", lambda tmp: plot_loss_vs_depth(table, tmp))
     return table
 
 
-def _eval_rows(run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world,
-               fsdp) -> list[dict]:
+def _eval_rows(
+    run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world, fsdp
+) -> list[dict]:
     base = _Base(run["base"], dev, dtype, run["attn"], fsdp, world)
     jobs = [(v, [1]) for v in ("truncated", "base")] + [(v, depths) for v in run["variants"]]
     rows = []
-    bar = Progress(sum(len(d) for _, d in jobs) * len(corpora), enabled=progress and world.main, desc="eval",
-                   unit="evaluation")
+    bar = Progress(
+        sum(len(d) for _, d in jobs) * len(corpora), enabled=progress and world.main, desc="eval", unit="evaluation"
+    )
     for variant, variant_depths in jobs:
         model = build_variant(base.get(), config, variant, train_config.seed)
         if variant in LOOPED_VARIANTS:
@@ -267,8 +330,10 @@ def _eval_rows(run, run_dir, config, train_config, depths, corpora, batch_size, 
             for depth in variant_depths:
                 loss = evaluate(model, seqs, depth, batch_size, train_config.tf32, world)
                 listed = depths if variant not in LOOPED_VARIANTS else [depth]
-                rows += [{"variant": variant, "corpus": name, "depth": d, "loss": loss,
-                          "sequences": len(seqs)} for d in listed]
+                rows += [
+                    {"variant": variant, "corpus": name, "depth": d, "loss": loss, "sequences": len(seqs)}
+                    for d in listed
+                ]
                 bar.update()
     bar.close()
     return rows

@@ -51,18 +51,18 @@ from torch import nn
 
 from synthlab.errors import SynthlabError
 from synthlab.hf.data import PAD
-from synthlab.options import LOOPED_VARIANTS, VARIANTS, OuroborosConfig  # noqa: F401 (re-exported)
 from synthlab.hf.lora import TARGETS, ModulatedLinear, Split, lora_bases, mean_residual, target_linear
 from synthlab.models.controller import causal_running_mean
+from synthlab.options import LOOPED_VARIANTS, VARIANTS, OuroborosConfig  # noqa: F401 (re-exported)
 
 # What each row of `ouroboros eval` is (printed under its table).
 VARIANT_ROWS = {
     "controller": "trained: the recurrent layer run `depth` times, rewritten per token by the controller, gated",
     "static": "trained: the recurrent layer run `depth` times with learned per-step magnitudes, the same for "
-              "every input",
+    "every input",
     "nogate": "trained: the controller without the gate (each step's output replaces the state)",
     "truncated": "baseline, nothing trained: prelude, the recurrent layer once, coda (the removed layers cut "
-                 "out): what the looped variants start from; one loss, listed at every depth",
+    "out): what the looped variants start from; one loss, listed at every depth",
     "base": "baseline, nothing trained: the full checkpoint, every layer once; one loss, listed at every depth",
 }
 
@@ -83,10 +83,15 @@ def resolve_split(num_layers: int, config: OuroborosConfig) -> Split:
     Given values are never changed: a split they make impossible is one error naming them.
     """
     if num_layers < 2:
-        raise SynthlabError(f"OUROBOROS needs a base of at least 2 layers (a recurrent layer and one removed "
-                            f"layer for the LoRA bases); this base has {num_layers}")
-    given = {name: getattr(config, name) for name in ("prelude_layers", "coda_layers", "recurrent_layer")
-             if getattr(config, name) is not None}
+        raise SynthlabError(
+            f"OUROBOROS needs a base of at least 2 layers (a recurrent layer and one removed "
+            f"layer for the LoRA bases); this base has {num_layers}"
+        )
+    given = {
+        name: getattr(config, name)
+        for name in ("prelude_layers", "coda_layers", "recurrent_layer")
+        if getattr(config, name) is not None
+    }
     for name, value in given.items():
         if value < 0:
             raise SynthlabError(f"{name} must be >= 0, got {value}")
@@ -108,7 +113,8 @@ def resolve_split(num_layers: int, config: OuroborosConfig) -> Split:
         raise SynthlabError(
             f"prelude_layers {n_prelude} + coda_layers {n_coda} leave no room in a {num_layers}-layer base for the "
             f"recurrent layer and a removed layer{culprits()}: pass --prelude-layers / --coda-layers summing to at "
-            f"most {room}")
+            f"most {room}"
+        )
     recurrent = config.recurrent_layer
     if recurrent is None:
         recurrent = num_layers // 2
@@ -119,13 +125,15 @@ def resolve_split(num_layers: int, config: OuroborosConfig) -> Split:
     if not n_prelude <= recurrent < coda_start:
         raise SynthlabError(
             f"recurrent_layer {recurrent} must lie between the prelude ({prelude_text}) and the coda ({coda_text}) "
-            f"of a {num_layers}-layer base{culprits()}: pass --recurrent-layer from {n_prelude} to {coda_start - 1}")
+            f"of a {num_layers}-layer base{culprits()}: pass --recurrent-layer from {n_prelude} to {coda_start - 1}"
+        )
     removed = tuple(i for i in range(n_prelude, coda_start) if i != recurrent)
     return Split(tuple(range(n_prelude)), recurrent, tuple(range(coda_start, num_layers)), removed)
 
 
 def describe_split(split: Split) -> str:
     """`prelude 0-7, recurrent 18, coda 28-35` (an empty part: `none`)."""
+
     def span(layers: tuple[int, ...]) -> str:
         return f"{layers[0]}-{layers[-1]}" if layers else "none"
 
@@ -150,8 +158,9 @@ class Controller(nn.Module):
     reference adds an S x d step table (counted in its 9.2M) to the input and uses SiLU.
     """
 
-    def __init__(self, hidden_size: int, width: int, n_targets: int, rank: int, max_steps: int,
-                 generator: torch.Generator) -> None:
+    def __init__(
+        self, hidden_size: int, width: int, n_targets: int, rank: int, max_steps: int, generator: torch.Generator
+    ) -> None:
         super().__init__()
         self.n_targets, self.rank = n_targets, rank
         self.step_embedding = nn.Parameter(torch.randn(max_steps, hidden_size, generator=generator))
@@ -206,8 +215,9 @@ class OuroborosLM(nn.Module):
                 shape = (config.max_steps, len(self.targets), config.rank)
                 self.static_delta = nn.Parameter(torch.zeros(shape, device=device))
             else:
-                self.controller = Controller(d, config.controller_hidden, len(self.targets), config.rank,
-                                             config.max_steps, generator).to(device)
+                self.controller = Controller(
+                    d, config.controller_hidden, len(self.targets), config.rank, config.max_steps, generator
+                ).to(device)
 
     def train(self, mode: bool = True) -> OuroborosLM:
         """Train mode for the trainable parts only; the frozen base always runs in eval mode."""
@@ -309,8 +319,9 @@ class OuroborosLM(nn.Module):
 def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Next-token cross-entropy with ONE shift: position t predicts token t + 1 (PAD is no target);
     the mean over the targets, or (reduction "sum") their sum."""
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten(), ignore_index=PAD,
-                           reduction=reduction)
+    return F.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten(), ignore_index=PAD, reduction=reduction
+    )
 
 
 def trainable_breakdown(model: OuroborosLM) -> dict[str, int]:
@@ -339,7 +350,15 @@ def summary(model: OuroborosLM) -> dict:
         "alpha": model.config.alpha,
         "targets": list(model.targets),
         "config": dataclasses.asdict(model.config),
-        "base_shape": {k: getattr(cfg, k) for k in (
-            "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-            "num_key_value_heads", "vocab_size")},
+        "base_shape": {
+            k: getattr(cfg, k)
+            for k in (
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "vocab_size",
+            )
+        },
     }

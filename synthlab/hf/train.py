@@ -37,13 +37,21 @@ def make_optimizer(model: OuroborosLM, config: OuroborosTrainConfig) -> torch.op
     # scales, step embeddings and static deltas do not (nanoGPT's rule, decaying them toward 0
     # would pull the gate bias and norm scales off their identity-preserving init).
     decay = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
-    return adamw(model.parameters(), lambda p: id(p) in decay, lr=config.lr, weight_decay=config.weight_decay,
-                 betas=config.betas)
+    return adamw(
+        model.parameters(), lambda p: id(p) in decay, lr=config.lr, weight_decay=config.weight_decay, betas=config.betas
+    )
 
 
-def train(model: OuroborosLM, sequences: torch.Tensor, config: OuroborosTrainConfig, *,
-          on_checkpoint=None, resume: dict | None = None, progress: bool = True,
-          world: distributed.World = distributed.World()) -> list[dict]:
+def train(
+    model: OuroborosLM,
+    sequences: torch.Tensor,
+    config: OuroborosTrainConfig,
+    *,
+    on_checkpoint=None,
+    resume: dict | None = None,
+    progress: bool = True,
+    world: distributed.World = distributed.World(),
+) -> list[dict]:
     """Train `model`'s trainable parameters on packed (N, seq_len) `sequences`; a log row per step.
 
     Batches and depths come from two generators seeded with config.seed (data order) and
@@ -80,7 +88,7 @@ class Order:
         if self.cursor + batch_size > len(self.order):  # new epoch, new order
             self.order, self.cursor = torch.randperm(self.n, generator=self.generator), 0
         self.cursor += batch_size
-        return self.order[self.cursor - batch_size: self.cursor]
+        return self.order[self.cursor - batch_size : self.cursor]
 
     def state_dict(self) -> dict:
         return {"order": self.order, "cursor": self.cursor}
@@ -92,23 +100,29 @@ class Order:
 def _train(model, sequences, config, device, on_checkpoint, resume, progress, world) -> list[dict]:
     data_gen = torch.Generator().manual_seed(config.seed)
     order = Order(len(sequences), data_gen)
-    state = TrainState(model, make_optimizer(model, config), lambda step: learning_rate(step, config),
-                       data={"data": order}, generators={"data_gen": data_gen,
-                                                         "depth_gen": torch.Generator().manual_seed(config.seed + 1)},
-                       trainable_only=True)
+    state = TrainState(
+        model,
+        make_optimizer(model, config),
+        lambda step: learning_rate(step, config),
+        data={"data": order},
+        generators={"data_gen": data_gen, "depth_gen": torch.Generator().manual_seed(config.seed + 1)},
+        trainable_only=True,
+    )
     log = []
     if resume is not None:
         state.load_state_dict(resume)
         log = list(resume["log"])
     model.train()
-    bar = Progress(config.steps, initial=state.step, enabled=progress, desc=f"train {model.config.variant}", unit="step")
+    bar = Progress(
+        config.steps, initial=state.step, enabled=progress, desc=f"train {model.config.variant}", unit="step"
+    )
     share = config.batch_size // world.size  # this process's rows of each micro-batch
     while state.step < config.steps:
         depth = config.depths[int(torch.randint(len(config.depths), (1,), generator=state.generators["depth_gen"]))]
 
         def micro(i: int):
             batch = order.next(config.batch_size)
-            rows = batch[world.rank * share: (world.rank + 1) * share]
+            rows = batch[world.rank * share : (world.rank + 1) * share]
             # this process's part of the micro-batch's mean: its targets over all of the micro-batch's
             # (counted on the host, known to every process; 1 / K of them in packed rows)
             whole = int((sequences[batch, 1:] != PAD).sum())
@@ -117,15 +131,26 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
             loss = lm_loss(model(inputs, depth), inputs) * part / config.grad_accum
             return loss, (loss.detach(),)
 
-        done = engine.step(state, config.grad_accum, micro, world=world, grad_clip=config.grad_clip, check=True,
-                           where=lambda: f" (lr {config.lr})")
+        done = engine.step(
+            state,
+            config.grad_accum,
+            micro,
+            world=world,
+            grad_clip=config.grad_clip,
+            check=True,
+            where=lambda: f" (lr {config.lr})",
+        )
         loss = float(done.logged[0]) / world.size  # one sync per step, for the log
         norm = None if done.grad_norm is None else float(done.grad_norm)
         log.append({"step": state.step - 1, "depth": depth, "loss": loss, "lr": done.lr, "grad_norm": norm})
         bar.set_postfix(loss=f"{loss:.3f}", depth=str(depth))
         bar.update()
         last = state.step == config.steps
-        if on_checkpoint is not None and world.main and (last or (config.checkpoint_every and state.step % config.checkpoint_every == 0)):
+        if (
+            on_checkpoint is not None
+            and world.main
+            and (last or (config.checkpoint_every and state.step % config.checkpoint_every == 0))
+        ):
             on_checkpoint(state.state_dict() | {"log": log})
     bar.close()
     model.eval()
@@ -133,8 +158,14 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
 
 
 @torch.no_grad()
-def evaluate(model: OuroborosLM, sequences: torch.Tensor, depth: int, batch_size: int, tf32: bool = True,
-             world: distributed.World = distributed.World()) -> float:
+def evaluate(
+    model: OuroborosLM,
+    sequences: torch.Tensor,
+    depth: int,
+    batch_size: int,
+    tf32: bool = True,
+    world: distributed.World = distributed.World(),
+) -> float:
     """Mean next-token loss over every predicted token of `sequences` at `depth` (the sum over all
     targets over their count, so a short last batch or a padded row counts for what it holds).
 
@@ -147,11 +178,11 @@ def evaluate(model: OuroborosLM, sequences: torch.Tensor, depth: int, batch_size
     n = -(-len(sequences) // world.size)  # rows per process
     filled = torch.full((n * world.size, sequences.shape[1]), PAD, dtype=sequences.dtype)
     filled[: len(sequences)] = sequences
-    mine = filled[world.rank * n: (world.rank + 1) * n]
+    mine = filled[world.rank * n : (world.rank + 1) * n]
     total = torch.zeros((), dtype=torch.float64, device=device)
     with float32_matmul(device, tf32):
         for start in range(0, n, batch_size):
-            batch = mine[start: start + batch_size].to(device)
+            batch = mine[start : start + batch_size].to(device)
             total += lm_loss(model(batch, depth), batch, reduction="sum").double()
     count = torch.tensor(int((mine[:, 1:] != PAD).sum()), dtype=torch.float64, device=device)
     total, count = distributed.sum_over(world, total, count)
@@ -165,8 +196,19 @@ def plot_loss_vs_depth(table, path: str | Path) -> None:
     matplotlib.use("Agg")
     import seaborn as sns
 
-    grid = sns.relplot(data=table, x="depth", y="loss", hue="variant", style="variant", col="corpus",
-                       kind="line", markers=True, dashes=False, facet_kws={"sharey": False}, height=3.5)
+    grid = sns.relplot(
+        data=table,
+        x="depth",
+        y="loss",
+        hue="variant",
+        style="variant",
+        col="corpus",
+        kind="line",
+        markers=True,
+        dashes=False,
+        facet_kws={"sharey": False},
+        height=3.5,
+    )
     depths = sorted(int(d) for d in table["depth"].unique())
     for ax in grid.axes.flat:
         ax.set_xscale("log", base=2)

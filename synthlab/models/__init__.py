@@ -53,13 +53,24 @@ from synthlab.models.config import KV_STRATEGIES, ModelConfig
 # Everything else is imported on first use (PEP 562), so that reading a ModelConfig (the CLI's
 # flags, a sweep definition) does not pay for importing torch.
 _LAZY = {
-    "activation_bytes_per_token": "counting", "count_params": "counting", "flops_per_token": "counting",
+    "activation_bytes_per_token": "counting",
+    "count_params": "counting",
+    "flops_per_token": "counting",
     "layer_activation_bytes": "counting",
-    "ExitRule": "exits", "exit_distribution": "exits", "parse_exit_rule": "exits",
-    "last_step_loss": "losses", "masked_mean": "losses", "mean_step_loss": "losses",
-    "ouro_stage1_loss": "losses", "ouro_stage2_loss": "losses", "token_losses": "losses",
-    "ExitOutput": "inference", "GenerationOutput": "inference",
-    "LoopedGPT": "model", "ModelOutput": "model", "build_model": "model",
+    "ExitRule": "exits",
+    "exit_distribution": "exits",
+    "parse_exit_rule": "exits",
+    "last_step_loss": "losses",
+    "masked_mean": "losses",
+    "mean_step_loss": "losses",
+    "ouro_stage1_loss": "losses",
+    "ouro_stage2_loss": "losses",
+    "token_losses": "losses",
+    "ExitOutput": "inference",
+    "GenerationOutput": "inference",
+    "LoopedGPT": "model",
+    "ModelOutput": "model",
+    "build_model": "model",
 }
 
 

@@ -49,55 +49,92 @@ class ModelConfig:
     n_layers: int = option(2, "Distinct layers (prelude + core + coda).")
     max_seq_len: int = option(256, "Longest sequence the model accepts.")
     mlp: str = option("gelu", "MLP kind: gelu or swiglu.")
-    d_ff: int | None = option(None, "MLP hidden size (default: 4 d for gelu, 8/3 d rounded up to a multiple of 8 for swiglu).")
+    d_ff: int | None = option(
+        None, "MLP hidden size (default: 4 d for gelu, 8/3 d rounded up to a multiple of 8 for swiglu)."
+    )
     norm: str = option("pre", "Norm placement: pre, or sandwich (norm before AND after attention / MLP, as in Ouro).")
     norm_type: str = option("rmsnorm", "Every norm (blocks, sandwich, final): rmsnorm or layernorm.")
-    bias: bool = option(False, "Biases in the attention (qkv, o), MLP and concat-injection linears and in LayerNorm "
-                               "(RMSNorm has none either way; the head never has one).")
-    qkv_bias: bool = option(False, "Biases on the q, k and v projections only (Qwen2's attention); `bias` also sets them.")
-    positions: str = option("rope", "Position signal: rope (rotary, relative, in every attention layer), learned "
-                                    "(absolute table added to the token embedding at the input) or none (causal mask only).")
+    bias: bool = option(
+        False,
+        "Biases in the attention (qkv, o), MLP and concat-injection linears and in LayerNorm "
+        "(RMSNorm has none either way; the head never has one).",
+    )
+    qkv_bias: bool = option(
+        False, "Biases on the q, k and v projections only (Qwen2's attention); `bias` also sets them."
+    )
+    positions: str = option(
+        "rope",
+        "Position signal: rope (rotary, relative, in every attention layer), learned "
+        "(absolute table added to the token embedding at the input) or none (causal mask only).",
+    )
     rope_base: float = option(10000.0, "RoPE base (positions = rope only).")
-    tie_head: bool = option(False, "Output head tied to the token embedding (GPT-2's choice); false: a separate "
-                                   "Linear(d, vocab) without bias (the default: results/recipe/bench).")
+    tie_head: bool = option(
+        False,
+        "Output head tied to the token embedding (GPT-2's choice); false: a separate "
+        "Linear(d, vocab) without bias (the default: results/recipe/bench).",
+    )
     dropout: float = option(0.0, "Dropout probability.")
-    attention: str = option("sdpa", "Attention over packed rows: sdpa (scaled_dot_product_attention with a dense "
-                                    "causal-and-same-document mask) or flex (flex_attention with a document block "
-                                    "mask: blocks across documents are skipped, and the kernel is fused under "
-                                    "train.compile; the same numbers to float rounding; CPU training, which torch's "
-                                    "flex_attention cannot differentiate, keeps the dense mask). Rows of one "
-                                    "document always use the fused causal kernel.")
-    init: str = option("gpt2", "Weight init: gpt2 (N(0, init_std), residual projections scaled by 1/sqrt(2 n_layers) "
-                               "over DISTINCT layers), gpt2_depth (scaled by the depth actually run) or torch "
-                               "(PyTorch's default module init). Recurrence modules keep their own inits.")
-    init_std: float | None = option(None, "Standard deviation of the gpt2 inits (default: GPT-2's 0.02 at its "
-                                          "width 768 carried to d_model as 1/sqrt(d): 0.02 sqrt(768 / d_model), "
-                                          "0.049 at d = 128; 0.02: GPT-2's) and of the recurrence modules' "
-                                          "projections under every init (default 0.02: not part of the recipe search).")
+    attention: str = option(
+        "sdpa",
+        "Attention over packed rows: sdpa (scaled_dot_product_attention with a dense "
+        "causal-and-same-document mask) or flex (flex_attention with a document block "
+        "mask: blocks across documents are skipped, and the kernel is fused under "
+        "train.compile; the same numbers to float rounding; CPU training, which torch's "
+        "flex_attention cannot differentiate, keeps the dense mask). Rows of one "
+        "document always use the fused causal kernel.",
+    )
+    init: str = option(
+        "gpt2",
+        "Weight init: gpt2 (N(0, init_std), residual projections scaled by 1/sqrt(2 n_layers) "
+        "over DISTINCT layers), gpt2_depth (scaled by the depth actually run) or torch "
+        "(PyTorch's default module init). Recurrence modules keep their own inits.",
+    )
+    init_std: float | None = option(
+        None,
+        "Standard deviation of the gpt2 inits (default: GPT-2's 0.02 at its "
+        "width 768 carried to d_model as 1/sqrt(d): 0.02 sqrt(768 / d_model), "
+        "0.049 at d = 128; 0.02: GPT-2's) and of the recurrence modules' "
+        "projections under every init (default 0.02: not part of the recipe search).",
+    )
     # --- recurrence -----------------------------------------------------------------------------
     topology: str = option("ouro", "ouro (loop the whole stack) or sandwich (prelude / core / coda).")
     loops: int = option(1, "Recurrent steps T: whole-stack passes (ouro) or core steps (sandwich).")
     n_prelude: int = option(0, "Sandwich: prelude layers run once.")
     n_coda: int = option(0, "Sandwich: coda layers run once.")
-    injection: str = option("none", "Sandwich input injection of the prelude output e at each step: none, add, concat or diagonal.")
-    state_init: str = option("input", "Sandwich state init: zero, input (h0 = e) or normal (h0 ~ N(0, state_init_std^2)).")
+    injection: str = option(
+        "none", "Sandwich input injection of the prelude output e at each step: none, add, concat or diagonal."
+    )
+    state_init: str = option(
+        "input", "Sandwich state init: zero, input (h0 = e) or normal (h0 ~ N(0, state_init_std^2))."
+    )
     state_init_std: float = option(0.02, "Standard deviation of the normal state init.")
-    step_sampling: bool = option(False, "Huginn training-time depth sampling: T ~ Poisson(LogNormal(log(loops) - s^2/2, s)) + 1.")
+    step_sampling: bool = option(
+        False, "Huginn training-time depth sampling: T ~ Poisson(LogNormal(log(loops) - s^2/2, s)) + 1."
+    )
     step_sigma: float = option(0.5, "s of the depth sampling.")
     backprop_last_k: int | None = option(None, "Gradients through the last k recurrent steps only (default: all).")
     # --- Ouro exit gate -------------------------------------------------------------------------
     exit_gate: bool = option(False, "Ouro exit gate (needed by the ouro losses and q: exits).")
     # --- OUROBOROS-style modulation of the core ---------------------------------------------------
-    controller: str = option("none", "Core modulation: none, controller (input-conditioned LoRA magnitudes) or static_lora (per step).")
+    controller: str = option(
+        "none", "Core modulation: none, controller (input-conditioned LoRA magnitudes) or static_lora (per step)."
+    )
     lora_rank: int = option(8, "LoRA rank of the core modulation.")
     lora_alpha: float = option(16.0, "LoRA alpha (scale alpha / rank).")
     lora_targets: tuple[str, ...] = option(("q", "k", "v", "o", "up", "down"), "Projections the LoRA modulates.")
-    lora_bases: str = option("learned", "LoRA bases: learned, or fixed (random, frozen: the controller learns magnitudes only).")
+    lora_bases: str = option(
+        "learned", "LoRA bases: learned, or fixed (random, frozen: the controller learns magnitudes only)."
+    )
     controller_hidden: int = option(64, "Hidden size of the controller MLP.")
-    recurrence_gate: bool = option(False, "Gated recurrence h <- g h_new + (1 - g) h_old, g = sigmoid(W[h_new; h_old] - 2).")
+    recurrence_gate: bool = option(
+        False, "Gated recurrence h <- g h_new + (1 - g) h_old, g = sigmoid(W[h_new; h_old] - 2)."
+    )
     step_norm: bool = option(False, "A per-step RMSNorm (own scale per step) on the core's input.")
-    max_steps: int | None = option(None, "Rows of the step-indexed tables (step embedding, static LoRA, per-step norms; "
-                                         "default: loops); a step beyond the table reuses the last row.")
+    max_steps: int | None = option(
+        None,
+        "Rows of the step-indexed tables (step embedding, static LoRA, per-step norms; "
+        "default: loops); a step beyond the table reuses the last row.",
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, field: str, msg: str) -> None:
@@ -107,27 +144,50 @@ class ModelConfig:
         def choice(field: str, options: tuple[str, ...]) -> None:
             need(getattr(self, field) in options, field, f"must be one of {', '.join(options)}")
 
-        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_seq_len", "loops",
-                     "lora_rank", "controller_hidden"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "max_seq_len",
+            "loops",
+            "lora_rank",
+            "controller_hidden",
+        ):
             value = getattr(self, name)
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name,
-                 f"must be a positive integer, got {value!r}")
-        for field, options in (("mlp", MLP_KINDS), ("norm", NORM_PLACEMENTS),
-                               ("norm_type", NORM_TYPES), ("topology", TOPOLOGIES),
-                               ("injection", INJECTIONS), ("state_init", STATE_INITS),
-                               ("controller", CONTROLLERS), ("lora_bases", LORA_BASES),
-                               ("positions", POSITIONS), ("init", INITS)):
+            need(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                name,
+                f"must be a positive integer, got {value!r}",
+            )
+        for field, options in (
+            ("mlp", MLP_KINDS),
+            ("norm", NORM_PLACEMENTS),
+            ("norm_type", NORM_TYPES),
+            ("topology", TOPOLOGIES),
+            ("injection", INJECTIONS),
+            ("state_init", STATE_INITS),
+            ("controller", CONTROLLERS),
+            ("lora_bases", LORA_BASES),
+            ("positions", POSITIONS),
+            ("init", INITS),
+        ):
             choice(field, options)
         for name in ("bias", "qkv_bias", "tie_head"):
-            need(isinstance(getattr(self, name), bool), name,
-                 f"must be true or false, got {getattr(self, name)!r}")
+            need(isinstance(getattr(self, name), bool), name, f"must be true or false, got {getattr(self, name)!r}")
         need(self.d_model % self.n_heads == 0, "n_heads", f"must divide d_model={self.d_model}")
-        need(self.positions != "rope" or (self.d_model // self.n_heads) % 2 == 0, "n_heads",
-             "head size must be even (RoPE)")
+        need(
+            self.positions != "rope" or (self.d_model // self.n_heads) % 2 == 0,
+            "n_heads",
+            "head size must be even (RoPE)",
+        )
         need(self.d_ff is None or self.d_ff >= 1, "d_ff", "must be positive")
         for name in ("rope_base", "dropout", "init_std", "state_init_std", "step_sigma", "lora_alpha"):
-            need(getattr(self, name) is None or math.isfinite(getattr(self, name)), name,
-                 f"must be a finite number, got {getattr(self, name)}")
+            need(
+                getattr(self, name) is None or math.isfinite(getattr(self, name)),
+                name,
+                f"must be a finite number, got {getattr(self, name)}",
+            )
         need(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
         need(self.attention in ("sdpa", "flex"), "attention", f"must be sdpa or flex, not {self.attention!r}")
         need(self.attention == "sdpa" or self.dropout == 0, "attention", "flex has no attention dropout: set dropout 0")
@@ -137,23 +197,33 @@ class ModelConfig:
         need(self.n_prelude >= 0, "n_prelude", "must be >= 0")
         need(self.n_coda >= 0, "n_coda", "must be >= 0")
         if self.topology == "ouro":
-            need(self.n_prelude == 0 and self.n_coda == 0, "topology",
-                 "ouro loops the whole stack: n_prelude and n_coda must be 0 (use sandwich)")
-        need(self.n_core >= 1, "n_layers",
-             f"leaves no core layer after n_prelude={self.n_prelude} and n_coda={self.n_coda}")
+            need(
+                self.n_prelude == 0 and self.n_coda == 0,
+                "topology",
+                "ouro loops the whole stack: n_prelude and n_coda must be 0 (use sandwich)",
+            )
+        need(
+            self.n_core >= 1,
+            "n_layers",
+            f"leaves no core layer after n_prelude={self.n_prelude} and n_coda={self.n_coda}",
+        )
         need(self.step_sigma > 0, "step_sigma", "must be positive")
-        need(self.backprop_last_k is None or self.backprop_last_k >= 1, "backprop_last_k",
-             "must be >= 1 or null")
+        need(self.backprop_last_k is None or self.backprop_last_k >= 1, "backprop_last_k", "must be >= 1 or null")
         need(self.lora_alpha > 0, "lora_alpha", "must be positive")
         self.lora_targets = tuple(self.lora_targets)
         valid_targets = ATTENTION_TARGETS + MLP_TARGETS[self.mlp]
         bad = [t for t in self.lora_targets if t not in valid_targets]
-        need(not bad and len(self.lora_targets) > 0 and len(set(self.lora_targets))
-             == len(self.lora_targets), "lora_targets",
-             f"{bad or list(self.lora_targets)}: choose distinct names from {', '.join(valid_targets)}"
-             f" (for mlp={self.mlp})")
-        need(self.max_steps is None or self.max_steps >= self.loops, "max_steps",
-             f"must be >= loops={self.loops} or null")
+        need(
+            not bad and len(self.lora_targets) > 0 and len(set(self.lora_targets)) == len(self.lora_targets),
+            "lora_targets",
+            f"{bad or list(self.lora_targets)}: choose distinct names from {', '.join(valid_targets)}"
+            f" (for mlp={self.mlp})",
+        )
+        need(
+            self.max_steps is None or self.max_steps >= self.loops,
+            "max_steps",
+            f"must be >= loops={self.loops} or null",
+        )
 
     # --- derived sizes --------------------------------------------------------------------------
     @property

@@ -34,8 +34,7 @@ from synthlab.models.config import ModelConfig
 def target_shapes(config: ModelConfig) -> dict[str, tuple[int, int]]:
     """(in, out) features of each LoRA target projection of one core layer."""
     d, f = config.d_model, config.ff_dim
-    shapes = {"q": (d, d), "k": (d, d), "v": (d, d), "o": (d, d),
-              "gate": (d, f), "up": (d, f), "down": (f, d)}
+    shapes = {"q": (d, d), "k": (d, d), "v": (d, d), "o": (d, d), "gate": (d, f), "up": (d, f), "down": (f, d)}
     return {t: shapes[t] for t in config.lora_targets}
 
 
@@ -72,8 +71,7 @@ class LowRankModulation:
     (n_targets, r) from static LoRA; it broadcasts against x A^T of shape (B, S, r).
     """
 
-    def __init__(self, bases: LoRABases, deltas: torch.Tensor, targets: tuple[str, ...],
-                 scale: float):
+    def __init__(self, bases: LoRABases, deltas: torch.Tensor, targets: tuple[str, ...], scale: float):
         self.bases, self.deltas, self.scale = bases, deltas, scale
         self.index = {t: i for i, t in enumerate(targets)}
 
@@ -85,9 +83,9 @@ class LowRankModulation:
         return y + self.scale * F.linear(F.linear(x, A) * self.deltas[..., i, :], B)
 
 
-def causal_running_mean(x: torch.Tensor, doc_ids: torch.Tensor | None = None,
-                        prefix_sum: torch.Tensor | None = None,
-                        prefix_count: int = 0) -> torch.Tensor:
+def causal_running_mean(
+    x: torch.Tensor, doc_ids: torch.Tensor | None = None, prefix_sum: torch.Tensor | None = None, prefix_count: int = 0
+) -> torch.Tensor:
     """x (B, S, D) -> (B, S, D): position i holds the mean of x over positions <= i.
 
     With doc_ids (B, S) only positions of the same document count (packed documents stay
@@ -138,8 +136,9 @@ class StaticStepLoRA(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.deltas = nn.Parameter(torch.zeros(config.step_table_size, config.n_core,
-                                               len(config.lora_targets), config.lora_rank))
+        self.deltas = nn.Parameter(
+            torch.zeros(config.step_table_size, config.n_core, len(config.lora_targets), config.lora_rank)
+        )
 
     def init_weights(self, generator: torch.Generator, std: float) -> None:
         nn.init.zeros_(self.deltas)

@@ -30,8 +30,9 @@ from synthlab.models.config import ModelConfig
 from synthlab.models.controller import target_shapes
 
 
-def count_params(model: nn.Module, *, exclude_embedding: bool = False,
-                 used_token_ids: Iterable[int] | None = None) -> int:
+def count_params(
+    model: nn.Module, *, exclude_embedding: bool = False, used_token_ids: Iterable[int] | None = None
+) -> int:
     """Unique parameters of `model`.
 
     exclude_embedding: drop every embedding table entirely (the "non-embedding" count): the token
@@ -46,8 +47,7 @@ def count_params(model: nn.Module, *, exclude_embedding: bool = False,
     vocab_tables = 1 if head is None else 2  # token embedding, untied head
     if exclude_embedding:
         positions = getattr(model, "pos_embed", None)
-        return total - vocab_tables * vocab * dim - (0 if positions is None
-                                                     else positions.weight.numel())
+        return total - vocab_tables * vocab * dim - (0 if positions is None else positions.weight.numel())
     if used_token_ids is not None:
         used = set(int(i) for i in used_token_ids)
         bad = [i for i in used if not 0 <= i < vocab]
@@ -82,8 +82,9 @@ def _step_extra_flops(c: ModelConfig) -> int:
     return 2 * macs
 
 
-def flops_per_token(config: ModelConfig, seq_len: int | None = None, steps: int | None = None,
-                    all_steps: bool = True) -> int:
+def flops_per_token(
+    config: ModelConfig, seq_len: int | None = None, steps: int | None = None, all_steps: bool = True
+) -> int:
     """Forward FLOPs per token at context seq_len (default max_seq_len) and `steps` (default loops)."""
     c = config
     S = seq_len if seq_len is not None else c.max_seq_len
@@ -124,8 +125,15 @@ def _step_extra_bytes(c: ModelConfig) -> int:
     return injection + (10 * d if c.recurrence_gate else 0) + (8 * d if c.step_norm else 0)
 
 
-def activation_bytes_per_token(config: ModelConfig, seq_len: int, *, all_steps: bool = True, masked: bool = False,
-                               dense: bool = False, checkpoint: bool = False) -> tuple[int, int]:
+def activation_bytes_per_token(
+    config: ModelConfig,
+    seq_len: int,
+    *,
+    all_steps: bool = True,
+    masked: bool = False,
+    dense: bool = False,
+    checkpoint: bool = False,
+) -> tuple[int, int]:
     """(bytes per token the forward keeps for the backward pass, bytes per token recomputed and
     live during the backward on top of them), at `loops` steps; the loss's are not counted.
 

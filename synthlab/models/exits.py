@@ -18,7 +18,6 @@ Every rule exits at the maximum step at the latest.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 import torch
@@ -66,9 +65,16 @@ def parse_exit_rule(text: str) -> ExitRule:
     return ExitRule(kind, value)
 
 
-def wants_exit(rule: ExitRule, step: int, *, survival: torch.Tensor | None,
-               state: torch.Tensor, prev_state: torch.Tensor | None,
-               logits: torch.Tensor, prev_logits: torch.Tensor | None) -> torch.Tensor:
+def wants_exit(
+    rule: ExitRule,
+    step: int,
+    *,
+    survival: torch.Tensor | None,
+    state: torch.Tensor,
+    prev_state: torch.Tensor | None,
+    logits: torch.Tensor,
+    prev_logits: torch.Tensor | None,
+) -> torch.Tensor:
     """Bool (B, S): tokens whose rule fires at `step` (1-based), given this step's quantities.
 
     survival (B, S) = prod_{j<=step} (1 - lambda_j); state (B, S, D) the recurrent state h_step;

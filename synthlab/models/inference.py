@@ -12,12 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from synthlab.models.config import KV_STRATEGIES
 from synthlab.errors import SynthlabError
+from synthlab.models.config import KV_STRATEGIES
 from synthlab.models.exits import ExitRule, parse_exit_rule, wants_exit
 from synthlab.models.layers import attention_mask
 from synthlab.models.recurrence import initial_state
-
 
 
 @dataclass
@@ -34,15 +33,19 @@ class GenerationOutput:
     cache_bytes: int  # bytes of every K and V tensor held in the caches at the end
 
 
-
 class InferenceMixin:
     """forward_exit and generate, mixed into LoopedGPT."""
 
     # --- early exit at inference ------------------------------------------------------------------
     @torch.no_grad()
-    def forward_exit(self, idx: torch.Tensor, exit_rule: str | ExitRule,
-                     doc_ids: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                     steps: int | None = None) -> ExitOutput:
+    def forward_exit(
+        self,
+        idx: torch.Tensor,
+        exit_rule: str | ExitRule,
+        doc_ids: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        steps: int | None = None,
+    ) -> ExitOutput:
         """Per-token early exit. Runs steps 1..max (max = steps, default loops; N for static:N)
         and stops as soon as every token in `mask` (B, S) bool (default: all) has exited, so the
         saving is real: `steps_computed` counts the steps run."""
@@ -54,8 +57,7 @@ class InferenceMixin:
         rope, attn_mask = self._rope(0, S), attention_mask(doc_ids)
         e, _ = self._embed_prelude(idx, rope, attn_mask)
         h = initial_state(self.config.state_init, e, self.config.state_init_std, None)
-        counted = mask.bool() if mask is not None else torch.ones(B, S, dtype=torch.bool,
-                                                                 device=idx.device)
+        counted = mask.bool() if mask is not None else torch.ones(B, S, dtype=torch.bool, device=idx.device)
         exit_step = torch.zeros(B, S, dtype=torch.long, device=idx.device)  # 0 = not yet
         out_logits = survival = prev_h = prev_logits = None
         for t in range(1, max_steps + 1):
@@ -65,14 +67,14 @@ class InferenceMixin:
             if self.exit_gate is not None:
                 lam = torch.sigmoid(self.exit_gate(r).squeeze(-1).float())
                 survival = (1 - lam) if survival is None else survival * (1 - lam)
-            fires = wants_exit(rule, t, survival=survival, state=h_new, prev_state=prev_h,
-                               logits=logits, prev_logits=prev_logits)
+            fires = wants_exit(
+                rule, t, survival=survival, state=h_new, prev_state=prev_h, logits=logits, prev_logits=prev_logits
+            )
             if t == max_steps:
                 fires = torch.ones_like(fires)
             newly = fires & (exit_step == 0)
             exit_step[newly] = t
-            out_logits = logits.clone() if out_logits is None else torch.where(
-                newly[..., None], logits, out_logits)
+            out_logits = logits.clone() if out_logits is None else torch.where(newly[..., None], logits, out_logits)
             h = prev_h = h_new
             prev_logits = logits
             if bool((exit_step[counted] > 0).all()):
@@ -85,9 +87,14 @@ class InferenceMixin:
 
     # --- greedy generation with KV caches ---------------------------------------------------------
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, kv_strategy: str = "full",
-                 steps: int | None = None,
-                 generator: torch.Generator | None = None) -> GenerationOutput:
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        kv_strategy: str = "full",
+        steps: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> GenerationOutput:
         """Greedy decoding of `max_new_tokens` after the prompt idx (B, S0) (no padding).
 
         Prefill runs the prompt through every step and keeps one KV cache per (step, core layer)
@@ -108,8 +115,9 @@ class InferenceMixin:
             raise SynthlabError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         B, S0 = idx.shape
         if S0 + max_new_tokens > self.config.max_seq_len:
-            raise SynthlabError(f"prompt {S0} + max_new_tokens {max_new_tokens} exceeds "
-                                f"max_seq_len={self.config.max_seq_len}")
+            raise SynthlabError(
+                f"prompt {S0} + max_new_tokens {max_new_tokens} exceeds max_seq_len={self.config.max_seq_len}"
+            )
         T = self._eval_steps(steps)
         cfg = self.config
 
@@ -126,8 +134,7 @@ class InferenceMixin:
             prefix_sums.append(x_in.sum(dim=1))
         r, coda_kv = self._readout(h, rope)
         if kv_strategy != "full":  # collapse to one cache per core layer
-            core_kv = [_combine([core_kv[t][i] for t in range(T)], kv_strategy)
-                       for i in range(len(self.core))]
+            core_kv = [_combine([core_kv[t][i] for t in range(T)], kv_strategy) for i in range(len(self.core))]
         tokens = [idx, self.head(r[:, -1:]).argmax(-1)]
 
         for pos in range(S0, S0 + max_new_tokens - 1):
@@ -137,16 +144,14 @@ class InferenceMixin:
             h, per_step = state0(e), []
             for t in range(T):
                 pasts = core_kv[t] if kv_strategy == "full" else core_kv
-                h, kvs, x_in = self._core_step(h, e, t, rope, pasts=pasts,
-                                               prefix=(prefix_sums[t], pos))
+                h, kvs, x_in = self._core_step(h, e, t, rope, pasts=pasts, prefix=(prefix_sums[t], pos))
                 prefix_sums[t] = prefix_sums[t] + x_in[:, 0]
                 if kv_strategy == "full":
                     core_kv[t] = _append(core_kv[t], kvs)
                 else:
                     per_step.append(kvs)
             if kv_strategy != "full":
-                new = [_combine([per_step[t][i] for t in range(T)], kv_strategy)
-                       for i in range(len(self.core))]
+                new = [_combine([per_step[t][i] for t in range(T)], kv_strategy) for i in range(len(self.core))]
                 core_kv = _append(core_kv, new)
             r, kvs = self._readout(h, rope, pasts=coda_kv)
             coda_kv = _append(coda_kv, kvs)
@@ -159,8 +164,7 @@ class InferenceMixin:
 
 def _append(caches, new):
     """Per layer: cached (k, v) (B, H, P, Dh) + new (k, v) (B, H, 1, Dh) -> (B, H, P + 1, Dh)."""
-    return [(torch.cat([k, nk], dim=2), torch.cat([v, nv], dim=2))
-            for (k, v), (nk, nv) in zip(caches, new)]
+    return [(torch.cat([k, nk], dim=2), torch.cat([v, nv], dim=2)) for (k, v), (nk, nv) in zip(caches, new)]
 
 
 def _combine(per_step, strategy):
@@ -169,5 +173,4 @@ def _combine(per_step, strategy):
         return per_step[0]
     if strategy == "last":
         return per_step[-1]
-    return (torch.stack([k for k, _ in per_step]).mean(0),
-            torch.stack([v for _, v in per_step]).mean(0))
+    return (torch.stack([k for k, _ in per_step]).mean(0), torch.stack([v for _, v in per_step]).mean(0))

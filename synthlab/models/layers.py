@@ -48,9 +48,8 @@ class Rotary(nn.Module):
     def tables(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for positions [start, start + length), each (length, Dh)."""
         if start + length > self.cos.shape[0]:
-            raise SynthlabError(f"sequence of {start + length} positions exceeds "
-                                f"max_seq_len={self.cos.shape[0]}")
-        return self.cos[start:start + length], self.sin[start:start + length]
+            raise SynthlabError(f"sequence of {start + length} positions exceeds max_seq_len={self.cos.shape[0]}")
+        return self.cos[start : start + length], self.sin[start : start + length]
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -128,8 +127,13 @@ class Attention(nn.Module):
             y = flex_attention(q, k, v, block_mask=mask)
         else:
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=mask is None and past is None,
-                dropout_p=self.dropout if self.training else 0.0)
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                is_causal=mask is None and past is None,
+                dropout_p=self.dropout if self.training else 0.0,
+            )
         y = y.transpose(1, 2).reshape(B, S, D)
         out = self.o(y)
         return (mod("o", y, out) if mod is not None else out), new_kv

@@ -11,13 +11,15 @@ import torch
 import torch.nn.functional as F
 
 
-def token_losses(step_logits: torch.Tensor, targets: torch.Tensor,
-                 ignore_index: int = -100) -> torch.Tensor:
+def token_losses(step_logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     """(T, B, S, V), (B, S) -> (T, B, S) next-token cross-entropy in nats per step and position."""
     T, B, S, V = step_logits.shape
-    losses = F.cross_entropy(step_logits.reshape(T * B * S, V).float(),
-                             targets.expand(T, B, S).reshape(-1),
-                             ignore_index=ignore_index, reduction="none")
+    losses = F.cross_entropy(
+        step_logits.reshape(T * B * S, V).float(),
+        targets.expand(T, B, S).reshape(-1),
+        ignore_index=ignore_index,
+        reduction="none",
+    )
     return losses.view(T, B, S)
 
 
@@ -39,8 +41,9 @@ def mean_step_loss(step_logits, targets, mask=None) -> torch.Tensor:
     return masked_mean(token_losses(step_logits, targets), mask)
 
 
-def ouro_stage1_loss(step_losses: torch.Tensor, exit_probs: torch.Tensor,
-                     mask: torch.Tensor | None = None, beta: float = 0.1) -> torch.Tensor:
+def ouro_stage1_loss(
+    step_losses: torch.Tensor, exit_probs: torch.Tensor, mask: torch.Tensor | None = None, beta: float = 0.1
+) -> torch.Tensor:
     """Ouro stage I: per token sum_t p(t) L(t) - beta H(p), then the masked mean.
 
     step_losses (T, B, S) = token_losses(...); exit_probs (T, B, S) = p(t) from the model.
@@ -51,9 +54,13 @@ def ouro_stage1_loss(step_losses: torch.Tensor, exit_probs: torch.Tensor,
     return masked_mean(expected - beta * entropy, mask)
 
 
-def ouro_stage2_loss(step_losses: torch.Tensor, exit_lambdas: torch.Tensor,
-                     mask: torch.Tensor | None = None, k: float = 50.0,
-                     tau: float = 0.005) -> torch.Tensor:
+def ouro_stage2_loss(
+    step_losses: torch.Tensor,
+    exit_lambdas: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    k: float = 50.0,
+    tau: float = 0.005,
+) -> torch.Tensor:
     """Ouro stage II (gate only, LM frozen): BCE of the continue probability 1 - lambda_t against
     w_t = sigmoid(k (max(0, L(t-1) - L(t)) - tau)), for t = 2..T, averaged over those T - 1 steps
     and the masked positions. The per-token losses are detached: they only make labels.

@@ -39,17 +39,22 @@ import torch.utils.checkpoint
 
 from synthlab.errors import SynthlabError
 from synthlab.models.config import ModelConfig
-from synthlab.models.controller import (LoRABases, LowRankModulation, RecurrenceController,
-                                        RecurrenceGate, StaticStepLoRA, StepNorms,
-                                        causal_running_mean)
+from synthlab.models.controller import (
+    LoRABases,
+    LowRankModulation,
+    RecurrenceController,
+    RecurrenceGate,
+    StaticStepLoRA,
+    StepNorms,
+    causal_running_mean,
+)
 from synthlab.models.exits import exit_distribution
 from synthlab.models.inference import KV_STRATEGIES, ExitOutput, GenerationOutput, InferenceMixin
 from synthlab.models.layers import Block, Rotary, make_norm, packed_mask
 from synthlab.models.pretrained import PretrainedMixin
 from synthlab.models.recurrence import Injection, initial_state, sample_steps
 
-__all__ = ["KV_STRATEGIES", "ExitOutput", "GenerationOutput", "LoopedGPT", "ModelOutput",
-           "build_model"]
+__all__ = ["KV_STRATEGIES", "ExitOutput", "GenerationOutput", "LoopedGPT", "ModelOutput", "build_model"]
 
 
 @dataclass
@@ -122,15 +127,14 @@ class LoopedGPT(InferenceMixin, PretrainedMixin, nn.Module):
         """RoPE (cos, sin) tables of positions [start, start + length), None without RoPE; a
         position past max_seq_len is an error under every `positions`."""
         if start + length > self.config.max_seq_len:
-            raise SynthlabError(f"sequence of {start + length} positions exceeds "
-                                f"max_seq_len={self.config.max_seq_len}")
+            raise SynthlabError(f"sequence of {start + length} positions exceeds max_seq_len={self.config.max_seq_len}")
         return self.rotary.tables(start, length) if self.rotary is not None else None
 
     def _embed_prelude(self, idx, rope, mask, pasts=None, start=0):
         """idx (B, S) at positions start.. -> e (B, S, D) and the prelude's (k, v) per layer."""
         x = self.embed(idx)
         if self.pos_embed is not None:  # learned absolute positions, added once at the input
-            x = x + self.pos_embed.weight[start:start + idx.shape[1]]
+            x = x + self.pos_embed.weight[start : start + idx.shape[1]]
         x, kvs = self.drop(x), []
         for i, block in enumerate(self.prelude):
             x, kv = block(x, rope, mask, None if pasts is None else pasts[i])
@@ -166,8 +170,10 @@ class LoopedGPT(InferenceMixin, PretrainedMixin, nn.Module):
         else:
             deltas = self.static_lora(step)  # (n_core, n_targets, r)
         c = self.config
-        return [LowRankModulation(bases, deltas[i], c.lora_targets, c.lora_alpha / c.lora_rank)
-                for i, bases in enumerate(self.lora_bases)]
+        return [
+            LowRankModulation(bases, deltas[i], c.lora_targets, c.lora_alpha / c.lora_rank)
+            for i, bases in enumerate(self.lora_bases)
+        ]
 
     def _readout(self, h, rope, mask=None, pasts=None):
         """h (B, S, D) -> r = final_norm(coda(h)) (B, S, D) and the coda's (k, v) per layer."""
@@ -200,9 +206,15 @@ class LoopedGPT(InferenceMixin, PretrainedMixin, nn.Module):
         return int(steps) if steps is not None else self.config.loops
 
     # --- training / evaluation forward ----------------------------------------------------------
-    def forward(self, idx: torch.Tensor, doc_ids: torch.Tensor | None = None,
-                steps: int | None = None, generator: torch.Generator | None = None,
-                all_steps: bool = True, checkpoint: bool = False) -> ModelOutput:
+    def forward(
+        self,
+        idx: torch.Tensor,
+        doc_ids: torch.Tensor | None = None,
+        steps: int | None = None,
+        generator: torch.Generator | None = None,
+        all_steps: bool = True,
+        checkpoint: bool = False,
+    ) -> ModelOutput:
         """idx (B, S) token ids -> ModelOutput.
 
         doc_ids (B, S): packed documents; a token attends (and the controller pools) only over
@@ -247,6 +259,7 @@ class LoopedGPT(InferenceMixin, PretrainedMixin, nn.Module):
             lambdas = torch.sigmoid(self.exit_gate(r).squeeze(-1).float())  # (T, B, S); fp32: bf16 saturates to 0 / 1
             probs = exit_distribution(lambdas)
         return ModelOutput(step_logits[-1], step_logits, probs, lambdas, T)
+
 
 def build_model(config: ModelConfig, seed: int = 0) -> LoopedGPT:
     """The model for `config`, initialised from a torch.Generator seeded with `seed` (CPU, fp32)."""

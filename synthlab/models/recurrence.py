@@ -56,8 +56,7 @@ class Injection(nn.Module):
         return torch.exp(-dt * self.A_log.exp()) * h + dt * self.W(e)
 
 
-def initial_state(kind: str, e: torch.Tensor, std: float,
-                  generator: torch.Generator | None) -> torch.Tensor:
+def initial_state(kind: str, e: torch.Tensor, std: float, generator: torch.Generator | None) -> torch.Tensor:
     """h0 (B, S, D). `normal` draws from `generator` (a fixed seed-0 one when None: deterministic).
 
     The noise is drawn on e's device, never copied from the host: from `generator` itself when it
@@ -76,7 +75,9 @@ def _normal_noise(shape: torch.Size, device: torch.device, generator: torch.Gene
     """N(0, 1) float32 noise on `device`: from `generator` when it lives there, else from a new
     generator on `device` seeded by one draw from `generator` (seed 0 when None)."""
     if generator is None or not _same_device(generator.device, device):
-        seed = 0 if generator is None else int(torch.randint(0, 2**62, (), generator=generator, device=generator.device))
+        seed = (
+            0 if generator is None else int(torch.randint(0, 2**62, (), generator=generator, device=generator.device))
+        )
         generator = torch.Generator(device=device).manual_seed(seed)
     return torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
 

@@ -198,24 +198,28 @@ def _power_grid(X: np.ndarray) -> dict[str, tuple[float, ...]]:
     }
 
 
-CHINCHILLA = register_law(power_sum_law(
-    "chinchilla",
-    [PowerTerm("N", "A", "alpha"), PowerTerm("D", "B", "beta")],
-    lambda X: CHINCHILLA_GRID,
-))
-LOOPLM = register_law(power_sum_law(
-    "looplm",
-    [PowerTerm("N", "A", "alpha", "t1"), PowerTerm("D", "B", "beta", "t2"),
-     PowerTerm("Tm", "C", "gamma", "t3")],
-    _looplm_grid,
-))
+CHINCHILLA = register_law(
+    power_sum_law(
+        "chinchilla",
+        [PowerTerm("N", "A", "alpha"), PowerTerm("D", "B", "beta")],
+        lambda X: CHINCHILLA_GRID,
+    )
+)
+LOOPLM = register_law(
+    power_sum_law(
+        "looplm",
+        [PowerTerm("N", "A", "alpha", "t1"), PowerTerm("D", "B", "beta", "t2"), PowerTerm("Tm", "C", "gamma", "t3")],
+        _looplm_grid,
+    )
+)
 # The step-wise law for one Tm: the LoopLM form with T, the recurrent step (1..Tm), in place of Tm.
-STEPS = register_law(power_sum_law(
-    "steps",
-    [PowerTerm("N", "A", "alpha", "t1"), PowerTerm("D", "B", "beta", "t2"),
-     PowerTerm("T", "C", "gamma", "t3")],
-    _looplm_grid,
-))
+STEPS = register_law(
+    power_sum_law(
+        "steps",
+        [PowerTerm("N", "A", "alpha", "t1"), PowerTerm("D", "B", "beta", "t2"), PowerTerm("T", "C", "gamma", "t3")],
+        _looplm_grid,
+    )
+)
 POWER = register_law(power_sum_law("power", [PowerTerm("x", "A", "alpha", "t")], _power_grid))
 
 
@@ -254,8 +258,12 @@ class Data:
 
     def subset(self, rows: np.ndarray) -> Data:
         variables = {k: np.asarray(v)[rows] for k, v in self.variables.items()}
-        return Data(variables, np.asarray(self.loss)[rows], self.labels,
-                    None if self.runs is None else np.asarray(self.runs)[rows])
+        return Data(
+            variables,
+            np.asarray(self.loss)[rows],
+            self.labels,
+            None if self.runs is None else np.asarray(self.runs)[rows],
+        )
 
 
 # Values no loss law of this kind takes in practice: an exponent beyond +-5 or a coefficient above 1e30.
@@ -266,6 +274,10 @@ EXPONENTS, COEFFICIENTS = ("alpha", "beta", "gamma"), ("A", "B", "C")
 
 def implausible(params: Mapping[str, float]) -> dict[str, float]:
     """The reported parameters of a fit that are not finite or outside plausible ranges."""
-    return {name: value for name, value in params.items()
-            if not np.isfinite(value) or (name in EXPONENTS and abs(value) > 5)
-            or (name in COEFFICIENTS and abs(value) > 1e30)}
+    return {
+        name: value
+        for name, value in params.items()
+        if not np.isfinite(value)
+        or (name in EXPONENTS and abs(value) > 5)
+        or (name in COEFFICIENTS and abs(value) > 1e30)
+    }

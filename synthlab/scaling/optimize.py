@@ -78,7 +78,9 @@ def huber_objective(
     def objective(theta, which, need_grad):
         # Chunks of starts keep the (chunk, R) temporaries in cache: several times faster than one pass.
         if len(theta) > chunk:
-            parts = [objective(theta[i:i + chunk], which[i:i + chunk], need_grad) for i in range(0, len(theta), chunk)]
+            parts = [
+                objective(theta[i : i + chunk], which[i : i + chunk], need_grad) for i in range(0, len(theta), chunk)
+            ]
             return np.concatenate([f for f, _ in parts]), (np.concatenate([g for _, g in parts]) if need_grad else None)
         log_pred, vjp = law.log_predict(theta, X, need_grad)
         r = log_pred - log_loss  # (s, R)
@@ -149,8 +151,9 @@ def minimize_batched(
             q -= alpha[:, i, None] * ya[:, i]
         yy = np.einsum("sp,sp->s", ya[:, 0], ya[:, 0])
         has_pair = ra[:, 0] > 0
-        gamma = np.where(has_pair, 1.0 / np.where(has_pair, ra[:, 0] * yy, 1.0),
-                         1.0 / np.maximum(np.linalg.norm(ga, axis=1), 1e-300))
+        gamma = np.where(
+            has_pair, 1.0 / np.where(has_pair, ra[:, 0] * yy, 1.0), 1.0 / np.maximum(np.linalg.norm(ga, axis=1), 1e-300)
+        )
         q *= gamma[:, None]
         for i in reversed(range(memory)):
             beta = ra[:, i] * np.einsum("sp,sp->s", ya[:, i], q)
@@ -251,14 +254,22 @@ def fit(law: Law | str, data: Data, options: FitOptions = FitOptions(), starts: 
     loss = np.asarray(data.loss, dtype=float)
     if len(loss) <= len(law.params):
         raise SynthlabError(
-            f"law '{law.name}' has {len(law.params)} parameters but only {len(loss)} rows; need more rows")
+            f"law '{law.name}' has {len(law.params)} parameters but only {len(loss)} rows; need more rows"
+        )
     starts = law.starts(X) if starts is None else np.atleast_2d(np.asarray(starts, dtype=float))
     weights = np.ones((1, len(loss)))
     objective = huber_objective(law, X, np.log(loss), weights, options)
     which = np.zeros(len(starts), dtype=int)
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        batch = minimize_batched(objective, starts, which, ftol=options.ftol, gtol=options.gtol,
-                                 max_iter=options.max_iter, ftol_floor=options.ftol_floor)
+        batch = minimize_batched(
+            objective,
+            starts,
+            which,
+            ftol=options.ftol,
+            gtol=options.gtol,
+            max_iter=options.max_iter,
+            ftol_floor=options.ftol_floor,
+        )
     f = np.where(np.isfinite(batch.f), batch.f, np.inf)
     order = np.argsort(f, kind="stable")
     basins = distinct(batch.theta, order[np.isfinite(f[order])], max(options.polish, 5))
@@ -275,21 +286,43 @@ def fit(law: Law | str, data: Data, options: FitOptions = FitOptions(), starts: 
     n_reached = int((f <= best_f + options.reach_rtol * abs(best_f)).sum())
     r2, rmse = goodness(law, best_theta, X, loss)
     return FitResult(
-        law=law.name, theta=best_theta, params=law.report(best_theta), objective=best_f,
-        converged=converged, message=message, n_starts=len(starts), n_reached=n_reached,
-        r2=r2, rmse_log=rmse, n_rows=len(loss), basins=np.vstack([best_theta, batch.theta[basins[1:]]]),
+        law=law.name,
+        theta=best_theta,
+        params=law.report(best_theta),
+        objective=best_f,
+        converged=converged,
+        message=message,
+        n_starts=len(starts),
+        n_reached=n_reached,
+        r2=r2,
+        rmse_log=rmse,
+        n_rows=len(loss),
+        basins=np.vstack([best_theta, batch.theta[basins[1:]]]),
     )
 
 
-def refit_from(law: Law, data: Data, theta: np.ndarray, options: FitOptions = FitOptions(),
-               max_nfev: int = 500, robust: bool = True) -> tuple[np.ndarray, bool]:
+def refit_from(
+    law: Law,
+    data: Data,
+    theta: np.ndarray,
+    options: FitOptions = FitOptions(),
+    max_nfev: int = 500,
+    robust: bool = True,
+) -> tuple[np.ndarray, bool]:
     """(optimum, converged) of `law` on `data` by the polish (trust-region least squares) started
     at fit-space `theta`, within max_nfev evaluations: the bootstrap's cold start from the full-data fit.
     robust=False minimises plain squared log residuals instead of the Huber loss (the lack-of-fit test)."""
     X = data.matrix(law)
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        polished = _polish(law, X, np.log(np.asarray(data.loss, dtype=float)), np.asarray(theta, dtype=float), options,
-                           max_nfev, robust)
+        polished = _polish(
+            law,
+            X,
+            np.log(np.asarray(data.loss, dtype=float)),
+            np.asarray(theta, dtype=float),
+            options,
+            max_nfev,
+            robust,
+        )
     return polished.x, bool(polished.success)
 
 
@@ -301,8 +334,15 @@ def jacobian(law: Law, X: np.ndarray, theta: np.ndarray) -> np.ndarray:
     return vjp(np.eye(rows))
 
 
-def _polish(law: Law, X: np.ndarray, log_loss: np.ndarray, theta: np.ndarray, options: FitOptions,
-            max_nfev: int = 5000, robust: bool = True):
+def _polish(
+    law: Law,
+    X: np.ndarray,
+    log_loss: np.ndarray,
+    theta: np.ndarray,
+    options: FitOptions,
+    max_nfev: int = 5000,
+    robust: bool = True,
+):
     """Refine one endpoint by scipy's trust-region least squares with the same Huber loss
     (robust=False: with squared residuals).
 
@@ -310,10 +350,20 @@ def _polish(law: Law, X: np.ndarray, log_loss: np.ndarray, theta: np.ndarray, op
     objective, so the same optimum. Its Gauss-Newton model copes with the long curved valleys of
     the offset laws, where L-BFGS crawls (LoopLM: 0.2 s here against minutes).
     """
+
     def residuals(x):
         return law.log_predict(x[None, :], X, False)[0][0] - log_loss
 
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return optimize.least_squares(residuals, theta, jac=lambda x: jacobian(law, X, x), loss="huber" if robust else "linear", f_scale=options.delta,
-                                      method="trf", xtol=options.tight_ftol, ftol=options.tight_ftol,
-                                      gtol=options.tight_gtol, max_nfev=max_nfev)
+        return optimize.least_squares(
+            residuals,
+            theta,
+            jac=lambda x: jacobian(law, X, x),
+            loss="huber" if robust else "linear",
+            f_scale=options.delta,
+            method="trf",
+            xtol=options.tight_ftol,
+            ftol=options.tight_ftol,
+            gtol=options.tight_gtol,
+            max_nfev=max_nfev,
+        )

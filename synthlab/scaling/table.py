@@ -102,7 +102,12 @@ def table_data(
     is what errors call the table."""
     default_d, default_loss = default_columns(table.columns)
     n_col, tm_col, x_col, tokens_from_flops, drop_top_loss = (
-        columns.n_col, columns.tm_col, columns.x_col, columns.tokens_from_flops, columns.drop_top_loss)
+        columns.n_col,
+        columns.tm_col,
+        columns.x_col,
+        columns.tokens_from_flops,
+        columns.drop_top_loss,
+    )
     d_col, loss_col = columns.d_col or default_d, columns.loss_col or default_loss
     if loss_col == "loss" and "eval_loss" in table.columns and "loss" not in table.columns:
         raise SynthlabError(f"{name} has eval_loss but no eval_tokens: pass --d-col and --loss-col eval_loss")
@@ -120,8 +125,13 @@ def table_data(
             variables["D"] = _column(table, tokens_from_flops, "--tokens-from-flops", name) / (6 * n)
             labels["D"] = f"{tokens_from_flops} / (6 {n_col})"
             continue
-        col, option = {"N": (n_col, "--n-col"), "D": (d_col, "--d-col"), "Tm": (t_col, "--t-col"),
-                       "T": (t_col, "--t-col"), "x": (x_col, "--x-col")}[var]
+        col, option = {
+            "N": (n_col, "--n-col"),
+            "D": (d_col, "--d-col"),
+            "Tm": (t_col, "--t-col"),
+            "T": (t_col, "--t-col"),
+            "x": (x_col, "--x-col"),
+        }[var]
         variables[var], labels[var] = _column(table, col, option, name), col
     tm = _column(table, tm_col, "--tm-col", name) if law.name == "steps" else None
     run_col = columns.run_col or ("run_dir" if "run_dir" in table.columns else None)
@@ -171,10 +181,20 @@ def saved_fit(table: pd.DataFrame, sweep_dir: Path, name: str = "fit_looplm.json
         raise SynthlabError(f"cannot use {path}: {type(err).__name__}: {err}") from err
     if digest != saved.get("data_sha256"):
         raise SynthlabError(f"{path} was fitted to other numbers than the table holds now")
-    return FitResult(law=law.name, theta=theta, params=law.report(theta), objective=saved["objective"],
-                     converged=saved["converged"], message=saved["message"], n_starts=saved["n_starts"],
-                     n_reached=saved["n_reached"], r2=saved["r2"], rmse_log=saved["rmse_log"], n_rows=saved["n_rows"],
-                     basins=theta[None, :])
+    return FitResult(
+        law=law.name,
+        theta=theta,
+        params=law.report(theta),
+        objective=saved["objective"],
+        converged=saved["converged"],
+        message=saved["message"],
+        n_starts=saved["n_starts"],
+        n_reached=saved["n_reached"],
+        r2=saved["r2"],
+        rmse_log=saved["rmse_log"],
+        n_rows=saved["n_rows"],
+        basins=theta[None, :],
+    )
 
 
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -183,6 +203,7 @@ NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 def fit_json(payload: object) -> str:
     """A fit's record as strict JSON (jq and other readers refuse `Infinity`): a non-finite number,
     such as a diverged constant, is written as the string "inf", "-inf" or "nan"."""
+
     def finite(value: object) -> object:
         if isinstance(value, float) and not math.isfinite(value):
             return str(value)
@@ -197,6 +218,7 @@ def fit_json(payload: object) -> str:
 
 def read_fit_json(text: str) -> dict:
     """A record `fit_json` wrote, its non-finite numbers floats again."""
+
     def restore(value: object) -> object:
         if isinstance(value, str):
             return NON_FINITE.get(value, value)
@@ -242,28 +264,55 @@ def fit_table(
         table = _read_table(Path(table))
     name = name or "table"
     data, tm, resolved = table_data(table, the_law, columns, name=name)
-    source = {"table": name, "columns": dataclasses.asdict(resolved), "data_sha256": data_digest(the_law, data, tm), "holdout_kind": holdout,
-              "bootstrap_seed": seed, "delta": delta}
+    source = {
+        "table": name,
+        "columns": dataclasses.asdict(resolved),
+        "data_sha256": data_digest(the_law, data, tm),
+        "holdout_kind": holdout,
+        "bootstrap_seed": seed,
+        "delta": delta,
+    }
     groups, skipped = [(f"{the_law.name} fit to {name}", data, None)], []
     if tm is not None:
         parts_by_tm = {v: data.subset(tm == v) for v in np.unique(tm)}
         # a Tm with one recurrent step, or too few rows, cannot identify the law: skip it, listed in `skipped`
-        fittable = {v: p for v, p in parts_by_tm.items()
-                    if len(p.loss) > len(the_law.params) and len(np.unique(p.variables["T"])) > 1}
+        fittable = {
+            v: p
+            for v, p in parts_by_tm.items()
+            if len(p.loss) > len(the_law.params) and len(np.unique(p.variables["T"])) > 1
+        }
         if not fittable:
-            raise SynthlabError(f"no {columns.tm_col} value has more than {len(the_law.params)} rows over several steps")
-        skipped = [f"{columns.tm_col} = {v:g} ({len(p.loss)} rows)" for v, p in parts_by_tm.items() if v not in fittable]
+            raise SynthlabError(
+                f"no {columns.tm_col} value has more than {len(the_law.params)} rows over several steps"
+            )
+        skipped = [
+            f"{columns.tm_col} = {v:g} ({len(p.loss)} rows)" for v, p in parts_by_tm.items() if v not in fittable
+        ]
         groups = [(f"steps fit for {columns.tm_col} = {v:g}", p, float(v)) for v, p in fittable.items()]
     if holdout is not None and holdout not in HOLDOUT_KINDS:
         raise SynthlabError(f"--holdout must be one of {', '.join(HOLDOUT_KINDS)}, got '{holdout}'")
     fits = []
     for title, part, tm_value in groups:
         result = fit(the_law, part, options)
-        boot = uncertainty.bootstrap(the_law, part, result, np.random.default_rng(seed), n_resamples=bootstrap,
-                                     level=level, compute=compute, options=options) if bootstrap else None
+        boot = (
+            uncertainty.bootstrap(
+                the_law,
+                part,
+                result,
+                np.random.default_rng(seed),
+                n_resamples=bootstrap,
+                level=level,
+                compute=compute,
+                options=options,
+            )
+            if bootstrap
+            else None
+        )
         rows = uncertainty.holdout(the_law, part, holdout, options) if holdout else []
-        lack = uncertainty.lack_of_fit(the_law, part, result.basins[:3], np.random.default_rng([seed, 1]),
-                                       lack_of_fit_resamples, options)
-        fits.append(GroupFit(title, part, result, boot, rows, uncertainty.derived(result.params, compute), tm_value,
-                             lack))
+        lack = uncertainty.lack_of_fit(
+            the_law, part, result.basins[:3], np.random.default_rng([seed, 1]), lack_of_fit_resamples, options
+        )
+        fits.append(
+            GroupFit(title, part, result, boot, rows, uncertainty.derived(result.params, compute), tm_value, lack)
+        )
     return TableFit(the_law, fits, skipped, source)

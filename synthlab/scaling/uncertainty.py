@@ -28,8 +28,16 @@ from scipy import stats
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
 from synthlab.scaling.laws import Data, Law, get_law
-from synthlab.scaling.optimize import (FitOptions, FitResult, fit, goodness, huber_objective, jacobian,
-                                       minimize_batched, refit_from)
+from synthlab.scaling.optimize import (
+    FitOptions,
+    FitResult,
+    fit,
+    goodness,
+    huber_objective,
+    jacobian,
+    minimize_batched,
+    refit_from,
+)
 
 
 def derived(params: Mapping[str, np.ndarray | float], compute: float | None = None) -> dict[str, np.ndarray | float]:
@@ -93,8 +101,9 @@ def bootstrap(
     which = np.repeat(np.arange(n_resamples), K)
     objective = huber_objective(law, X, np.log(loss), weights, options)
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        batch = minimize_batched(objective, theta0, which, ftol=options.tight_ftol, gtol=options.tight_gtol,
-                                 max_iter=options.max_iter)
+        batch = minimize_batched(
+            objective, theta0, which, ftol=options.tight_ftol, gtol=options.tight_gtol, max_iter=options.max_iter
+        )
     f = np.where(np.isfinite(batch.f), batch.f, np.inf).reshape(n_resamples, K)
     best = np.arange(n_resamples) * K + f.argmin(axis=1)
     thetas = batch.theta[best]  # (resamples, P)
@@ -109,12 +118,18 @@ def bootstrap(
     samples = {k: np.array([r[k] for r in reported]) for k in law.report(result.theta)}
     samples.update(derived(samples, compute))
     n_converged = int(converged.sum())
-    refused = "" if n_converged >= min_converged * n_resamples else (
-        f"no interval: {n_converged} of {n_resamples} refits converged (< {100 * min_converged:.0f}%)")
+    refused = (
+        ""
+        if n_converged >= min_converged * n_resamples
+        else (f"no interval: {n_converged} of {n_resamples} refits converged (< {100 * min_converged:.0f}%)")
+    )
     tail = 100 * (1 - level) / 2
     with np.errstate(invalid="ignore"):  # a constant run off to inf: its upper bound is NaN, printed as such
-        intervals = {} if refused else {k: (float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail)))
-                                        for k, v in samples.items()}
+        intervals = (
+            {}
+            if refused
+            else {k: (float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail))) for k, v in samples.items()}
+        )
     return BootstrapResult(rows, samples, intervals, level, n_resamples, n_converged, len(cold), refused)
 
 
@@ -139,8 +154,12 @@ class HoldoutRow:
 def thin_levels(law: Law, data: Data, train: np.ndarray) -> str:
     """The variables of `law` that the rows in `train` cover with fewer than 3 distinct values: a
     coefficient, an exponent and an offset cannot be identified from two levels."""
-    thin = [f"{v}: {n} level{'s' * (n != 1)}" for v in law.variables
-            for n in [len(np.unique(np.asarray(data.variables[v])[train]))] if n < 3]
+    thin = [
+        f"{v}: {n} level{'s' * (n != 1)}"
+        for v in law.variables
+        for n in [len(np.unique(np.asarray(data.variables[v])[train]))]
+        if n < 3
+    ]
     return ", ".join(thin)
 
 
@@ -176,8 +195,10 @@ def holdout_splits(law: Law, data: Data, kind: str) -> list[tuple[str, np.ndarra
         n = np.asarray(data.variables.get("N", []))
         sizes = np.unique(n)
         if "N" not in law.variables or len(sizes) < 3:
-            raise SynthlabError(f"--holdout size needs a law over N and at least 3 distinct sizes "
-                                f"(law '{law.name}', {len(sizes)} sizes)")
+            raise SynthlabError(
+                f"--holdout size needs a law over N and at least 3 distinct sizes "
+                f"(law '{law.name}', {len(sizes)} sizes)"
+            )
         k = max(int(round(0.6 * len(sizes))), min(3, len(sizes) - 1))
         return [(f"smallest {k} of {len(sizes)} sizes", n <= sizes[k - 1])]
     if kind == "data":
@@ -188,15 +209,19 @@ def holdout_splits(law: Law, data: Data, kind: str) -> list[tuple[str, np.ndarra
         if len(levels) < 2:
             raise SynthlabError("--holdout data needs at least 2 levels of D")
         if len(levels) <= MAX_DATA_LEVELS:
-            return [(f"first {k} of {len(levels)} D levels", d <= levels[k - 1])
-                    for k in range(min(3, len(levels) - 1), len(levels))]
-        return [(f"first {int(100 * q)}% of data", d <= q * d.max() * (1 + DATA_CUT_TOLERANCE))
-                for q in (0.25, 0.5, 0.75)]
+            return [
+                (f"first {k} of {len(levels)} D levels", d <= levels[k - 1])
+                for k in range(min(3, len(levels) - 1), len(levels))
+            ]
+        return [
+            (f"first {int(100 * q)}% of data", d <= q * d.max() * (1 + DATA_CUT_TOLERANCE)) for q in (0.25, 0.5, 0.75)
+        ]
     if kind == "steps":
         var = next((v for v in ("Tm", "T") if v in law.variables), None)
         if var is None:
             raise SynthlabError(
-                f"--holdout steps needs a law over Tm or T (law '{law.name}' has {list(law.variables)})")
+                f"--holdout steps needs a law over Tm or T (law '{law.name}' has {list(law.variables)})"
+            )
         t = np.asarray(data.variables[var])
         values = np.unique(t)
         if len(values) < 2:
@@ -212,7 +237,8 @@ def holdout(law: Law | str, data: Data, kind: str, options: FitOptions = FitOpti
     for name, train in holdout_splits(law, data, kind):
         if train.sum() <= len(law.params) or (~train).sum() == 0:
             raise SynthlabError(
-                f"hold-out '{name}' leaves {int(train.sum())} training and {int((~train).sum())} test rows; too few")
+                f"hold-out '{name}' leaves {int(train.sum())} training and {int((~train).sum())} test rows; too few"
+            )
         train_data, test_data = data.subset(train), data.subset(~train)
         result = fit(law, train_data, options)
         r2_test, rmse_test = goodness(law, result.theta, test_data.matrix(law), np.asarray(test_data.loss, dtype=float))
@@ -259,8 +285,11 @@ def design_levels(law: Law, data: Data) -> dict[str, np.ndarray]:
     """{variable of `law`: (rows,) index of each row's level}: values within DATA_CUT_TOLERANCE of
     each other are one level, as `data_levels` groups D (a checkpoint's tokens differ by a few
     between seeds)."""
-    return {v: np.searchsorted(data_levels(values), values)
-            for v in law.variables for values in [np.asarray(data.variables[v], dtype=float)]}
+    return {
+        v: np.searchsorted(data_levels(values), values)
+        for v in law.variables
+        for values in [np.asarray(data.variables[v], dtype=float)]
+    }
 
 
 def design_cells(law: Law, data: Data) -> np.ndarray:
@@ -270,8 +299,14 @@ def design_cells(law: Law, data: Data) -> np.ndarray:
     return np.unique(np.column_stack([levels[v] for v in law.variables]), axis=0, return_inverse=True)[1].ravel()
 
 
-def lack_of_fit(law: Law | str, data: Data, theta: np.ndarray, rng: np.random.Generator | None = None,
-                resamples: int = 1000, options: FitOptions = FitOptions()) -> LackOfFit | None:
+def lack_of_fit(
+    law: Law | str,
+    data: Data,
+    theta: np.ndarray,
+    rng: np.random.Generator | None = None,
+    resamples: int = 1000,
+    options: FitOptions = FitOptions(),
+) -> LackOfFit | None:
     """The lack-of-fit test of `law` fitted by least squares from `theta`, (P,) or (k, P): the fit's
     optimum and its next best basins (`FitResult.basins`), the best refit kept; `resamples`
     wild-bootstrap draws from `rng` (none without rng). None where the data have no replicates or no
@@ -290,8 +325,15 @@ def lack_of_fit(law: Law | str, data: Data, theta: np.ndarray, rng: np.random.Ge
     return lack_of_fit_test(data, cells, float(np.nanmin(sse)), len(law.params), J, rng, resamples)
 
 
-def lack_of_fit_test(data: Data, cells: np.ndarray, sse: float, params: int, J: np.ndarray | None,
-                     rng: np.random.Generator | None = None, resamples: int = 1000) -> LackOfFit | None:
+def lack_of_fit_test(
+    data: Data,
+    cells: np.ndarray,
+    sse: float,
+    params: int,
+    J: np.ndarray | None,
+    rng: np.random.Generator | None = None,
+    resamples: int = 1000,
+) -> LackOfFit | None:
     """The lack-of-fit test of any model of the design points fitted by least squares on log loss:
     `sse` its residual sum of squares, `params` its parameter count, `J` (rows, params) the
     Jacobian of its log prediction at the optimum (for the wild bootstrap over `data.runs`; None:
@@ -327,8 +369,19 @@ def lack_of_fit_test(data: Data, cells: np.ndarray, sse: float, params: int, J: 
         drawn = rng.choice([-1.0, 1.0], size=(resamples, runs.max() + 1))[:, runs] * noise  # (resamples, rows)
         fitted_away = drawn - (drawn @ basis) @ basis.T  # the linearised least-squares refit's residuals
         pure = (pure_residuals(drawn) ** 2).sum(axis=1)
-        lack = (fitted_away ** 2).sum(axis=1) - pure
+        lack = (fitted_away**2).sum(axis=1) - pure
         p_runs = float((1 + np.sum(lack / pure >= ss_lack / ss_pure)) / (resamples + 1))
     ceiling = 1 - (pure_residuals(loss) ** 2).sum() / ((loss - loss.mean()) ** 2).sum()
-    return LackOfFit(rows, n_cells, params, int(runs.max()) + 1, ss_pure, ss_lack, float(f),
-                     float(stats.f.sf(f, df_lack, df_pure)), p_runs, drawn_count, float(ceiling))
+    return LackOfFit(
+        rows,
+        n_cells,
+        params,
+        int(runs.max()) + 1,
+        ss_pure,
+        ss_lack,
+        float(f),
+        float(stats.f.sf(f, df_lack, df_pure)),
+        p_runs,
+        drawn_count,
+        float(ceiling),
+    )
