@@ -2,6 +2,7 @@
 summarised as paired differences over seeds, and the verdict rule reads the intervals' signs."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,7 @@ def test_grid_runs_and_summarises_real_runs(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, "PYTHON": sys.executable},  # the interpreter running the tests, not PATH's python3
     )
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in (out / "g").glob("*.csv")) == ["mano_tiny_s0.csv", "mano_tiny_s1.csv"]
