@@ -248,7 +248,7 @@ def test_the_readme_ouroboros_torchrun_lines_run_as_written(tmp_path):
         done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
         outs.append(done.stdout)
-    assert "FSDP: at most 397,632 of the base's 795,264 parameters on one process" in outs[3]
+    assert "FSDP: at most 398,656 of the base's 797,312 parameters on one process" in outs[3]
     table = pd.read_csv(tmp_path / "runs" / "ouro-fsdp" / "results.csv")
     assert set(table["variant"]) == {"controller", "truncated", "base"} and set(table["depth"]) == {1, 2, 4}
 
