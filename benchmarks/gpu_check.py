@@ -336,8 +336,8 @@ def learn(args, part: Part) -> None:
 def ouroboros(args, part: Part) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from synthlab.hf import OuroborosConfig, OuroborosLM, lm_loss, trainable_breakdown
-    from synthlab.hf.train import OuroborosTrainConfig, make_optimizer
+    from synthlab.ouroboros import OuroborosConfig, OuroborosLM, lm_loss, trainable_breakdown
+    from synthlab.ouroboros.train import OuroborosTrainConfig, make_optimizer
     from synthlab.runs import float32_matmul
 
     sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -79,8 +79,8 @@ def measure(device: torch.device, fn):
 def main() -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from synthlab.hf import OuroborosConfig, OuroborosLM, lm_loss, summary
-    from synthlab.hf.train import OuroborosTrainConfig, make_optimizer
+    from synthlab.ouroboros import OuroborosConfig, OuroborosLM, lm_loss, summary
+    from synthlab.ouroboros.train import OuroborosTrainConfig, make_optimizer
 
     args = parse_args()
     if not args.tiny and not torch.cuda.is_available():

@@ -1,7 +1,7 @@
 """The training engine both trainers share: the state of a run (`TrainState`) and one optimizer
 step (`step`).
 
-`synthlab.train` (the lab's looped models) and `synthlab.hf.train` (OUROBOROS on a frozen base)
+`synthlab.train` (the lab's looped models) and `synthlab.ouroboros.train` (OUROBOROS on a frozen base)
 differ in their data and their losses; everything else of a step is this module's:
 
     lr = state.lr(state.step)                       the schedule, set on every parameter group

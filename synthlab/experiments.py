@@ -19,7 +19,7 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
     [base.train]  ...                # TrainConfig fields
     [base.eval]   ...                # EvalOptions fields (synthlab.options)
     [base.gate]   ...                # GateOptions (stage "gate": Ouro stage II, synthlab.options)
-    [base.ouroboros] ...             # stage "ouroboros" (after "export"): synthlab.hf.point
+    [base.ouroboros] ...             # stage "ouroboros" (after "export"): synthlab.ouroboros.point
 
     [presets.smoke]                  # a preset overrides base sections, may repeat training over
     seeds = 3                        # seeds (see below) ...

@@ -5,7 +5,7 @@
 - `EvalOptions`: how a trained model is scored (the `[eval]` section of an experiment).
 - `GateOptions`: Ouro stage II after a stage I model (the `[gate]` section).
 - `OuroborosConfig`, `OuroborosTrainConfig`: the OUROBOROS system and its training
-  (synthlab.hf), here so that the CLI builds their flags without importing torch.
+  (synthlab.ouroboros), here so that the CLI builds their flags without importing torch.
 - `PointConfig`: one sweep point, every section parsed into its class once (`parse_point`); the
   point runner passes this object on, nothing downstream reads the raw dict again.
 
@@ -225,7 +225,7 @@ class PointConfig:
     eval: EvalOptions = field(default_factory=EvalOptions)
     gate: GateOptions = field(default_factory=GateOptions)
     stages: tuple[str, ...] = ("train",)
-    ouroboros: Any = None  # stage ouroboros: synthlab.hf.point.OuroborosOptions, parsed by the point runner
+    ouroboros: Any = None  # stage ouroboros: synthlab.ouroboros.point.OuroborosOptions, parsed by the point runner
 
     @property
     def spec(self):

@@ -4,7 +4,7 @@ Text fields of every synthlab dataset are whitespace-separated tokens of that vo
 tokenizer is a `tokenizers` WordLevel model over whitespace-split words: nothing is split further.
 Ids follow the order of `tokens` in vocab.json: special tokens first, `<pad>` is id 0. The same
 `tokenizers.Tokenizer` (`WordTokenizer.backend`) serves transformers (`transformers_tokenizer`) and
-is what `synthlab export` renders for `AutoTokenizer` (synthlab.hf.export.hf_tokenizer), so the lab
+is what `synthlab export` renders for `AutoTokenizer` (synthlab.ouroboros.export.hf_tokenizer), so the lab
 and an exported folder share one vocabulary and one implementation.
 """
 

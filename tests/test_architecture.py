@@ -32,7 +32,7 @@ FLOORS = [
     ("synthlab.evaluate", 5),
     ("synthlab.heldout", 5),
     ("synthlab.capacity", 5),
-    ("synthlab.hf", 5),
+    ("synthlab.ouroboros", 5),
     ("synthlab.results", 6),
     ("synthlab.cost", 6),
     ("synthlab.stages", 6),
@@ -161,7 +161,7 @@ def test_one_training_engine():
     calls = (".backward(", "clip_grad_norm_(", "optimizer.step(")
     elsewhere = {m: [c for c in calls if c in p.read_text()] for m, p in MODULES.items() if m != "synthlab.engine"}
     assert not {m: c for m, c in elsewhere.items() if c}
-    for trainer in ("synthlab.train", "synthlab.hf.train"):
+    for trainer in ("synthlab.train", "synthlab.ouroboros.train"):
         assert "synthlab.engine" in GRAPH[trainer], trainer
 
 

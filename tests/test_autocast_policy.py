@@ -194,9 +194,9 @@ def _tiny_qwen2(dtype):
 
 @pytest.mark.parametrize("dtype,policy", [(torch.bfloat16, False), (torch.float32, True)])
 def test_every_ouroboros_variant_trains_and_evaluates(dtype, policy):
-    from synthlab.hf import OuroborosConfig, OuroborosLM, lm_loss
-    from synthlab.hf.train import OuroborosTrainConfig, evaluate
-    from synthlab.hf.train import train as hf_train
+    from synthlab.ouroboros import OuroborosConfig, OuroborosLM, lm_loss
+    from synthlab.ouroboros.train import OuroborosTrainConfig, evaluate
+    from synthlab.ouroboros.train import train as hf_train
 
     base = _tiny_qwen2(dtype)
     batch = torch.randint(0, 32, (2, 12), generator=torch.Generator().manual_seed(1))
@@ -253,7 +253,7 @@ def test_stage2_logits_form_equals_binary_cross_entropy_in_float32():
 
 
 def test_lora_bases_stay_on_the_residual_device_in_float32():
-    from synthlab.hf.lora import lora_bases
+    from synthlab.ouroboros.lora import lora_bases
 
     residual = torch.randn(12, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     a, b = lora_bases(residual, 4)

@@ -120,7 +120,7 @@ def test_normal_initial_state_is_drawn_on_the_gpu_reproducibly():
 
 def test_ouroboros_bases_on_the_gpu():
     transformers = pytest.importorskip("transformers")
-    from synthlab.hf import OuroborosConfig, OuroborosLM, lm_loss
+    from synthlab.ouroboros import OuroborosConfig, OuroborosLM, lm_loss
 
     config = transformers.Qwen2Config(
         vocab_size=64,

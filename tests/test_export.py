@@ -15,10 +15,10 @@ from synthlab.cli import app  # noqa: E402
 from synthlab.data import Dataset  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
 from synthlab.files import new_file_mode  # noqa: E402
-from synthlab.hf.checkpoint import load_tokenizer  # noqa: E402
-from synthlab.hf.export import export_model, qwen2_refusal  # noqa: E402
 from synthlab.models import ModelConfig, build_model  # noqa: E402
 from synthlab.options import TrainConfig  # noqa: E402
+from synthlab.ouroboros.checkpoint import load_tokenizer  # noqa: E402
+from synthlab.ouroboros.export import export_model, qwen2_refusal  # noqa: E402
 from synthlab.runs import RunConfig  # noqa: E402
 from synthlab.tokenizer import WordTokenizer  # noqa: E402
 from synthlab_generators import TASKS, write_dataset  # noqa: E402

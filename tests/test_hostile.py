@@ -251,7 +251,7 @@ def test_export_replaces_its_own_output_and_anything_else_only_with_overwrite(ru
 
 
 def test_an_export_failing_midway_leaves_the_earlier_one_whole(run_copy, tmp_path, monkeypatch):
-    from synthlab.hf import export
+    from synthlab.ouroboros import export
 
     out = tmp_path / "hf"
     assert invoke("export", run_copy, "--out", out).exit_code == 0
@@ -486,7 +486,7 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_the_run_resumes(bios, t
 
 
 def test_a_failed_ouroboros_train_does_not_block_the_corrected_command(qwen2_base, tmp_path, monkeypatch):
-    from synthlab.hf import runs
+    from synthlab.ouroboros import runs
 
     def out_of_memory(*args, **kwargs):
         raise MemoryError

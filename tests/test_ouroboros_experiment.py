@@ -116,8 +116,8 @@ def test_the_cpu_static_control_has_the_controllers_trainable_parameters(tmp_pat
     import torch
     import transformers
 
-    from synthlab.hf import OuroborosLM, trainable_breakdown
-    from synthlab.hf.checkpoint import meta_base
+    from synthlab.ouroboros import OuroborosLM, trainable_breakdown
+    from synthlab.ouroboros.checkpoint import meta_base
 
     points = {
         p.factors["variant"]: stages.parse(p.config)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from synthlab.cli import app  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
-from synthlab.hf import OuroborosConfig, resolve_split  # noqa: E402
+from synthlab.ouroboros import OuroborosConfig, resolve_split  # noqa: E402
 
 OPTIONS = ("prelude_layers", "coda_layers", "recurrent_layer")
 

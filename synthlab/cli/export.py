@@ -31,7 +31,7 @@ def export(
 ) -> None:
     """Write the model as a Qwen2ForCausalLM folder with its tokenizer and a model card (README.md):
     AutoModelForCausalLM and AutoTokenizer load it with the lab's logits and token ids."""
-    from synthlab.hf.export import export_run
+    from synthlab.ouroboros.export import export_run
 
     check_writable(out)
     path = export_run(run_dir, out, fmt, data, overwrite)

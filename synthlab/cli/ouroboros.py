@@ -37,9 +37,9 @@ def _build(**kwargs) -> None:
 
     from synthlab import config as cfgio
     from synthlab.files import atomic_write_text
-    from synthlab.hf.checkpoint import base_layers, load_base, meta_base, resolve_dtype
-    from synthlab.hf.system import OuroborosLM, describe_split, resolve_split, summary
     from synthlab.options import OuroborosConfig
+    from synthlab.ouroboros.checkpoint import base_layers, load_base, meta_base, resolve_dtype
+    from synthlab.ouroboros.system import OuroborosLM, describe_split, resolve_split, summary
     from synthlab.runs import resolve_device
 
     out, base, base_config, device = (kwargs.pop(k) for k in ("out", "base", "base_config", "device"))
@@ -93,10 +93,10 @@ def _build_command():
 def _train(**kwargs) -> None:
     from synthlab import config as cfgio
     from synthlab.distributed import reporting
-    from synthlab.hf.checkpoint import base_layers
-    from synthlab.hf.runs import train_run
-    from synthlab.hf.system import resolve_split
     from synthlab.options import OuroborosConfig, OuroborosTrainConfig
+    from synthlab.ouroboros.checkpoint import base_layers
+    from synthlab.ouroboros.runs import train_run
+    from synthlab.ouroboros.system import resolve_split
 
     base, corpus, out, variants, config = (kwargs.pop(k) for k in ("base", "corpus", "out", "variants", "config"))
     check_writable(out)
@@ -190,8 +190,8 @@ def evaluate(
     """Loss vs depth for every variant; writes results.csv, results.json and c11_loss_vs_depth.png.
     Under torchrun each process evaluates its share of the sequences (the same numbers as one process)."""
     from synthlab.distributed import reporting
-    from synthlab.hf.runs import eval_run
-    from synthlab.hf.system import VARIANT_ROWS
+    from synthlab.ouroboros.runs import eval_run
+    from synthlab.ouroboros.system import VARIANT_ROWS
 
     table = eval_run(
         run_dir,

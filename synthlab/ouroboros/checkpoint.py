@@ -13,7 +13,7 @@ from synthlab.errors import SynthlabError
 # Implementations that honour the explicit 4-D additive causal mask the system passes to every layer.
 ATTENTION = ("sdpa", "eager")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-WORD_VOCAB = "synthlab_vocab.json"  # the lab's word vocabulary, in an exported folder (synthlab.hf.export)
+WORD_VOCAB = "synthlab_vocab.json"  # the lab's word vocabulary, in an exported folder (synthlab.ouroboros.export)
 
 
 def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:

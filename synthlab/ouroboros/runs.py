@@ -22,10 +22,10 @@ from synthlab import config as cfgio
 from synthlab import distributed
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write, warn
-from synthlab.hf.checkpoint import empty_base, load_base, load_tokenizer, resolve_dtype
-from synthlab.hf.data import documents, pack, read_texts, split_heldout
-from synthlab.hf.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
-from synthlab.hf.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
+from synthlab.ouroboros.checkpoint import empty_base, load_base, load_tokenizer, resolve_dtype
+from synthlab.ouroboros.data import documents, pack, read_texts, split_heldout
+from synthlab.ouroboros.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
+from synthlab.ouroboros.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
 from synthlab.progress import Progress
 from synthlab.runs import load_state_file, resolve_device
 
@@ -154,7 +154,7 @@ def train_run(
     """Train each looped variant in `variants` on `corpus` into `out` (a rerun resumes, skipping the
     finished ones); returns run.json's content and each variant's trainable parameter count.
     Under torchrun (`torchrun --nproc-per-node K -m synthlab ouroboros train ...`) data-parallel:
-    see synthlab.hf.train.train. With `fsdp` (under torchrun) the frozen base is sharded by
+    see synthlab.ouroboros.train.train. With `fsdp` (under torchrun) the frozen base is sharded by
     PyTorch's FSDP, 1/K of it on each process (`base_held` in the result: its parameters and the
     most one process holds), for a base that does not fit one device; the trainable parameters
     stay whole on every process, so checkpoints and the training itself are the same."""
@@ -266,7 +266,7 @@ def eval_run(
 
     Truncated and base do not loop: each is evaluated once per corpus and its loss is listed at
     every depth (a flat reference line in the plot). Under torchrun each process evaluates its share
-    of every corpus and the sums are added up (synthlab.hf.train.evaluate): every process returns the
+    of every corpus and the sums are added up (synthlab.ouroboros.train.evaluate): every process returns the
     one-process table, rank 0 writes it; `fsdp` shards the base as in `train_run`.
     """
     import pandas as pd

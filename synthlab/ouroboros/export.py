@@ -23,7 +23,7 @@ in front of it, `<bos>` alone excepted: `<bos> <len_2> * 3` is `<bos>`, ` <len_2
 decoding joins them back into the same text. Every lab sequence starts with `<bos>`; a text that
 does not must start with a space (` Ana was born`): a bare first word matches no added token and,
 having no bytes in the vocabulary, is dropped. synthlab itself reads an exported folder's documents
-with the lab's tokenizer (WORD_VOCAB, synthlab.hf.checkpoint.load_tokenizer), where it is not.
+with the lab's tokenizer (WORD_VOCAB, synthlab.ouroboros.checkpoint.load_tokenizer), where it is not.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import torch
 
 from synthlab.errors import SynthlabError
 from synthlab.files import as_new_file, check_out, make_temp_sibling, replace_dir
-from synthlab.hf.card import model_card
-from synthlab.hf.checkpoint import WORD_VOCAB, without_progress_bars
 from synthlab.models import ModelConfig
+from synthlab.ouroboros.card import model_card
+from synthlab.ouroboros.checkpoint import WORD_VOCAB, without_progress_bars
 from synthlab.runs import load_run, open_run, trained_data
 from synthlab.tokenizer import WordTokenizer
 

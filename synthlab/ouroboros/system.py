@@ -50,10 +50,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from synthlab.errors import SynthlabError
-from synthlab.hf.data import PAD
-from synthlab.hf.lora import TARGETS, ModulatedLinear, Split, lora_bases, mean_residual, target_linear
 from synthlab.models.controller import causal_running_mean
 from synthlab.options import LOOPED_VARIANTS, VARIANTS, OuroborosConfig  # noqa: F401 (re-exported)
+from synthlab.ouroboros.data import PAD
+from synthlab.ouroboros.lora import TARGETS, ModulatedLinear, Split, lora_bases, mean_residual, target_linear
 
 # What each row of `ouroboros eval` is (printed under its table).
 VARIANT_ROWS = {

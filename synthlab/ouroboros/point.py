@@ -1,9 +1,9 @@
 """The `[ouroboros]` section of an experiment and the sweep stage that runs it (claim C11).
 
 A point of `experiments/ouroboros.toml` trains a synthlab base (stage `train`), exports it as a
-Qwen2 checkpoint (stage `export`, synthlab.hf.export) and then, in stage `ouroboros`, trains ONE
+Qwen2 checkpoint (stage `export`, synthlab.ouroboros.export) and then, in stage `ouroboros`, trains ONE
 looped variant of the system on that checkpoint with the base's own training text (resumable:
-synthlab.hf.runs) and evaluates it at every depth of `eval_depths` on the held-out end of that text
+synthlab.ouroboros.runs) and evaluates it at every depth of `eval_depths` on the held-out end of that text
 (the last `heldout_fraction` of the packed sequences, never trained on by the system), with the
 truncated and full base as references.
 
@@ -28,8 +28,8 @@ from typing import Any
 from synthlab import config as cfgio
 from synthlab.config import content_hash
 from synthlab.errors import SynthlabError
-from synthlab.hf.system import LOOPED_VARIANTS, OuroborosConfig
-from synthlab.hf.train import OuroborosTrainConfig
+from synthlab.ouroboros.system import LOOPED_VARIANTS, OuroborosConfig
+from synthlab.ouroboros.train import OuroborosTrainConfig
 
 
 @dataclass
@@ -103,7 +103,7 @@ def run_stage(options: OuroborosOptions, base: Path, corpus: Path, out: Path) ->
     out/<hash of the options> (resumed when rerun), evaluate it by depth; returns the row's columns."""
     import pandas as pd
 
-    from synthlab.hf.runs import LOG, eval_run, train_run
+    from synthlab.ouroboros.runs import LOG, eval_run, train_run
 
     folder = Path(out) / content_hash(options.to_dict())
     variant = options.system.variant

@@ -1,5 +1,5 @@
 """OUROBOROS on a tiny random Qwen2 that the test saves with save_pretrained and loads back through
-the real path (synthlab.hf.checkpoint.load_base): causality, zero init, equivalences with plain
+the real path (synthlab.ouroboros.checkpoint.load_base): causality, zero init, equivalences with plain
 HF, SVD bases, training, the 3B-shape parameter count, the CLI."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from synthlab.errors import SynthlabError  # noqa: E402
-from synthlab.hf import OuroborosConfig, OuroborosLM, lm_loss, lora_bases, resolve_split, trainable_breakdown  # noqa: E402
-from synthlab.hf.checkpoint import load_base, load_tokenizer, meta_base  # noqa: E402
-from synthlab.hf.data import pack, read_texts, split_heldout  # noqa: E402
-from synthlab.hf.lora import TARGETS, mean_residual, target_linear  # noqa: E402
-from synthlab.hf.train import OuroborosTrainConfig, evaluate, train  # noqa: E402
+from synthlab.ouroboros import OuroborosConfig, OuroborosLM, lm_loss, lora_bases, resolve_split, trainable_breakdown  # noqa: E402
+from synthlab.ouroboros.checkpoint import load_base, load_tokenizer, meta_base  # noqa: E402
+from synthlab.ouroboros.data import pack, read_texts, split_heldout  # noqa: E402
+from synthlab.ouroboros.lora import TARGETS, mean_residual, target_linear  # noqa: E402
+from synthlab.ouroboros.train import OuroborosTrainConfig, evaluate, train  # noqa: E402
 
 WORDS = "the a cat dog bird sat ran flew on under over mat log tree and then . red blue".split()
 
@@ -338,8 +338,8 @@ def test_gpu_script_runs_its_tiny_path(monkeypatch, capsys):
 def test_training_resumes_bit_identically(checkpoint, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
-    import synthlab.hf.runs as runs
-    from synthlab.hf.runs import train_run
+    import synthlab.ouroboros.runs as runs
+    from synthlab.ouroboros.runs import train_run
 
     config = OuroborosTrainConfig(
         steps=6, seq_len=16, batch_size=8, grad_accum=2, lr=1e-2, warmup_steps=2, depths=(1, 2, 3), checkpoint_every=2
@@ -390,7 +390,7 @@ def test_training_resumes_bit_identically(checkpoint, tmp_path, monkeypatch):
 
 
 def test_per_document_rows_are_padded_and_padding_is_never_scored(checkpoint):
-    from synthlab.hf.data import PAD, documents
+    from synthlab.ouroboros.data import PAD, documents
 
     tokenizer = load_tokenizer(checkpoint)
     docs = _corpus_docs(3, 5)
@@ -411,7 +411,7 @@ def test_per_document_rows_are_padded_and_padding_is_never_scored(checkpoint):
 
 
 def test_a_lost_process_is_one_error_line(checkpoint, tmp_path, monkeypatch):
-    import synthlab.hf.runs as runs
+    import synthlab.ouroboros.runs as runs
 
     def lost(*args, **kwargs):  # what a collective raises when another torchrun process died (gloo)
         raise RuntimeError("[gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4711")

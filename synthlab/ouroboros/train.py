@@ -17,10 +17,10 @@ import torch
 from synthlab import distributed, engine
 from synthlab.engine import TrainState
 from synthlab.errors import SynthlabError
-from synthlab.hf.data import PAD
-from synthlab.hf.system import OuroborosLM, lm_loss
 from synthlab.optim import adamw, lr_factor
 from synthlab.options import OuroborosTrainConfig
+from synthlab.ouroboros.data import PAD
+from synthlab.ouroboros.system import OuroborosLM, lm_loss
 from synthlab.progress import Progress
 from synthlab.runs import float32_matmul
 

@@ -1,5 +1,5 @@
 """OUROBOROS across processes (torchrun, gloo, 2 processes on the CPU) on the tiny random Qwen2 of
-test_hf: data-parallel training with exact per-document means, FSDP (the base sharded, the same
+test_ouroboros: data-parallel training with exact per-document means, FSDP (the base sharded, the same
 losses, resume into it), evaluation split over the processes with the one-process numbers."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import torch
 
 pytest.importorskip("transformers")
 
-from test_hf import checkpoint, one_thread  # noqa: E402,F401  (fixtures)
+from test_ouroboros import checkpoint, one_thread  # noqa: E402,F401  (fixtures)
 
 from synthlab.distributed import World, check_shardable  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
-from synthlab.hf import OuroborosConfig  # noqa: E402
-from synthlab.hf.train import OuroborosTrainConfig  # noqa: E402
+from synthlab.ouroboros import OuroborosConfig  # noqa: E402
+from synthlab.ouroboros.train import OuroborosTrainConfig  # noqa: E402
 
 TINY = [
     "--seq-len",
@@ -90,7 +90,7 @@ def test_two_processes_train_padded_documents_as_one(checkpoint, tmp_path):
     # `torchrun --nproc-per-node 2 -m synthlab ouroboros train --per-document`: documents of 1 to 4
     # sentences padded to 40 tokens, so the two halves of a micro-batch hold different numbers of
     # targets; each process's mean weighted by its share gives the one-process loss and step
-    from test_hf import _corpus_docs
+    from test_ouroboros import _corpus_docs
 
     docs = [" ".join(d.split(" . ")[: 1 + i % 4]) + " ." for i, d in enumerate(_corpus_docs(40, 2))]
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
@@ -122,7 +122,7 @@ def test_two_processes_train_padded_documents_as_one(checkpoint, tmp_path):
 def test_fsdp_shards_the_base_trains_as_one_process_and_resumes_into_it(checkpoint, tmp_path, monkeypatch):
     # one process to the end, and one stopped after its step-2 checkpoint; the stopped run resumed
     # by 2 processes with the base sharded by FSDP ends where the whole run did
-    import synthlab.hf.runs as runs
+    import synthlab.ouroboros.runs as runs
 
     args = [
         "ouroboros",
@@ -208,7 +208,7 @@ def test_two_processes_evaluate_as_one(checkpoint, tmp_path):
 
 
 def test_fsdp_without_processes_to_shard_over_is_one_line(checkpoint, tmp_path):
-    from synthlab.hf.runs import eval_run, train_run
+    from synthlab.ouroboros.runs import eval_run, train_run
 
     config = OuroborosTrainConfig(steps=1, seq_len=16, batch_size=4, grad_accum=1, depths=(1,))
     with pytest.raises(SynthlabError, match=r"FSDP shards the model across processes and this is the only one"):
@@ -257,7 +257,7 @@ def test_under_fsdp_rank_0_reads_the_base_once_and_the_others_never(checkpoint, 
     """A 70B base on 8 ranks needed ~1 TB of host memory (every rank read the whole base, once per
     variant): now rank 0 reads it once per run and builds each variant's base on the same tensors;
     the other ranks build theirs on the meta device (their shards come from rank 0)."""
-    import synthlab.hf.runs as runs
+    import synthlab.ouroboros.runs as runs
     from synthlab.distributed import World
 
     reads = []
