@@ -61,8 +61,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from synthlab import config as configlib
-from synthlab import engine
+from synthlab import engine, serialize
 from synthlab.data import Batcher, load_dataset, training_examples
 from synthlab.distributed import World
 from synthlab.evaluate import GroupProbe, biography_recall, group_columns, group_label
@@ -358,10 +357,10 @@ def main() -> None:
     )
     vocab = len(ds.tokenizer)
 
-    mcfg = configlib.merge(
+    mcfg = serialize.merge(
         ModelConfig(vocab_size=vocab, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads), model_over
     )
-    tcfg = configlib.merge(
+    tcfg = serialize.merge(
         TrainConfig(
             task=task,
             seed=args.seed,
@@ -392,8 +391,8 @@ def main() -> None:
             "batch_seed": args.seed,
         },
         "synthlab": {
-            "model": configlib.to_dict(mcfg),
-            "train": configlib.to_dict(tcfg),
+            "model": serialize.to_dict(mcfg),
+            "train": serialize.to_dict(tcfg),
             "params": n_params(syn),
             "overrides": args.synthlab,
         },

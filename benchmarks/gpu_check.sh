@@ -46,7 +46,7 @@ if ! "$PY" -c "import tomli_w" 2>/dev/null; then  # a pure-python wheel: unpacki
     [ -f "$whl" ] && "$PY" -m zipfile -e "$whl" "$SITE" && echo "tomli_w from $whl"
   done
   if ! "$PY" -c "import sys; sys.path.insert(0, '$SITE'); import tomli_w" 2>/dev/null; then
-    # no wheel carried: a stand-in that imports (synthlab.config does) and fails only if TOML is written
+    # no wheel carried: a stand-in that imports (synthlab.serialize does) and fails only if TOML is written
     echo "warning: tomli_w missing and not in .whl/: a stand-in that cannot write TOML is used"
     printf 'def dumps(obj):\n    raise RuntimeError("tomli_w is not installed")\n' > "$SITE/tomli_w.py"
   fi

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from synthlab import config as configlib
+from synthlab import serialize
 from synthlab.models import (
     LoopedGPT,
     ModelConfig,
@@ -36,7 +36,7 @@ DEFAULT_FLOPS_PER_S = 2e10
 
 def size_metrics(run_config: dict[str, Any]) -> dict[str, Any]:
     """Unique and non-embedding parameters, and the training FLOPs, of a run's config.json."""
-    model_config = configlib.from_dict(ModelConfig, run_config["model"])
+    model_config = serialize.from_dict(ModelConfig, run_config["model"])
     model = build_model(model_config)
     derived = run_config["derived"]
     positions = derived["total_steps"] * run_config["train"]["batch_size"] * derived["seq_len"]

@@ -67,8 +67,8 @@ from typing import Any
 
 import tomllib
 
-from synthlab.config import content_hash
 from synthlab.errors import SynthlabError
+from synthlab.serialize import content_hash
 
 SECTIONS = ("data", "model", "train", "eval", "gate", "ouroboros")
 # Sections every resolved config carries; the others only where a definition sets them, so adding a

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from synthlab.config import content_hash
 from synthlab.errors import SynthlabError, from_tasks
+from synthlab.serialize import content_hash
 from synthlab_generators import writer
 from synthlab_generators.writer import sha256_file
 

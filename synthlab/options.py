@@ -20,11 +20,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from synthlab import config as configlib
-from synthlab.config import option
+from synthlab import serialize
 from synthlab.errors import SynthlabError
 from synthlab.models import KV_STRATEGIES, ModelConfig
 from synthlab.optim import SCHEDULES
+from synthlab.serialize import option
 from synthlab_generators import TASKS
 
 LOSSES = ("last", "mean", "ouro", "ouro_stage2")
@@ -254,13 +254,13 @@ def parse_point(config: dict[str, Any]) -> PointConfig:
     seed = fields.pop("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SynthlabError(f"data.seed must be an integer >= 0, got {seed!r}")
-    params = configlib.from_dict(spec.params_cls, fields, where="data.")
+    params = serialize.from_dict(spec.params_cls, fields, where="data.")
     if "vocab_size" in config["model"]:
         raise SynthlabError("model.vocab_size comes from the data; do not set it in an experiment")
-    model = configlib.from_dict(
+    model = serialize.from_dict(
         ModelConfig, {**config["model"], "vocab_size": spec.shape(params).vocab_size}, where="model."
     )
-    train = configlib.from_dict(TrainConfig, {**config["train"], "task": task}, where="train.")
+    train = serialize.from_dict(TrainConfig, {**config["train"], "task": task}, where="train.")
     stages = tuple(config.get("stages", ("train",)))  # names checked by the point runner (synthlab.stages.STAGES)
     point = PointConfig(
         task,
@@ -269,8 +269,8 @@ def parse_point(config: dict[str, Any]) -> PointConfig:
         dict(config["data"]),
         model,
         train,
-        configlib.from_dict(EvalOptions, config.get("eval", {}), where="eval."),
-        configlib.from_dict(GateOptions, config.get("gate", {}), where="gate."),
+        serialize.from_dict(EvalOptions, config.get("eval", {}), where="eval."),
+        serialize.from_dict(GateOptions, config.get("gate", {}), where="gate."),
         stages,
     )
     check_run(model, train)

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from synthlab import config as configlib
+from synthlab import serialize
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write, atomic_write_text, sha256_file, warn
 from synthlab.models import ModelConfig, build_model
@@ -86,9 +86,9 @@ def load_run(run_dir: str | Path) -> tuple[RunConfig, dict[str, Any]]:
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise SynthlabError(f"{run_dir} is not a run directory (no config.json)")
-    data = configlib.load_dict(path)
+    data = serialize.load_dict(path)
     derived = data.pop("derived", {})
-    return configlib.from_dict(RunConfig, data), derived
+    return serialize.from_dict(RunConfig, data), derived
 
 
 def clear_unstarted(run_dir: str | Path) -> bool:

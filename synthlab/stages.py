@@ -18,12 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from synthlab.config import content_hash
 from synthlab.cost import estimate_seconds, gpu_cost, size_metrics
 from synthlab.errors import SynthlabError, from_tasks
 from synthlab.files import cached_dir
 from synthlab.options import PointConfig, parse_point
 from synthlab.results import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
+from synthlab.serialize import content_hash
 
 __all__ = ["columns", "estimate_seconds", "gpu_cost", "gpu_memory_gib", "parse", "run_point"]
 
@@ -154,14 +154,14 @@ _OPERATIONAL = {
 def check_same_run(run_dir: Path, wanted) -> None:
     """Refuse to reuse or resume `run_dir` for a point whose configuration (`wanted`, a RunConfig) is
     not the one the run was trained with: a changed default or definition keeps a point's id."""
-    from synthlab import config as configlib
+    from synthlab import serialize
     from synthlab.runs import load_run
 
     stored, _ = load_run(run_dir)
     changed = []
     for section, old, new in [
         ("model", stored.model.as_built(), wanted.model.as_built()),
-        ("train", configlib.to_dict(stored.train), configlib.to_dict(wanted.train)),
+        ("train", serialize.to_dict(stored.train), serialize.to_dict(wanted.train)),
     ]:
         changed += [
             f"{section}.{k} {old.get(k)!r} -> {new.get(k)!r}"
@@ -186,14 +186,14 @@ def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
 
     import torch
 
-    from synthlab import config as configlib
+    from synthlab import serialize
 
     with tempfile.TemporaryDirectory() as tmp:
         if run is None:
             args = ["--resume", str(run_dir)]
         else:
             config = Path(tmp) / "run.json"
-            config.write_text(json.dumps(configlib.to_dict(run)))
+            config.write_text(json.dumps(serialize.to_dict(run)))
             args = ["--config", str(config), "--out", str(run_dir)]
         command = [
             sys.executable,

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from synthlab import checkpointer, distributed, engine
-from synthlab import config as configlib
+from synthlab import serialize as configlib
 from synthlab.board import Loggers, check_loggers
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.engine import TrainState

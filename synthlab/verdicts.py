@@ -268,7 +268,7 @@ def frozen(info: dict, rule) -> tuple[str, bool]:
 
 def parse_rules(raw: Any, where: str) -> tuple[Rule, ...]:
     """The `[[verdicts]]` tables of a definition, checked."""
-    from synthlab.config import from_dict
+    from synthlab.serialize import from_dict
 
     if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
         raise SynthlabError(f"{where}: `verdicts` must be an array of tables ([[verdicts]])")
@@ -409,7 +409,7 @@ class LawRule:
 
 def parse_law_rules(raw: Any, where: str) -> tuple[LawRule, ...]:
     """The `[[laws]]` tables of a definition, checked."""
-    from synthlab.config import from_dict
+    from synthlab.serialize import from_dict
 
     if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
         raise SynthlabError(f"{where}: `laws` must be an array of tables ([[laws]])")

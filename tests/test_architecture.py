@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS = [
     ("synthlab_generators", 0),
     ("synthlab.errors", 1),
-    ("synthlab.config", 1),
+    ("synthlab.serialize", 1),
     ("synthlab.files", 1),
     ("synthlab.tokenizer", 1),
     ("synthlab.schema", 1),

@@ -10,7 +10,6 @@ from test_models_recipe import OPTIONS as RECIPE_OPTIONS  # the recipe options: 
 from torch.utils.flop_counter import FlopCounterMode
 
 from synthlab import SynthlabError
-from synthlab.config import from_dict, load, save, to_dict
 from synthlab.models import (
     ModelConfig,
     build_model,
@@ -23,6 +22,7 @@ from synthlab.models import (
     ouro_stage2_loss,
     token_losses,
 )
+from synthlab.serialize import from_dict, load, save, to_dict
 
 V, S = 50, 12
 # GPT-2's head (tied to the embedding, as the reference computations below write it out) and init

@@ -176,7 +176,7 @@ def test_generators_import_nothing_from_synthlab():
 
 
 def test_the_task_package_has_its_own_error_and_the_lab_meets_it_as_its_own(tmp_path):
-    from synthlab import config as configlib
+    from synthlab import serialize
     from synthlab.files import check_out
 
     assert issubclass(errors.SynthlabError, common.TaskError) and not hasattr(common, "SynthlabError")
@@ -184,7 +184,7 @@ def test_the_task_package_has_its_own_error_and_the_lab_meets_it_as_its_own(tmp_
         TASKS["mano"].params_cls(L=0)
     assert type(raised.value) is common.TaskError  # the generators raise their own type
     with pytest.raises(errors.SynthlabError, match="--L"):  # the lab's entry points turn it into the lab's
-        configlib.from_dict(TASKS["mano"].params_cls, {"L": 0})
+        serialize.from_dict(TASKS["mano"].params_cls, {"L": 0})
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(errors.SynthlabError, match="not empty"):

@@ -10,7 +10,7 @@ import signal
 import pytest
 import torch
 
-from synthlab import config as configlib
+from synthlab import serialize
 from synthlab.cli.train import resolve_run_config
 from synthlab.errors import SynthlabError
 from synthlab.models import ModelConfig, build_model
@@ -156,7 +156,7 @@ def test_exposures_set_the_length_and_config_round_trips(tmp_path, datasets):
     derived = saved.pop("derived")
     assert derived["pack"] is True
     assert derived["total_steps"] == math.ceil(2.0 * derived["rows_per_epoch"] / 4)
-    assert configlib.to_dict(configlib.from_dict(type(run), saved)) == configlib.to_dict(run)
+    assert serialize.to_dict(serialize.from_dict(type(run), saved)) == serialize.to_dict(run)
     assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["batcher"]["epoch"] >= 1
 
 

@@ -20,9 +20,9 @@ import typer
 from typer.core import TyperGroup
 
 from synthlab.cli import flags
-from synthlab.config import to_dict
 from synthlab.errors import SynthlabError
 from synthlab.progress import Progress
+from synthlab.serialize import to_dict
 from synthlab_generators import TASKS, TaskSpec, write_dataset
 
 

@@ -35,7 +35,7 @@ _DEVICE_HELP = "Device (default: cuda if available, else cpu)."
 def _build(**kwargs) -> None:
     import torch
 
-    from synthlab import config as cfgio
+    from synthlab import serialize
     from synthlab.files import atomic_write_text
     from synthlab.options import OuroborosConfig
     from synthlab.ouroboros.checkpoint import base_layers, load_base, meta_base, resolve_dtype
@@ -46,7 +46,7 @@ def _build(**kwargs) -> None:
     if (base is None) == (base_config is None):
         raise SynthlabError("give exactly one of --base PATH or --base-config CONFIG.json")
     check_writable(out)
-    config = cfgio.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
+    config = serialize.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
     resolve_split(base_layers(base or base_config), config)
     if base is not None:
         dev = resolve_device(device or "auto")
@@ -91,7 +91,7 @@ def _build_command():
 
 
 def _train(**kwargs) -> None:
-    from synthlab import config as cfgio
+    from synthlab import serialize
     from synthlab.distributed import reporting
     from synthlab.options import OuroborosConfig, OuroborosTrainConfig
     from synthlab.ouroboros.checkpoint import base_layers
@@ -100,9 +100,9 @@ def _train(**kwargs) -> None:
 
     base, corpus, out, variants, config = (kwargs.pop(k) for k in ("base", "corpus", "out", "variants", "config"))
     check_writable(out)
-    train_config = cfgio.load(OuroborosTrainConfig, config) if config else OuroborosTrainConfig()
-    train_config = cfgio.merge(train_config, flags.given(kwargs, OuroborosTrainConfig))
-    ouroboros = cfgio.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
+    train_config = serialize.load(OuroborosTrainConfig, config) if config else OuroborosTrainConfig()
+    train_config = serialize.merge(train_config, flags.given(kwargs, OuroborosTrainConfig))
+    ouroboros = serialize.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
     resolve_split(base_layers(base), ouroboros)  # a bad split is an error before the base is read
     names = [v.strip() for v in variants.split(",") if v.strip()]
     run = train_run(

@@ -27,7 +27,7 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
 
     Paths (the data folder, init_from) are stored absolute, so the run folder works from anywhere.
     """
-    from synthlab import config as configlib
+    from synthlab import serialize
     from synthlab.data import load_dataset
     from synthlab.models import ModelConfig
     from synthlab.options import TrainConfig
@@ -45,7 +45,7 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
     for key in ("data", "init_from"):
         if train_dict.get(key):
             train_dict[key] = str(Path(train_dict[key]).resolve())
-    train_cfg = configlib.from_dict(TrainConfig, train_dict, where="train.")
+    train_cfg = serialize.from_dict(TrainConfig, train_dict, where="train.")
     if not train_cfg.data:
         raise SynthlabError("no data folder: pass --data DIR (or train.data in the config file)")
     data = load_dataset(train_cfg.data, train_cfg.task or None)
@@ -55,12 +55,12 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
         raise SynthlabError(
             f"model.vocab_size is {model_dict['vocab_size']} but the data's vocabulary has {vocab} tokens"
         )
-    train_cfg = configlib.merge(train_cfg, {"task": data.task})
-    return RunConfig(configlib.from_dict(ModelConfig, model_dict, where="model."), train_cfg)
+    train_cfg = serialize.merge(train_cfg, {"task": data.task})
+    return RunConfig(serialize.from_dict(ModelConfig, model_dict, where="model."), train_cfg)
 
 
 def _train(**kwargs) -> None:
-    from synthlab import config as configlib
+    from synthlab import serialize
     from synthlab.data import unverified_data
     from synthlab.models import ModelConfig
     from synthlab.options import TrainConfig
@@ -91,7 +91,7 @@ def _train(**kwargs) -> None:
     else:
         if out is None:
             raise SynthlabError("--out RUN_DIR is required (or --resume RUN_DIR)")
-        file = configlib.load_dict(config) if config else {}
+        file = serialize.load_dict(config) if config else {}
         with unverified_data(not verify):
             run = resolve_run_config(file, model_flags, train_flags)
             result = run_training(out, run, progress=progress)
@@ -111,14 +111,14 @@ def _auto_resume(out: Path | None, config: Path | None, model_flags: dict, train
     """--resume auto: the run in --out to continue (checked to be the run the options describe), or
     None to start it there. Under torchrun every process decides before any writes: rank 0 writes
     only after a collective all of them join (synthlab.train), so all see the same folder."""
-    from synthlab import config as configlib
+    from synthlab import serialize
     from synthlab.stages import check_same_run
 
     if out is None:
         raise SynthlabError("--resume auto needs --out RUN_DIR (the run to start, or to continue when it is there)")
     if not (Path(out) / "config.json").is_file():
         return None
-    file = configlib.load_dict(config) if config else {}
+    file = serialize.load_dict(config) if config else {}
     check_same_run(Path(out), resolve_run_config(file, model_flags, train_flags))
     return Path(out)
 

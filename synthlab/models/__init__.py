@@ -12,7 +12,7 @@
 
 Where each mechanism of the papers (docs/claims.md) lives, reading top to bottom:
 
-config.py      ModelConfig: every option below; JSON/TOML round trip via synthlab.config.
+config.py      ModelConfig: every option below; JSON/TOML round trip via synthlab.serialize.
 layers.py      the GPT-2-style base: RMSNorm / LayerNorm (`norm_type`), pre-norm or sandwich norm
                (`norm`), RoPE (`Rotary`, `positions = "rope"`), causal attention through
                scaled_dot_product_attention with document masking (`attention_mask`) and a KV

@@ -12,7 +12,7 @@ The layer stack is split into three parts (all counts are distinct layers, i.e. 
 - topology "sandwich" (Huginn / "Done Right"): prelude once, core `loops` times with input
   injection of the prelude output, coda once.
 
-The config round-trips through JSON/TOML with `synthlab.config` (to_dict / from_dict / save / load);
+The config round-trips through JSON/TOML with `synthlab.serialize` (to_dict / from_dict / save / load);
 validation lives in __post_init__ and raises SynthlabError naming the field.
 """
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from synthlab.config import option, to_dict
 from synthlab.errors import SynthlabError
+from synthlab.serialize import option, to_dict
 
 MLP_KINDS = ("gelu", "swiglu")
 # Decode-time KV-cache strategies of `generate` (one cache per (step, layer) at prefill).

@@ -4,7 +4,7 @@ and written with no network.
 
 The mixin itself is not used: it would serialise the config with `dataclasses.asdict` (no
 validation, unknown keys passed through) and write its own README; here the config goes through
-synthlab.config, so a misspelt or invalid field fails with one line naming it. A run folder
+synthlab.serialize, so a misspelt or invalid field fails with one line naming it. A run folder
 (config.json with a [model] section, model.safetensors written at the end of training) also loads
 with `from_pretrained`.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from synthlab import config as configlib
+from synthlab import serialize
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write, atomic_write_text
 from synthlab.models.config import ModelConfig
@@ -53,10 +53,10 @@ class PretrainedMixin:
         if found is not None:
             if found[1]:
                 raise SynthlabError(f"{folder} is a training run: save_pretrained into another folder")
-            configlib.from_dict(ModelConfig, found[0])  # ours to replace
+            serialize.from_dict(ModelConfig, found[0])  # ours to replace
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write(folder / WEIGHTS, lambda tmp: save_model(self, str(tmp)))
-        atomic_write_text(folder / CONFIG, json.dumps(configlib.to_dict(self.config), indent=2) + "\n")
+        atomic_write_text(folder / CONFIG, json.dumps(serialize.to_dict(self.config), indent=2) + "\n")
         return folder
 
     @classmethod
@@ -71,7 +71,7 @@ class PretrainedMixin:
         if not (folder / WEIGHTS).is_file():
             hint = " (an unfinished run: synthlab.load_model reads its checkpoint)" if found[1] else ""
             raise SynthlabError(f"{folder} has no {WEIGHTS}{hint}")
-        config = configlib.from_dict(ModelConfig, found[0])
+        config = serialize.from_dict(ModelConfig, found[0])
         model = cls(config).to(device)  # type: ignore[call-arg]
         try:
             load_model(model, str(folder / WEIGHTS), device=str(device))

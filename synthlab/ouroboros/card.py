@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from synthlab import config as configlib
+from synthlab import serialize
 from synthlab.runs import RunConfig
 
 _FRONT_MATTER = """---
@@ -86,9 +86,9 @@ def model_card(run_dir: str | Path, run: RunConfig, derived: dict[str, Any], dat
             _block(dataset),
             f"sha256 of the dataset files at training start: {'recorded in config.json' if derived.get('data_sha256') else 'not recorded'}.\n",
             "## Model configuration\n",
-            _block(configlib.to_dict(run.model)),
+            _block(serialize.to_dict(run.model)),
             "## Training recipe\n",
-            _block(configlib.to_dict(run.train)),
+            _block(serialize.to_dict(run.train)),
             "Derived at training start:\n",
             _block({k: v for k, v in derived.items() if k != "data_sha256"}),
             final,

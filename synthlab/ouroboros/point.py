@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from synthlab import config as cfgio
-from synthlab.config import content_hash
+from synthlab import serialize
 from synthlab.errors import SynthlabError
 from synthlab.ouroboros.system import LOOPED_VARIANTS, OuroborosConfig
 from synthlab.ouroboros.train import OuroborosTrainConfig
+from synthlab.serialize import content_hash
 
 
 @dataclass
@@ -67,10 +67,10 @@ class OuroborosOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            **cfgio.to_dict(self.system),
-            **cfgio.to_dict(self.train),
-            **cfgio.to_dict(self.eval),
-            **cfgio.to_dict(self.source),
+            **serialize.to_dict(self.system),
+            **serialize.to_dict(self.train),
+            **serialize.to_dict(self.eval),
+            **serialize.to_dict(self.source),
         }
 
 
@@ -83,7 +83,7 @@ def parse_section(raw: dict[str, Any]) -> OuroborosOptions:
         raise SynthlabError(f"ouroboros.{unknown[0]}: unknown field (have {', '.join(sorted(set().union(*names)))})")
     options = OuroborosOptions(
         *(
-            cfgio.from_dict(cls, {k: v for k, v in raw.items() if k in keys}, where="ouroboros.")
+            serialize.from_dict(cls, {k: v for k, v in raw.items() if k in keys}, where="ouroboros.")
             for cls, keys in zip(classes, names)
         )
     )

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import torch
 
-from synthlab import config as cfgio
-from synthlab import distributed
+from synthlab import distributed, serialize
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write, warn
 from synthlab.ouroboros.checkpoint import empty_base, load_base, load_tokenizer, resolve_dtype
@@ -200,8 +199,8 @@ def _train_run(
         "text_field": text_field,
         "attn": attn,
         "variants": variants,
-        "ouroboros": cfgio.to_dict(config),
-        "train": cfgio.to_dict(train_config),
+        "ouroboros": serialize.to_dict(config),
+        "train": serialize.to_dict(train_config),
         "sequences": {"train": len(train_seqs), "heldout": len(heldout)},
     }
     trained = any((out / v / name).is_file() for v in VARIANTS for name in (STATE, CHECKPOINT, LOG))
@@ -275,8 +274,8 @@ def eval_run(
     if not (run_dir / "run.json").is_file():
         raise SynthlabError(f"run directory '{run_dir}' has no run.json (train into it first)")
     run = json.loads((run_dir / "run.json").read_text())
-    config = cfgio.from_dict(OuroborosConfig, run["ouroboros"])
-    train_config = cfgio.from_dict(OuroborosTrainConfig, run["train"])
+    config = serialize.from_dict(OuroborosConfig, run["ouroboros"])
+    train_config = serialize.from_dict(OuroborosTrainConfig, run["train"])
     if not depths or min(depths) < 1 or max(depths) > config.max_steps:
         raise SynthlabError(f"depths must lie in 1..{config.max_steps}, got {depths}")
     unfinished = [v for v in run["variants"] if not (run_dir / v / LOG).is_file()]

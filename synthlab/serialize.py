@@ -1,4 +1,4 @@
-"""Typed dataclass configs that round-trip to JSON and TOML.
+"""Typed dataclass configs to and from JSON and TOML: the one serialiser of every config.
 
 Every config in synthlab (generator params, model, training, sweeps) is a dataclass. This module
 turns them into plain dicts and back, strictly: an unknown key is an error that names the key and
