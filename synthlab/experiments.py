@@ -17,8 +17,8 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
     [base.data]   ...                # generator parameters (+ seed)
     [base.model]  ...                # ModelConfig fields
     [base.train]  ...                # TrainConfig fields
-    [base.eval]   ...                # EvalOptions fields (synthlab.options)
-    [base.gate]   ...                # GateOptions (stage "gate": Ouro stage II, synthlab.options)
+    [base.eval]   ...                # EvalOptions fields (synthlab.configs)
+    [base.gate]   ...                # GateOptions (stage "gate": Ouro stage II, synthlab.configs)
     [base.ouroboros] ...             # stage "ouroboros" (after "export"): synthlab.ouroboros.point
 
     [presets.smoke]                  # a preset overrides base sections, may repeat training over

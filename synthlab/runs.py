@@ -30,10 +30,10 @@ from typing import Any
 import torch
 
 from synthlab import serialize
+from synthlab.configs import TrainConfig
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write, atomic_write_text, sha256_file, warn
 from synthlab.models import ModelConfig, build_model
-from synthlab.options import TrainConfig
 
 WEIGHTS = "model.safetensors"
 CHECKPOINT = "checkpoint.pt"  # the newest checkpoint-<step>.pt under a fixed name

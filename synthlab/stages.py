@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from synthlab.configs import PointConfig, parse_point
 from synthlab.cost import estimate_seconds, gpu_cost, size_metrics
 from synthlab.errors import SynthlabError, from_tasks
 from synthlab.files import cached_dir
-from synthlab.options import PointConfig, parse_point
 from synthlab.results import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
 from synthlab.serialize import content_hash
 

@@ -45,6 +45,7 @@ import torch
 from synthlab import checkpointer, distributed, engine
 from synthlab import serialize as configlib
 from synthlab.board import Loggers, check_loggers
+from synthlab.configs import TrainConfig, check_run
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.engine import TrainState
 from synthlab.errors import SynthlabError
@@ -54,7 +55,6 @@ from synthlab.models import build_model
 from synthlab.models.layers import Block
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
 from synthlab.optim import adamw, lr_factor
-from synthlab.options import TrainConfig, check_run
 from synthlab.progress import Progress
 from synthlab.runs import (
     RunConfig,

@@ -20,7 +20,7 @@ FLOORS = [
     ("synthlab.models", 2),
     ("synthlab.scaling", 3),
     ("synthlab.optim", 4),
-    ("synthlab.options", 4),
+    ("synthlab.configs", 4),
     ("synthlab.runs", 4),
     ("synthlab.board", 4),
     ("synthlab.data", 4),

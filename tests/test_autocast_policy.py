@@ -270,7 +270,7 @@ def test_normal_initial_state_is_drawn_on_the_state_device_from_the_generator():
 
 
 def test_tf32_is_on_for_cuda_float32_matmuls_by_default_and_can_be_turned_off():
-    from synthlab.options import TrainConfig
+    from synthlab.configs import TrainConfig
 
     assert TrainConfig(steps=1).tf32 and not TrainConfig(steps=1, tf32=False).tf32
     before = torch.get_float32_matmul_precision()

@@ -14,8 +14,8 @@ from test_checkpointing import saved_bytes
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from synthlab import cost, experiments, stages, sweep
+from synthlab.configs import parse_point
 from synthlab.models import ModelConfig, activation_bytes_per_token, build_model, flops_per_token
-from synthlab.options import parse_point
 
 B, S = 8, 128
 MEASURED = {

@@ -12,11 +12,11 @@ transformers = pytest.importorskip("transformers")
 from typer.testing import CliRunner  # noqa: E402
 
 from synthlab.cli import app  # noqa: E402
+from synthlab.configs import TrainConfig  # noqa: E402
 from synthlab.data import Dataset  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
 from synthlab.files import new_file_mode  # noqa: E402
 from synthlab.models import ModelConfig, build_model  # noqa: E402
-from synthlab.options import TrainConfig  # noqa: E402
 from synthlab.ouroboros.checkpoint import load_tokenizer  # noqa: E402
 from synthlab.ouroboros.export import export_model, qwen2_refusal  # noqa: E402
 from synthlab.runs import RunConfig  # noqa: E402

@@ -6,8 +6,8 @@ import pytest
 import torch
 from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
+from synthlab.configs import TrainConfig
 from synthlab.errors import SynthlabError
-from synthlab.options import TrainConfig
 from synthlab.runs import load_checkpoint
 from synthlab.train import train
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import synthlab
+from synthlab.configs import TrainConfig
 from synthlab.errors import SynthlabError
 from synthlab.models import LoopedGPT, ModelConfig, build_model
-from synthlab.options import TrainConfig
 from synthlab.runs import RunConfig
 
 CONFIG = ModelConfig(

@@ -99,7 +99,7 @@ def test_cost_estimate_shapes_match_the_generated_data(name, tmp_path):
 
 
 def test_eval_results_flatten_to_columns():
-    from synthlab.options import EvalOptions
+    from synthlab.configs import EvalOptions
     from synthlab.results import eval_metrics
 
     result = {

@@ -12,10 +12,10 @@ import torch
 
 from synthlab import serialize
 from synthlab.cli.train import resolve_run_config
+from synthlab.configs import TrainConfig
 from synthlab.errors import SynthlabError
 from synthlab.models import ModelConfig, build_model
 from synthlab.optim import lr_factor
-from synthlab.options import TrainConfig
 from synthlab.runs import load_checkpoint
 from synthlab.train import build_optimizer, train
 from synthlab_generators import TASKS, write_dataset

@@ -270,7 +270,7 @@ def test_the_report_finds_a_shipped_definition_from_any_directory(tmp_path, monk
 def test_every_rule_names_arms_its_presets_train(name):
     """A rule that applies to a claim-testing preset (cpu, gpu) compares values that preset's grid trains
     (else it could only say "no data"); columns made by evaluation (kv, strategy) are not checked."""
-    from synthlab.options import parse_point
+    from synthlab.configs import parse_point
     from synthlab.results import describe, factor_column
 
     experiment = experiments.load(name)

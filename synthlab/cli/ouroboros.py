@@ -36,8 +36,8 @@ def _build(**kwargs) -> None:
     import torch
 
     from synthlab import serialize
+    from synthlab.configs import OuroborosConfig
     from synthlab.files import atomic_write_text
-    from synthlab.options import OuroborosConfig
     from synthlab.ouroboros.checkpoint import base_layers, load_base, meta_base, resolve_dtype
     from synthlab.ouroboros.system import OuroborosLM, describe_split, resolve_split, summary
     from synthlab.runs import resolve_device
@@ -65,7 +65,7 @@ def _build(**kwargs) -> None:
 
 def _build_command():
     """`synthlab ouroboros build`: every OuroborosConfig field is a flag (help from the field)."""
-    from synthlab.options import OuroborosConfig
+    from synthlab.configs import OuroborosConfig
 
     params = [
         flags.option("out", Path, ..., "--out", "Folder to write summary.json into."),
@@ -92,8 +92,8 @@ def _build_command():
 
 def _train(**kwargs) -> None:
     from synthlab import serialize
+    from synthlab.configs import OuroborosConfig, OuroborosTrainConfig
     from synthlab.distributed import reporting
-    from synthlab.options import OuroborosConfig, OuroborosTrainConfig
     from synthlab.ouroboros.checkpoint import base_layers
     from synthlab.ouroboros.runs import train_run
     from synthlab.ouroboros.system import resolve_split
@@ -130,7 +130,7 @@ def _train(**kwargs) -> None:
 
 def _train_command():
     """`synthlab ouroboros train`: every OuroborosTrainConfig and OuroborosConfig field is a flag."""
-    from synthlab.options import OuroborosConfig, OuroborosTrainConfig
+    from synthlab.configs import OuroborosConfig, OuroborosTrainConfig
 
     params = [
         flags.option("base", Path, ..., "--base", "Local Qwen2 checkpoint folder (with its tokenizer)."),

@@ -28,9 +28,9 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
     Paths (the data folder, init_from) are stored absolute, so the run folder works from anywhere.
     """
     from synthlab import serialize
+    from synthlab.configs import TrainConfig
     from synthlab.data import load_dataset
     from synthlab.models import ModelConfig
-    from synthlab.options import TrainConfig
     from synthlab.runs import RunConfig
 
     for section in file:
@@ -61,9 +61,9 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
 
 def _train(**kwargs) -> None:
     from synthlab import serialize
+    from synthlab.configs import TrainConfig
     from synthlab.data import unverified_data
     from synthlab.models import ModelConfig
-    from synthlab.options import TrainConfig
     from synthlab.train import train as run_training
 
     out, config, resume = kwargs.pop("out"), kwargs.pop("config"), kwargs.pop("resume")
@@ -139,8 +139,8 @@ def _setting(text: str) -> tuple[str, str, Any]:
 
 def _train_command():
     """`synthlab train`: every ModelConfig and TrainConfig field is a flag (help from the field)."""
+    from synthlab.configs import TrainConfig
     from synthlab.models import ModelConfig
-    from synthlab.options import TrainConfig
 
     params = [
         flags.option("out", Optional[Path], None, "--out", "New (or empty) run directory to create."),

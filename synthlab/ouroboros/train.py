@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 from synthlab import distributed, engine
+from synthlab.configs import OuroborosTrainConfig
 from synthlab.engine import TrainState
 from synthlab.errors import SynthlabError
 from synthlab.optim import adamw, lr_factor
-from synthlab.options import OuroborosTrainConfig
 from synthlab.ouroboros.data import PAD
 from synthlab.ouroboros.system import OuroborosLM, lm_loss
 from synthlab.progress import Progress

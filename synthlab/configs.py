@@ -1,4 +1,4 @@
-"""Typed options, one object per concern, shared by the CLI, run folders and sweeps.
+"""Typed configs, one dataclass per concern, shared by the CLI, run folders and sweeps.
 
 - `ModelConfig` (synthlab.models): the architecture.
 - `TrainConfig`: optimisation and data settings of one training run.
