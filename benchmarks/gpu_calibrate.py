@@ -52,7 +52,7 @@ def train_step(model, cfg, inputs, targets, doc_ids, checkpoint: bool, compile: 
 
 def largest_points(count: int) -> list:
     """The `count` gpu-preset points with the largest predicted peak memory (one per experiment)."""
-    from synthlab import cost, experiments, stages
+    from synthlab import cost, experiments, point_runner
 
     best = {}
     for name in experiments.available():
@@ -60,7 +60,7 @@ def largest_points(count: int) -> list:
         if "gpu" not in exp.presets:
             continue
         for point in exp.points("gpu"):
-            typed = stages.parse(point.config)
+            typed = point_runner.parse(point.config)
             if "ouroboros" in typed.stages and typed.ouroboros is not None and typed.ouroboros.source.base:
                 continue
             gib = cost.gpu_cost(typed)["peak_gib"]
@@ -121,10 +121,10 @@ def memory(args, part: Part, device: torch.device) -> None:
 
 
 def packed(args, part: Part, device: torch.device) -> None:
-    from synthlab import experiments, stages
+    from synthlab import experiments, point_runner
     from synthlab.models import build_model, flops_per_token
 
-    point = stages.parse(experiments.load("capacity").points("gpu")[-1].config)
+    point = point_runner.parse(experiments.load("capacity").points("gpu")[-1].config)
     rows, seq = (2, 64) if args.dry_run else (point.train.batch_size // point.train.grad_accum, 512)
     kinds = ("sdpa",) if args.dry_run else ("sdpa", "flex")
     peak = part.data["peak_bf16_flops"]

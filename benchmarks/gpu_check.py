@@ -140,7 +140,7 @@ def mano_gpu_shape(dry: bool):
     """(ModelConfig of the gpu preset's most looped point at its largest L, TrainConfig, row length);
     dry: 1 x 2 layers of d = 32, 2 rows of 16."""
     from synthlab import experiments
-    from synthlab.stages import parse
+    from synthlab.point_runner import parse
 
     points = [parse(p.config) for p in experiments.load("mano").points("gpu")]
     # the most looped point (2 x 6 today), at its largest L

@@ -261,7 +261,7 @@ def parse_point(config: dict[str, Any]) -> PointConfig:
         ModelConfig, {**config["model"], "vocab_size": spec.shape(params).vocab_size}, where="model."
     )
     train = serialize.from_dict(TrainConfig, {**config["train"], "task": task}, where="train.")
-    stages = tuple(config.get("stages", ("train",)))  # names checked by the point runner (synthlab.stages.STAGES)
+    stages = tuple(config.get("stages", ("train",)))  # names checked by the point runner (synthlab.point_runner.STAGES)
     point = PointConfig(
         task,
         params,

@@ -263,7 +263,7 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
             raise SynthlabError(f"{where}: missing key '{key}'")
     if source.endswith(".toml") and Path(source).stem != raw["name"]:
         raise SynthlabError(f"{where}: name '{raw['name']}' does not match the file name")
-    from synthlab.stages import STAGES
+    from synthlab.point_runner import STAGES
 
     stages = tuple(raw["stages"])
     bad = [s for s in stages if s not in STAGES]

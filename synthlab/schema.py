@@ -2,7 +2,7 @@
 
 A family is one column (`accuracy`) or one per value of its key (`acc_step_<t>`: t = 1..T). Each
 names its type, the stage that writes it (`engine`: the sweep engine; `describe`: what was
-trained, whatever the grid axes were; the others: a stage of `synthlab.stages`) and what it means.
+trained, whatever the grid axes were; the others: a stage of `synthlab.point_runner`) and what it means.
 Besides these, every grid axis that is not a descriptor is a column under its own name
 (`train.lr`). `synthlab columns` prints this table; results, plots and reports read names here.
 """

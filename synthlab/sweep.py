@@ -19,7 +19,7 @@ table; a point killed before its metrics file exists reruns (its training resume
 checkpoint in its run dir); a point killed after it gets its row on the next run without rerunning.
 
 The engine does not know what a point does: a point runner (`PointRunner`, a module) does the
-work; the lab's is `synthlab.stages` (generate, train, evaluate); tests pass a cheap one. Workers
+work; the lab's is `synthlab.point_runner` (generate, train, evaluate); tests pass a cheap one. Workers
 (spawn processes, Ray tasks) import the runner module by name.
 Executors: in process (`jobs=1`), a spawn process pool (`jobs>1`), a process per model on its
 GPUs, or Ray tasks (`executor="ray"`): GPUs as `synthlab.devices` assigns them. The driver adds

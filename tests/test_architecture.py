@@ -35,7 +35,7 @@ FLOORS = [
     ("synthlab.ouroboros", 5),
     ("synthlab.results", 6),
     ("synthlab.cost", 6),
-    ("synthlab.stages", 6),
+    ("synthlab.point_runner", 6),
     ("synthlab.experiments", 6),
     ("synthlab.sweep", 6),
     ("synthlab.devices", 6),

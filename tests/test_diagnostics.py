@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, plots, stages, sweep
+from synthlab import experiments, plots, point_runner, sweep
 from synthlab.cli import app
 from synthlab.report import write_report
 from synthlab.results import RESULTS, read_rows
@@ -157,7 +157,7 @@ def test_bad_eval_every_is_one_error_line(tmp_path):
 
 
 def test_sweep_results_figure_and_report_carry_the_per_length_columns(tmp_path):
-    sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=stages, progress=False)
+    sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=point_runner, progress=False)
     rows = read_rows(tmp_path / RESULTS)
     assert len(rows) == 2
     for row in rows:

@@ -130,9 +130,9 @@ def test_sweep_stages_run_on_the_device_the_model_trained_on(tmp_path, monkeypat
     import json
 
     import synthlab.evaluate
-    from synthlab import experiments, stages
+    from synthlab import experiments, point_runner
 
-    real_train = stages.train_model
+    real_train = point_runner.train_model
 
     def trained_on_cuda(point, data_dir, model_dir, nproc=0):
         metrics = real_train(point, data_dir, model_dir, nproc)
@@ -147,11 +147,11 @@ def test_sweep_stages_run_on_the_device_the_model_trained_on(tmp_path, monkeypat
     def evaluate_run(run_dir, *, device="auto", **options):
         raise Reached(device)
 
-    monkeypatch.setattr(stages, "train_model", trained_on_cuda)
+    monkeypatch.setattr(point_runner, "train_model", trained_on_cuda)
     monkeypatch.setattr(synthlab.evaluate, "evaluate_run", evaluate_run)
     point = experiments.load("mano").points("smoke")[0]
     with pytest.raises(Reached, match="cuda"):
-        stages.run_point(stages.parse(point.config), tmp_path / "run", cache_dir=tmp_path / "cache")
+        point_runner.run_point(point_runner.parse(point.config), tmp_path / "run", cache_dir=tmp_path / "cache")
 
 
 def test_processes_poll_for_a_stop_without_a_host_sync_every_step(monkeypatch):
@@ -167,10 +167,10 @@ def test_processes_poll_for_a_stop_without_a_host_sync_every_step(monkeypatch):
 def test_the_gpu_dry_run_counts_the_hosts_work():
     """Packing (every epoch of a packed task), checkpoints (20 per gpu point) and evaluation appear
     beside the GPU hours, at host rates measured on this machine; what the GPU waits for is in gpu_h."""
-    from synthlab import cost, experiments, stages
+    from synthlab import cost, experiments, point_runner
 
-    capacity = stages.parse(experiments.load("capacity").points("gpu")[-1].config)
-    mano = stages.parse(experiments.load("mano").points("gpu")[-1].config)
+    capacity = point_runner.parse(experiments.load("capacity").points("gpu")[-1].config)
+    mano = point_runner.parse(experiments.load("mano").points("gpu")[-1].config)
     assert "pack_h" not in cost.gpu_cost(mano)  # no host rates in use: the GPU's hours alone
     bare = cost.gpu_cost(capacity)
     rates = cost.host_rates(repeats=1)
@@ -193,9 +193,9 @@ def test_a_gpu_checks_calibration_recosts_the_presets(tmp_path):
     times the trainer's share of a bare loop, and the memory ratio; a dry run's file is refused."""
     import json
 
-    from synthlab import cost, experiments, stages
+    from synthlab import cost, experiments, point_runner
 
-    point = stages.parse(experiments.load("capacity").points("gpu")[-1].config)
+    point = point_runner.parse(experiments.load("capacity").points("gpu")[-1].config)
     point = type(point)(**{**vars(point), "train": type(point.train)(**{**vars(point.train), "compile": True})})
     assumed = cost.gpu_cost(point)
     path = tmp_path / "cost_calibration.json"

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from synthlab import experiments, plots, stages, sweep  # noqa: E402
+from synthlab import experiments, plots, point_runner, sweep  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
 
 TOML = Path(__file__).resolve().parents[1] / "experiments" / "ouroboros.toml"
@@ -20,7 +20,7 @@ TOML = Path(__file__).resolve().parents[1] / "experiments" / "ouroboros.toml"
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("ouroboros-smoke")
-    sweep.run_sweep(experiments.load(TOML), "smoke", out, runner=stages, progress=False)
+    sweep.run_sweep(experiments.load(TOML), "smoke", out, runner=point_runner, progress=False)
     return out
 
 
@@ -49,8 +49,8 @@ def test_smoke_preset_runs_every_variant_and_seed_on_one_base(smoke):
 @pytest.mark.slow  # the smoke sweep: trains, exports and trains OUROBOROS variants
 def test_rerun_has_nothing_to_do_and_the_plot_shows_seeds(smoke, monkeypatch):
     before = (smoke / "results.csv").read_text()
-    monkeypatch.setattr(stages, "run_point", lambda *a, **k: pytest.fail("a finished point ran again"))
-    sweep.run_sweep(experiments.load(TOML), "smoke", smoke, runner=stages, progress=False)
+    monkeypatch.setattr(point_runner, "run_point", lambda *a, **k: pytest.fail("a finished point ran again"))
+    sweep.run_sweep(experiments.load(TOML), "smoke", smoke, runner=point_runner, progress=False)
     assert (smoke / "results.csv").read_text() == before
     paths = plots.plot("ouroboros", plots.read_results(smoke), smoke / "figures")
     assert [p.name for p in paths] == ["ouroboros.png", "ouroboros.svg"] and all(p.stat().st_size for p in paths)
@@ -77,17 +77,17 @@ def test_bad_points_fail_with_one_line(change, message):
     config = _smoke_config()
     change(config)
     with pytest.raises(SynthlabError, match=message):
-        stages.parse(config)
+        point_runner.parse(config)
 
 
 def test_every_preset_validates_and_gpu_uses_the_given_checkpoint():
     exp = experiments.load(TOML)
     for preset in experiments.PRESETS:
-        assert sweep.parse_points(stages, exp, preset, exp.points(preset))
-    gpu = [stages.parse(p.config) for p in exp.points("gpu")]
+        assert sweep.parse_points(point_runner, exp, preset, exp.points(preset))
+    gpu = [point_runner.parse(p.config) for p in exp.points("gpu")]
     assert {p.ouroboros.system.variant for p in gpu} == {"controller", "static", "nogate"}
     assert {p.ouroboros.train.seed for p in gpu} == {0, 1, 2}
-    assert all(p.ouroboros.source.base and stages.columns(p) == ["loss_base"] for p in gpu)
+    assert all(p.ouroboros.source.base and point_runner.columns(p) == ["loss_base"] for p in gpu)
     first = gpu[0].ouroboros
     assert (
         first.system.rank,
@@ -102,8 +102,8 @@ def test_a_given_checkpoint_trains_no_synthlab_base(smoke, tmp_path):
     table = plots.read_results(smoke)
     run_dir = Path(table["run_dir"].iloc[0])
     corpus = next((smoke / "datasets").glob("bios-*")) / "train.jsonl"
-    point = stages.parse(_smoke_config(base=str(run_dir / "qwen2"), corpus=str(corpus), steps=2))
-    metrics = stages.run_point(point, tmp_path / "run", cache_dir=tmp_path / "cache")
+    point = point_runner.parse(_smoke_config(base=str(run_dir / "qwen2"), corpus=str(corpus), steps=2))
+    metrics = point_runner.run_point(point, tmp_path / "run", cache_dir=tmp_path / "cache")
     assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "cache").exists()
     assert metrics["ouro_steps"] == 2 and metrics["loss_base"] == pytest.approx(table["loss_base"].iloc[0])
 
@@ -120,7 +120,7 @@ def test_the_cpu_static_control_has_the_controllers_trainable_parameters(tmp_pat
     from synthlab.ouroboros.checkpoint import meta_base
 
     points = {
-        p.factors["variant"]: stages.parse(p.config)
+        p.factors["variant"]: point_runner.parse(p.config)
         for p in experiments.load(TOML).points("cpu")
         if p.factors["seed"] == "0"
     }

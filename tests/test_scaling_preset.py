@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, stages, sweep
+from synthlab import experiments, point_runner, sweep
 from synthlab.cli import app
 from synthlab.data import Examples, pack_rows
 from synthlab.errors import SynthlabError
@@ -19,7 +19,7 @@ from synthlab.results import step_rows
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("scaling")
-    sweep.run_sweep(experiments.load("scaling"), "smoke", out, runner=stages, progress=False)
+    sweep.run_sweep(experiments.load("scaling"), "smoke", out, runner=point_runner, progress=False)
     return out, pd.read_csv(out / "results.csv")
 
 

@@ -38,8 +38,8 @@ def test_a_single_column_wins_over_a_pattern(column, pattern):
 
 
 def test_the_stages_columns_are_all_known():
-    # the columns each stage promises (synthlab.stages.STAGES) and those the builders write
-    from synthlab.stages import STAGES
+    # the columns each stage promises (synthlab.point_runner.STAGES) and those the builders write
+    from synthlab.point_runner import STAGES
 
     promised = [c for stage in STAGES.values() for c in stage.columns]
     written = [

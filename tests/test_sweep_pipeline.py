@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import experiments, schema, stages, sweep
+from synthlab import experiments, point_runner, schema, sweep
 from synthlab.results import RESULTS, factor_column, read_rows, step_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
@@ -27,7 +27,7 @@ def _cli(out: Path, preset: str) -> list[str]:
 
 
 def test_smoke_sweep_end_to_end(tmp_path):
-    results = sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=stages, progress=False)
+    results = sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=point_runner, progress=False)
     rows = {r["model"]: r for r in read_rows(results)}
     assert set(rows) == {"1x1", "1x2"}
     factors = {factor_column(axis) for point in experiments.load(FIXTURE).points("smoke") for axis in point.factors}
@@ -44,7 +44,7 @@ def test_smoke_sweep_end_to_end(tmp_path):
     # one dataset, generated once for both points
     assert len([p for p in (tmp_path / "datasets").iterdir() if not p.name.startswith(".")]) == 1
     before = _table(results)
-    sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=stages, progress=False)
+    sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=point_runner, progress=False)
     assert _table(results) == before
     # the step-wise export: one row per recurrent step, the last step's loss is the run's loss
     steps = step_rows(tmp_path)
@@ -88,8 +88,8 @@ def test_cost_estimate_shapes_match_the_generated_data(name, tmp_path):
     from synthlab.runs import RunConfig
     from synthlab.train import prepare_run
 
-    point = stages.parse(experiments.load(name).points("smoke")[0].config)
-    data_dir = stages.dataset(point, tmp_path)
+    point = point_runner.parse(experiments.load(name).points("smoke")[0].config)
+    data_dir = point_runner.dataset(point, tmp_path)
     data = load_dataset(data_dir, point.task)
     derived, _ = prepare_run(RunConfig(point.model, point.train), data)
     assert point.model.vocab_size == len(data.tokenizer)
@@ -120,7 +120,7 @@ def test_eval_results_flatten_to_columns():
 
 
 def _validate(experiment, preset):
-    return sweep.parse_points(stages, experiment, preset, experiment.points(preset))
+    return sweep.parse_points(point_runner, experiment, preset, experiment.points(preset))
 
 
 def test_definitions_are_checked_against_the_real_config_classes():
@@ -169,7 +169,7 @@ def test_gate_stage_trains_the_exit_gate_alone_and_evaluates_that_model(tmp_path
         experiments.parse(_gate_experiment(tomllib.loads(FIXTURE.read_text()))),
         "smoke",
         tmp_path,
-        runner=stages,
+        runner=point_runner,
         progress=False,
     )
     rows = read_rows(results)
@@ -204,10 +204,10 @@ def test_gate_section_needs_the_gate_stage_and_a_stage_one_model():
 
 def test_each_point_config_is_parsed_once_per_sweep(tmp_path, monkeypatch):
     calls = []
-    original = stages.parse_point
-    monkeypatch.setattr(stages, "parse_point", lambda config: calls.append(1) or original(config))
+    original = point_runner.parse_point
+    monkeypatch.setattr(point_runner, "parse_point", lambda config: calls.append(1) or original(config))
     experiment = experiments.load(FIXTURE)
-    sweep.run_sweep(experiment, "smoke", tmp_path, runner=stages, progress=False)
+    sweep.run_sweep(experiment, "smoke", tmp_path, runner=point_runner, progress=False)
     assert len(calls) == len(experiment.points("smoke"))
 
 
@@ -215,10 +215,10 @@ def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_p
     import dataclasses
 
     exp = experiments.load(FIXTURE)
-    results = sweep.run_sweep(exp, "smoke", tmp_path, runner=stages, progress=False)
+    results = sweep.run_sweep(exp, "smoke", tmp_path, runner=point_runner, progress=False)
     before = _table(results)
-    assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path, runner=stages)} == {"done"}
-    parse = stages.parse
+    assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path, runner=point_runner)} == {"done"}
+    parse = point_runner.parse
 
     def parse_under_a_new_default(config):  # as if TrainConfig's default warmup had changed since
         point = parse(config)
@@ -226,10 +226,10 @@ def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_p
             point, train=dataclasses.replace(point.train, warmup_steps=point.train.warmup_steps + 1)
         )
 
-    monkeypatch.setattr(stages, "parse", parse_under_a_new_default)
-    assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path, runner=stages)} == {"done, config changed"}
+    monkeypatch.setattr(point_runner, "parse", parse_under_a_new_default)
+    assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path, runner=point_runner)} == {"done, config changed"}
     capsys.readouterr()
-    sweep.run_sweep(exp, "smoke", tmp_path, runner=stages, progress=False)
+    sweep.run_sweep(exp, "smoke", tmp_path, runner=point_runner, progress=False)
     err = capsys.readouterr().err
     assert err.count("its row is kept, but") == 2 and "train.warmup_steps" in err
     assert _table(results) == before

@@ -55,7 +55,9 @@ def sweep(
         help="Trained-model store (default: the one this sweep used before, else OUT/runs); share it between sweeps to train a model once.",
     ),
     runner: Optional[str] = typer.Option(
-        None, "--runner", help="A point runner module (parse, run_point) (default: synthlab.stages, the lab's own)."
+        None,
+        "--runner",
+        help="A point runner module (parse, run_point) (default: synthlab.point_runner, the lab's own).",
     ),
     dry_run: bool = typer.Option(
         False,
@@ -85,7 +87,7 @@ def sweep(
     ),
 ) -> None:
     """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
-    from synthlab import experiments, stages
+    from synthlab import experiments, point_runner
     from synthlab import sweep as engine
 
     if launcher not in ("process", "torchrun"):
@@ -101,7 +103,7 @@ def sweep(
     if seeds is not None:
         exp = experiments.with_seeds(exp, preset, seeds)
     out = out or Path("runs") / f"{exp.name}-{preset}"
-    point_runner = engine.load_runner(runner) if runner else stages
+    runner_module = engine.load_runner(runner) if runner else point_runner
     if dry_run:
         if preset == "gpu":
             from synthlab import cost
@@ -109,7 +111,7 @@ def sweep(
             cost.use_host_rates(cost.host_rates())  # measured on this machine
             if calibration is not None:
                 cost.use_calibration(cost.load_calibration(calibration))
-        rows = engine.plan(exp, preset, out, runner=point_runner, runs_dir=runs, gpu=preset == "gpu")
+        rows = engine.plan(exp, preset, out, runner=runner_module, runs_dir=runs, gpu=preset == "gpu")
         _print_plan(rows, calibration)
         typer.echo(
             f"seeds per point: {exp.presets[preset].get('seeds', 1)} "
@@ -120,7 +122,7 @@ def sweep(
         exp,
         preset,
         out,
-        runner=point_runner,
+        runner=runner_module,
         jobs=jobs,
         executor=executor,
         ray_address=ray_address,
@@ -130,7 +132,7 @@ def sweep(
         nproc_per_node=nproc_per_node if launcher == "torchrun" else 0,
         reevaluate=reevaluate,
     )
-    if point_runner is stages:  # the lab's own columns: say what was measured
+    if runner_module is point_runner:  # the lab's own columns: say what was measured
         from synthlab.report import summary_lines
 
         for line in summary_lines(out):

@@ -112,7 +112,7 @@ def _auto_resume(out: Path | None, config: Path | None, model_flags: dict, train
     None to start it there. Under torchrun every process decides before any writes: rank 0 writes
     only after a collective all of them join (synthlab.train), so all see the same folder."""
     from synthlab import serialize
-    from synthlab.stages import check_same_run
+    from synthlab.point_runner import check_same_run
 
     if out is None:
         raise SynthlabError("--resume auto needs --out RUN_DIR (the run to start, or to continue when it is there)")
