@@ -225,7 +225,7 @@ class PointConfig:
     eval: EvalOptions = field(default_factory=EvalOptions)
     gate: GateOptions = field(default_factory=GateOptions)
     stages: tuple[str, ...] = ("train",)
-    ouroboros: Any = None  # stage ouroboros: synthlab.ouroboros.point.OuroborosOptions, parsed by the point runner
+    ouroboros: Any = None  # stage ouroboros: synthlab.ouroboros.stage.OuroborosOptions, parsed by the point runner
 
     @property
     def spec(self):

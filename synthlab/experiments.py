@@ -19,7 +19,7 @@ A definition (one file per experiment in the top-level `experiments/` folder, in
     [base.train]  ...                # TrainConfig fields
     [base.eval]   ...                # EvalOptions fields (synthlab.configs)
     [base.gate]   ...                # GateOptions (stage "gate": Ouro stage II, synthlab.configs)
-    [base.ouroboros] ...             # stage "ouroboros" (after "export"): synthlab.ouroboros.point
+    [base.ouroboros] ...             # stage "ouroboros" (after "export"): synthlab.ouroboros.stage
 
     [presets.smoke]                  # a preset overrides base sections, may repeat training over
     seeds = 3                        # seeds (see below) ...

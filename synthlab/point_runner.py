@@ -1,5 +1,5 @@
 """The lab's point runner: data (cached) -> train (resumable) -> [gate] -> eval / generate -> capacity;
-or train -> export (as a Qwen2 checkpoint) -> ouroboros (C11 on that checkpoint, synthlab.ouroboros.point).
+or train -> export (as a Qwen2 checkpoint) -> ouroboros (C11 on that checkpoint, synthlab.ouroboros.stage).
 
 This module is a point runner (the contract: `synthlab.sweep.PointRunner`); its stages are the
 registry `STAGES`, each with the columns it fills in the point's row (`synthlab.schema`), the
@@ -41,7 +41,7 @@ def parse(config: dict[str, Any]) -> PointConfig:
     if "ouroboros" not in point.stages:
         return point
     from synthlab.ouroboros.export import qwen2_refusal
-    from synthlab.ouroboros.point import parse_section
+    from synthlab.ouroboros.stage import parse_section
 
     if "ouroboros" not in config:
         raise SynthlabError("the ouroboros stage needs an [ouroboros] section")
@@ -327,7 +327,7 @@ def _export(work: Work) -> dict[str, Any]:  # once per trained model: the points
 
 
 def _ouroboros(work: Work) -> dict[str, Any]:
-    from synthlab.ouroboros.point import run_stage
+    from synthlab.ouroboros.stage import run_stage
 
     return run_stage(
         work.point.ouroboros, work.run_dir / "qwen2", work.data_dir / "train.jsonl", work.run_dir / "ouroboros"
@@ -364,7 +364,7 @@ def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int 
     """Run the point's stages in the registry's order (data first, training always); returns the
     row's metrics. nproc >= 1: the training stages run as torchrun jobs of nproc processes."""
     if _given_base(point):
-        from synthlab.ouroboros.point import run_stage
+        from synthlab.ouroboros.stage import run_stage
 
         return run_stage(point.ouroboros, None, None, Path(run_dir) / "ouroboros")
     work = Work(point, Path(run_dir), cache_dir, nproc, dataset(point, cache_dir), Path(run_dir) / "model")

@@ -103,7 +103,7 @@ def test_gpu_cost_counts_tokens_flops_and_hours_of_a_point():
 
 
 def test_ouroboros_cost_gives_back_the_measured_h200_steps():
-    from synthlab.ouroboros.point import parse_section
+    from synthlab.ouroboros.stage import parse_section
 
     for depth, (seconds, peak) in cost.OUROBOROS_3B_MEASURED.items():
         options = parse_section(

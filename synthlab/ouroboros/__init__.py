@@ -9,6 +9,7 @@ Public API:
     build_variant, train_run, eval_run                      (synthlab.ouroboros.runs: run folders)
     export_run, export_model, qwen2_refusal, hf_tokenizer   (synthlab.ouroboros.export: synthlab -> Qwen2)
     model_card                                              (synthlab.ouroboros.card: an export's README.md)
+    parse_section, run_stage                                (synthlab.ouroboros.stage: the sweep stage `ouroboros`)
 Importing this package imports torch (not transformers, which is loaded by the loaders).
 """
 
