@@ -44,13 +44,13 @@ import torch
 
 from synthlab import checkpointer, distributed, engine
 from synthlab import serialize as configlib
-from synthlab.board import Loggers, check_loggers
 from synthlab.configs import TrainConfig, check_run
 from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
 from synthlab.engine import TrainState
 from synthlab.errors import SynthlabError
 from synthlab.evaluate import GroupProbe
 from synthlab.files import atomic_write_text, check_writable, folder_lock
+from synthlab.loggers import Loggers, check_loggers
 from synthlab.models import build_model
 from synthlab.models.layers import Block
 from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses

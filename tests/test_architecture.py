@@ -22,7 +22,7 @@ FLOORS = [
     ("synthlab.optim", 4),
     ("synthlab.configs", 4),
     ("synthlab.runs", 4),
-    ("synthlab.board", 4),
+    ("synthlab.loggers", 4),
     ("synthlab.data", 4),
     ("synthlab.distributed", 4),
     ("synthlab.engine", 4),
