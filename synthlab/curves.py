@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from synthlab.draw import pyplot, save
 from synthlab.errors import SynthlabError
 from synthlab.plots import read_results
+from synthlab.plots.style import pyplot, save
 from synthlab.results import RESULTS, _model_dir
 from synthlab.runs import read_metrics
 

@@ -4,7 +4,7 @@ or, for a definition that names none, the generic figure of its grid.
 The generic figure draws the task's headline metric (generators' `TaskSpec.headline`, or another
 results column) against the grid's first axis, one line (a numeric axis) or bar (otherwise) per
 combination of the other axes; seeds are drawn as the mean with one standard error and every seed
-as a point (`synthlab.draw`).
+as a point (`synthlab.plots.style`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 
 from synthlab import experiments, plots
-from synthlab.draw import bars_and_seeds, mean_and_seeds, pyplot, save, seeds_note
 from synthlab.errors import SynthlabError
+from synthlab.plots.style import bars_and_seeds, mean_and_seeds, pyplot, save, seeds_note
 from synthlab.results import factor_column
 from synthlab.verdicts import SEED_COLUMNS
 

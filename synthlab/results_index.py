@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from synthlab.draw import seed_count
+from synthlab.plots.style import seed_count
 from synthlab.verdicts import LawRule
 
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")

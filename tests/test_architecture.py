@@ -46,7 +46,6 @@ FLOORS = [
     ("synthlab.rule_data", 6),
     ("synthlab.intervals", 6),
     ("synthlab.law_verdicts", 6),
-    ("synthlab.draw", 6),
     ("synthlab.figures", 6),
     ("synthlab.results_index", 6),
     ("synthlab.cli", 7),

@@ -4,7 +4,7 @@ Each plotter takes the table (a pandas DataFrame with the columns of `synthlab.r
 and an output folder, saves the figure as PNG and SVG, and returns the paths. Axes carry units:
 "bits", "parameters (unique)", "accuracy (%)", "tokens", "recurrent steps", "bytes". A sweep over
 seeds is drawn as the mean over seeds with a band (or bar) of one standard error, and every seed
-as a point (`synthlab.draw`); a heatmap cell shows the mean, and under it every seed's value (Mano)
+as a point (`synthlab.plots.style`); a heatmap cell shows the mean, and under it every seed's value (Mano)
 or the seeds' range (faithfulness).
 """
 
@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from synthlab import schema
-from synthlab.draw import bars_and_seeds, layer_passes, mean_and_seeds, pyplot, save, seed_count, seeds_note
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
+from synthlab.plots.style import bars_and_seeds, layer_passes, mean_and_seeds, pyplot, save, seed_count, seeds_note
 from synthlab.results import RESULTS, check_numbers, factor_column, read_rows
 
 STEP_COLUMN, DEPTH_COLUMN, AGREE_COLUMN = schema.ACC_STEP.regex, schema.LOSS_DEPTH.regex, schema.AGREE.regex

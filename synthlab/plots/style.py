@@ -1,4 +1,4 @@
-"""Drawing functions shared by the figures (`synthlab.plots`, `synthlab.curves`): matplotlib set up for
+"""Drawing functions shared by the figures (`synthlab.plots`: built-in kinds, generic, curves): matplotlib set up for
 files, figures saved reproducibly as PNG and SVG, and sweeps over seeds drawn as the mean over
 seeds with one standard error and every seed as a point.
 """
