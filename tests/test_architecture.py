@@ -40,7 +40,6 @@ FLOORS = [
     ("synthlab.sweep", 6),
     ("synthlab.devices", 6),
     ("synthlab.plots", 6),
-    ("synthlab.curves", 6),
     ("synthlab.report", 6),
     ("synthlab.verdicts", 6),
     ("synthlab.rule_data", 6),

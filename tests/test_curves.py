@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from synthlab.cli import app
 from synthlab.cli.train import resolve_run_config
-from synthlab.curves import collect
 from synthlab.errors import SynthlabError
+from synthlab.plots.curves import collect
 from synthlab.train import train
 from synthlab_generators import TASKS, write_dataset
 

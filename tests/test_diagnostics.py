@@ -231,7 +231,7 @@ def test_groups_of_the_other_tasks(tmp_path, task, params, heldout, train):
 
 
 def test_curves_draw_the_learning_curve_of_each_group(mano_run, tmp_path):
-    from synthlab import curves
+    from synthlab.plots import curves
 
     runs = curves.collect([mano_run / "run"])
     learning = curves._learning(runs)

@@ -21,7 +21,7 @@ def curves(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Figure directory (default: FIRST_RUN/figures)."),
 ) -> None:
     """Draw training curves (PNG and SVG) of one or many runs, overlaid with a legend."""
-    from synthlab import curves as curveslib
+    from synthlab.plots import curves as curveslib
 
     out = out or Path(runs[0]) / "figures"
     check_writable(out)
