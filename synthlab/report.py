@@ -23,8 +23,8 @@ import tomllib
 
 from synthlab import experiments, law_verdicts, plots, verdicts
 from synthlab.errors import SynthlabError
-from synthlab.figures import figures_of
 from synthlab.files import atomic_write_text
+from synthlab.plots.generic import figures_of
 from synthlab.results import factor_column
 from synthlab.schema import DESCRIPTORS
 from synthlab.sweep import read_info

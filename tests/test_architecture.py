@@ -45,7 +45,6 @@ FLOORS = [
     ("synthlab.rule_data", 6),
     ("synthlab.intervals", 6),
     ("synthlab.law_verdicts", 6),
-    ("synthlab.figures", 6),
     ("synthlab.results_index", 6),
     ("synthlab.cli", 7),
     ("synthlab.__main__", 7),

@@ -122,7 +122,7 @@ def test_index_pages_rebase_links_and_state_scale():
 
 
 def test_the_generic_figure_draws_a_numeric_axis_as_lines_and_names_a_missing_metric(tmp_path):
-    from synthlab import figures
+    from synthlab.plots import generic
 
     table = pd.DataFrame(
         {
@@ -132,9 +132,9 @@ def test_the_generic_figure_draws_a_numeric_axis_as_lines_and_names_a_missing_me
             "eval_loss": [1.0, 0.9, 0.5, 0.4, 1.1, 0.8, 0.6, 0.3],
         }
     )
-    paths = figures.plot_grid(table, tmp_path, "mine", ["seed", "d_model", "loops"], "eval_loss")
+    paths = generic.plot_grid(table, tmp_path, "mine", ["seed", "d_model", "loops"], "eval_loss")
     assert [p.name for p in paths] == ["mine.png", "mine.svg"] and all(p.stat().st_size > 0 for p in paths)
     svg = paths[1].read_text()
     assert "d_model" in svg and "loops" in svg  # the axis and the legend of the other factor
     with pytest.raises(SynthlabError, match="needs column 'accuracy'.*have d_model, loops, seed, eval_loss"):
-        figures.plot_grid(table, tmp_path, "mine", ["d_model"], "accuracy")
+        generic.plot_grid(table, tmp_path, "mine", ["d_model"], "accuracy")

@@ -221,13 +221,14 @@ def plot(
 ) -> None:
     """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv: its built-in figure, or
     the generic figure of its grid (a definition without `plot`, or --metric)."""
-    from synthlab import experiments, figures, plots
+    from synthlab import experiments, plots
+    from synthlab.plots import generic
 
     out = out or Path(sweep_dir) / "figures"
     check_writable(out)
     table = plots.read_results(sweep_dir)
     if name in experiments.available() or name.endswith(".toml"):
-        paths = figures.draw(experiments.load(name), table, out, metric=metric)
+        paths = generic.draw(experiments.load(name), table, out, metric=metric)
     else:
         paths = plots.plot(name, table, out)
     for path in paths:
