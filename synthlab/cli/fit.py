@@ -207,7 +207,9 @@ def fit(
             err=True,
         )
     if plot is not None:
-        scaling.plot_fit(fitted.law, [(g.title, g.data, g.result) for g in fitted.fits], plot)
+        from synthlab.plots.scaling import plot_fit
+
+        plot_fit(fitted.law, [(g.title, g.data, g.result) for g in fitted.fits], plot)
     if fitted.law.name == "steps":
         payload = {"law": law, "fits": [{"Tm": g.tm, **_fit_json(g)} for g in fitted.fits]}
     else:

@@ -1,4 +1,5 @@
-"""Loss scaling laws and a fast, exact fitter for them (numpy, scipy, pandas, matplotlib; no torch).
+"""Loss scaling laws and a fast, exact fitter for them (numpy, scipy, pandas; no torch). Their figures
+are drawn above, in `synthlab.plots.scaling`.
 
 - `laws`: the law type, sums of power laws, the registry and the built-in laws (chinchilla,
   looplm, steps, power), the runs to fit (`Data`) and `implausible` parameters.
@@ -8,7 +9,6 @@
 - `table`: `fit_table`, a law fitted to a results table with all of the above (`synthlab fit`), and
   the digest of the numbers a fit was fitted to (`data_digest`, `digest_now`), a fit's record
   as strict JSON (`fit_json`, `read_fit_json`).
-- `plots`: fit and residual plots.
 """
 
 from synthlab.scaling.laws import (
@@ -35,7 +35,6 @@ from synthlab.scaling.optimize import (
     huber_objective,
     minimize_batched,
 )
-from synthlab.scaling.plots import plot_fit
 from synthlab.scaling.table import (
     GroupFit,
     TableColumns,
@@ -105,7 +104,6 @@ __all__ = [
     "lack_of_fit",
     "lack_of_fit_test",
     "minimize_batched",
-    "plot_fit",
     "power_sum_law",
     "read_fit_json",
     "register_law",
