@@ -21,12 +21,12 @@ from pathlib import Path
 import pandas as pd
 import tomllib
 
-from synthlab import experiments, law_verdicts, plots, verdicts
+from synthlab import experiments, law_verdicts, verdicts
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.plots.generic import figures_of
-from synthlab.results import factor_column
-from synthlab.schema import DESCRIPTORS
+from synthlab.results import factor_column, read_results
+from synthlab.schema import ACC_STEP, AGREE, DESCRIPTORS
 from synthlab.sweep import read_info
 
 # Columns that identify a run, or repeat another column, or matter only for bookkeeping: in
@@ -70,9 +70,9 @@ def _repeats_a_factor(table: pd.DataFrame, column: str, factors: list[str]) -> b
 
 def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
     """Factors and metrics; per-step accuracies capped (the figure shows them), agreement cells dropped."""
-    columns = [c for c in table.columns if c not in _HIDDEN and not plots.AGREE_COLUMN.match(c)]
+    columns = [c for c in table.columns if c not in _HIDDEN and not AGREE.regex.match(c)]
     columns = [c for c in columns if c in factors or c not in DESCRIPTORS or not _repeats_a_factor(table, c, factors)]
-    steps = [c for c in columns if plots.STEP_COLUMN.match(c)]
+    steps = [c for c in columns if ACC_STEP.regex.match(c)]
     return [c for c in columns if c not in steps] + steps[:_MAX_STEP_COLUMNS]
 
 
@@ -167,7 +167,7 @@ def _section(
     sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool, folder: str
 ) -> tuple[str, list[verdicts.Verdict]]:
     info = read_info(sweep_dir)
-    table = plots.read_results(sweep_dir)
+    table = read_results(sweep_dir)
     name = info["experiment"]
     figure_dir = out_dir / folder
     order, factors, point_factors, rules, laws = _grid(info)
@@ -362,7 +362,7 @@ def summary_lines(sweep_dir: Path) -> list[str]:
     """One line per finished point of a sweep with its headline numbers (what `synthlab sweep`
     prints when it finishes): bits, bits/param and share of the data's bits for capacity sweeps,
     accuracy otherwise."""
-    table = plots.read_results(sweep_dir)
+    table = read_results(sweep_dir)
     label = table["model"].astype(str) if "model" in table else table["point_id"]
     lines = []
     for name, (_, row) in zip(label, table.iterrows()):

@@ -80,6 +80,29 @@ def check_numbers(table, path: Path):
     return table
 
 
+def read_results(sweep_dir: str | Path):
+    """A sweep's results.csv, its whole rows only (one cut short is left out, with a warning); a
+    grid-axis column that duplicates a descriptor (`model.loops` beside `loops`, written by older
+    versions) is dropped, one without its descriptor (`train.seed`) is renamed to it (`seed`)."""
+    import pandas as pd  # only readers of a whole table need it, not the sweep workers that append rows
+
+    path = Path(sweep_dir) / RESULTS
+    if not path.is_file():
+        raise SynthlabError(f"no results.csv in {sweep_dir} (run `synthlab sweep` first)")
+    rows = read_rows(path)
+    if not rows:
+        raise SynthlabError(f"{path} has no whole row (run `synthlab sweep` again to finish it)")
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    table = check_numbers(pd.read_csv(io.StringIO(text.getvalue())), path)  # types inferred as from the file
+    table = table.drop(columns=[c for c in table if factor_column(c) != c and factor_column(c) in table])
+    table = table.rename(columns={c: factor_column(c) for c in table})
+    table.attrs["sweep_dir"] = str(sweep_dir)  # where a plotter finds the sweep's saved fits (fit_looplm.json)
+    return table
+
+
 def cell_number(row: dict[str, str], column: str, path: Path) -> float:
     """The number in `row`'s cell `column` of the table at `path`; a SynthlabError naming it if it is not one."""
     try:

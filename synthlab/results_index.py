@@ -117,7 +117,7 @@ def write_index(
     for a page in out's folder; their links rebased)."""
     from synthlab.errors import SynthlabError
     from synthlab.files import atomic_write_text
-    from synthlab.plots import read_results
+    from synthlab.results import read_results
     from synthlab.sweep import read_info
 
     infos = [read_info(d) for d in sweep_dirs]

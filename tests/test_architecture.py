@@ -39,15 +39,15 @@ FLOORS = [
     ("synthlab.experiments", 6),
     ("synthlab.sweep", 6),
     ("synthlab.devices", 6),
-    ("synthlab.plots", 6),
-    ("synthlab.report", 6),
     ("synthlab.verdicts", 6),
     ("synthlab.rule_data", 6),
     ("synthlab.intervals", 6),
     ("synthlab.law_verdicts", 6),
-    ("synthlab.results_index", 6),
-    ("synthlab.cli", 7),
-    ("synthlab.__main__", 7),
+    ("synthlab.plots", 7),
+    ("synthlab.report", 7),
+    ("synthlab.results_index", 7),
+    ("synthlab.cli", 8),
+    ("synthlab.__main__", 8),
     ("synthlab", 1),  # the package itself: the version and the error type (+ lazy re-exports, see _imports)
 ]
 FORBIDDEN = {0: {"torch", "pandas", "synthlab", "transformers"}, 1: {"torch", "pandas"}, 3: {"torch", "transformers"}}

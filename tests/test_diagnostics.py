@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from synthlab import experiments, plots, point_runner, sweep
 from synthlab.cli import app
 from synthlab.report import write_report
-from synthlab.results import RESULTS, read_rows
+from synthlab.results import RESULTS, read_results, read_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
 runner = CliRunner()
@@ -173,7 +173,7 @@ def test_sweep_results_figure_and_report_carry_the_per_length_columns(tmp_path):
         ):
             assert row[column] != "", column
         assert float(row["acc_l2"]) == float(row["accuracy"]) and int(row["n_l2"]) == int(row["n_test"]) == 50
-    paths = plots.plot("mano", plots.read_results(tmp_path), tmp_path / "figures")
+    paths = plots.plot("mano", read_results(tmp_path), tmp_path / "figures")
     assert {p.name for p in paths} == {"mano.png", "mano.svg", "mano_lengths.png", "mano_lengths.svg"}
     report = write_report([tmp_path], tmp_path / "report" / "README.md").read_text()
     assert "train_acc_l1" in report and "mano_lengths.png" in report

@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 
 from synthlab import experiments, plots, point_runner, sweep  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
+from synthlab.results import read_results  # noqa: E402
 
 TOML = Path(__file__).resolve().parents[1] / "experiments" / "ouroboros.toml"
 
@@ -26,7 +27,7 @@ def smoke(tmp_path_factory):
 
 @pytest.mark.slow  # the smoke sweep: trains, exports and trains OUROBOROS variants
 def test_smoke_preset_runs_every_variant_and_seed_on_one_base(smoke):
-    table = plots.read_results(smoke)
+    table = read_results(smoke)
     assert sorted(zip(table["variant"], table["seed"])) == sorted(
         (v, s) for v in ("controller", "static", "nogate") for s in (0, 1)
     )
@@ -52,7 +53,7 @@ def test_rerun_has_nothing_to_do_and_the_plot_shows_seeds(smoke, monkeypatch):
     monkeypatch.setattr(point_runner, "run_point", lambda *a, **k: pytest.fail("a finished point ran again"))
     sweep.run_sweep(experiments.load(TOML), "smoke", smoke, runner=point_runner, progress=False)
     assert (smoke / "results.csv").read_text() == before
-    paths = plots.plot("ouroboros", plots.read_results(smoke), smoke / "figures")
+    paths = plots.plot("ouroboros", read_results(smoke), smoke / "figures")
     assert [p.name for p in paths] == ["ouroboros.png", "ouroboros.svg"] and all(p.stat().st_size for p in paths)
 
 
@@ -99,7 +100,7 @@ def test_every_preset_validates_and_gpu_uses_the_given_checkpoint():
 
 
 def test_a_given_checkpoint_trains_no_synthlab_base(smoke, tmp_path):
-    table = plots.read_results(smoke)
+    table = read_results(smoke)
     run_dir = Path(table["run_dir"].iloc[0])
     corpus = next((smoke / "datasets").glob("bios-*")) / "train.jsonl"
     point = point_runner.parse(_smoke_config(base=str(run_dir / "qwen2"), corpus=str(corpus), steps=2))

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from synthlab import plots
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
+from synthlab.plots import mechanisms, style, tasks
+from synthlab.plots import scaling as scaling_plots
 
 
 def _grid(**axes) -> pd.DataFrame:
@@ -116,17 +118,17 @@ def test_every_plot_writes_png_and_svg_with_labelled_axes(kind, tmp_path):
 
 def test_scaling_plot_fits_the_law_that_generated_the_fixture():
     table = _fixtures()["scaling"]
-    result = plots.fit_scaling(table[table["loops"] == 1])
+    result = scaling_plots.fit_scaling(table[table["loops"] == 1])
     assert result.law == "chinchilla" and result.r2 > 0.999
     assert result.params["E"] == pytest.approx(1.5, rel=0.02)
     assert result.params["alpha"] == pytest.approx(0.5, rel=0.05)
 
 
 def test_scaling_title_names_a_degenerate_fit_instead_of_its_constants():
-    fitted = plots.fit_scaling(_fixtures()["scaling"].query("loops == 1"))
-    assert plots.scaling_title(fitted).startswith("fitted chinchilla: R² = ")
+    fitted = scaling_plots.fit_scaling(_fixtures()["scaling"].query("loops == 1"))
+    assert scaling_plots.scaling_title(fitted).startswith("fitted chinchilla: R² = ")
     runaway = dataclasses.replace(fitted, params={**fitted.params, "A": float("inf"), "alpha": 90.0})
-    title = plots.scaling_title(runaway)
+    title = scaling_plots.scaling_title(runaway)
     assert title.startswith("chinchilla: degenerate fit") and "A=inf" in title and "alpha=90" in title
     assert "not identified" in title
     assert "beta=" not in title  # the plausible constants are not printed as if they meant something
@@ -134,7 +136,7 @@ def test_scaling_title_names_a_degenerate_fit_instead_of_its_constants():
 
 def test_agreement_matrix_is_rebuilt_from_its_columns():
     row = pd.Series({"loops": 3, **{f"agree_{i}_{j}": 10 * i + j for i in range(1, 4) for j in range(1, 4)}})
-    matrix = plots.agreement_matrix(row)
+    matrix = mechanisms.agreement_matrix(row)
     assert matrix.shape == (3, 3) and matrix[1, 2] == 23 and matrix[2, 0] == 31
 
 
@@ -262,7 +264,7 @@ def test_plots_over_seeds_show_the_mean_and_every_seed(kind, tmp_path):
     for column in ("accuracy", *[c for c in table if c.startswith("acc_step_")]):
         if column in table:
             table[column] = (table[column] + rng.normal(0, 0.02, len(table))).clip(0, 1)
-    assert plots.seed_count(table) == 3 and plots.seed_count(base) == 1
+    assert style.seed_count(table) == 3 and style.seed_count(base) == 1
     paths = plots.plot(kind, table, tmp_path)
     svg = next(p for p in paths if p.suffix == ".svg").read_text()
     assert "mean of 3 seeds" in svg  # the figure says what its marks are
@@ -283,9 +285,9 @@ def test_reach_pools_both_classes_of_a_distance_by_their_counts():
             "n_d2_no": [2, 2],
         }
     )
-    long = plots.reach_distances(table)
+    long = tasks.reach_distances(table)
     assert long[["loops", "distance", "acc"]].values.tolist() == [[1, 1, 0.75], [2, 1, 0.5], [1, 2, 0.75], [2, 2, 1.0]]
-    assert plots.reach_distances(table[["diameter", "loops"]]).empty  # a table from before
+    assert tasks.reach_distances(table[["diameter", "loops"]]).empty  # a table from before
 
 
 def test_mano_heatmap_shows_every_seed_under_the_mean(tmp_path):
@@ -315,8 +317,8 @@ def test_mano_lengths_draws_every_seed_as_a_point_beside_the_mean(tmp_path, monk
         for s in range(3)
     ]
     figures = []
-    monkeypatch.setattr(plots, "save", lambda fig, out, name: figures.append(fig) or [out / f"{name}.png"])
-    plots.plot_lengths(pd.DataFrame(rows), tmp_path)
+    monkeypatch.setattr(tasks, "save", lambda fig, out, name: figures.append(fig) or [out / f"{name}.png"])
+    tasks.plot_lengths(pd.DataFrame(rows), tmp_path)
     ax = figures[0].axes[0]
     points = {round(float(y), 6) for c in ax.collections for y in c.get_offsets()[:, 1]}
     for row in rows:  # every seed's own value is drawn, not only the mean over seeds

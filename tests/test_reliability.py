@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, plots, sweep
+from synthlab import experiments, sweep
 from synthlab import results as results_table
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
@@ -283,7 +283,7 @@ def test_a_half_written_results_row_reruns_its_point_with_a_warning(tmp_path, mo
     capsys.readouterr()
     rows = results_table.read_rows(results)
     assert len(rows) == 7 and "not a whole row" in capsys.readouterr().err
-    assert len(plots.read_results(tmp_path)) == 7  # plot and report show whole rows only, and say so
+    assert len(results_table.read_results(tmp_path)) == 7  # plot and report show whole rows only, and say so
     assert "not a whole row" in capsys.readouterr().err
     sweep.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)
     assert results.read_text() == whole  # the point's row is back, whole, once

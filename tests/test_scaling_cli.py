@@ -212,7 +212,8 @@ def test_a_fit_of_seeds_prints_and_saves_its_lack_of_fit(tmp_path):
 
 
 def test_the_scaling_figure_draws_the_saved_fit_of_the_same_numbers_and_refits_other_numbers(tmp_path):
-    from synthlab import plots
+    from synthlab.plots import scaling as scaling_plots
+    from synthlab.results import read_results
 
     path = looplm_table(tmp_path)
     out = run("looplm", path, "--bootstrap", "0", "--save", tmp_path / "fit_looplm.json")
@@ -221,27 +222,28 @@ def test_the_scaling_figure_draws_the_saved_fit_of_the_same_numbers_and_refits_o
     assert record["fit_space"]["log_E"] == pytest.approx(np.log(record["E"]))
     record["fit_space"]["log_E"] += 0.1  # marks the file's vector: a refit would not find it
     (tmp_path / "fit_looplm.json").write_text(json.dumps(record))
-    table = plots.read_results(tmp_path)
-    drawn = plots.fit_scaling(table)
+    table = read_results(tmp_path)
+    drawn = scaling_plots.fit_scaling(table)
     assert np.array_equal(drawn.theta, np.array(list(record["fit_space"].values())))
     assert drawn.params["E"] == pytest.approx(record["E"] * np.exp(0.1)) and drawn.r2 == record["r2"]
-    assert plots.plot_scaling(table, tmp_path / "figures")[0].is_file()
+    assert scaling_plots.plot_scaling(table, tmp_path / "figures")[0].is_file()
     changed = table.assign(loss=table["loss"] * 1.01)  # other numbers: the saved fit is not theirs
     assert scaling.saved_fit(table, tmp_path / "nowhere") is None
     with pytest.raises(SynthlabError, match="fitted to other numbers"):
         scaling.saved_fit(changed, tmp_path)
-    assert plots.fit_scaling(changed).params["E"] != pytest.approx(drawn.params["E"])  # refitted
+    assert scaling_plots.fit_scaling(changed).params["E"] != pytest.approx(drawn.params["E"])  # refitted
 
 
 def test_a_damaged_saved_fit_is_named_on_stderr_and_the_figure_refits(tmp_path, capsys):
-    from synthlab import plots
+    from synthlab.plots import scaling as scaling_plots
+    from synthlab.results import read_results
 
     path = looplm_table(tmp_path)
     assert run("looplm", path, "--bootstrap", "0", "--save", tmp_path / "fit_looplm.json").exit_code == 0
     (tmp_path / "fit_looplm.json").write_text('{"law": "looplm", "E": ')  # cut short
-    table = plots.read_results(tmp_path)
+    table = read_results(tmp_path)
     capsys.readouterr()
-    assert plots.fit_scaling(table).law == "looplm"
+    assert scaling_plots.fit_scaling(table).law == "looplm"
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(
         f"warning: cannot use {tmp_path / 'fit_looplm.json'}: JSONDecodeError"

@@ -223,10 +223,11 @@ def plot(
     the generic figure of its grid (a definition without `plot`, or --metric)."""
     from synthlab import experiments, plots
     from synthlab.plots import generic
+    from synthlab.results import read_results
 
     out = out or Path(sweep_dir) / "figures"
     check_writable(out)
-    table = plots.read_results(sweep_dir)
+    table = read_results(sweep_dir)
     if name in experiments.available() or name.endswith(".toml"):
         paths = generic.draw(experiments.load(name), table, out, metric=metric)
     else:

@@ -22,9 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from synthlab.errors import SynthlabError
-from synthlab.plots import read_results
 from synthlab.plots.style import pyplot, save
-from synthlab.results import RESULTS, _model_dir
+from synthlab.results import RESULTS, _model_dir, read_results
 from synthlab.runs import read_metrics
 
 EVAL_ACCURACY = re.compile(r"^eval/(train_)?acc_(.+)$")  # train.eval_every's records (synthlab.evaluate.GroupProbe)

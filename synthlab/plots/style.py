@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write
 
 
@@ -73,3 +74,13 @@ def seeds_note(table: pd.DataFrame) -> str:
     """What a figure's title adds for a table over several seeds ("" for one)."""
     n = seed_count(table)
     return f" (mean of {n} seeds ± s.e.; points: seeds)" if n > 1 else ""
+
+
+def need(table: pd.DataFrame, kind: str, *columns: str) -> None:
+    """Raise naming the columns a built-in figure `kind` needs that the table lacks."""
+    if missing := [c for c in columns if c not in table.columns]:
+        raise SynthlabError(f"plot '{kind}' needs column(s) {missing} in results.csv")
+
+
+def percent(table: pd.DataFrame, column: str = "accuracy") -> pd.Series:
+    return 100.0 * table[column]
