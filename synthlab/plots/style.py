@@ -1,6 +1,7 @@
-"""Drawing functions shared by the figures (`synthlab.plots`: built-in kinds, generic, curves): matplotlib set up for
-files, figures saved reproducibly as PNG and SVG, and sweeps over seeds drawn as the mean over
-seeds with one standard error and every seed as a point.
+"""Drawing functions shared by the figures (`synthlab.plots`: built-in kinds, generic, curves):
+matplotlib set up for files, figures saved reproducibly as PNG and SVG, sweeps over seeds drawn as
+the mean over seeds with one standard error and every seed as a point, and the check that a table
+has the columns a built-in figure needs.
 """
 
 from __future__ import annotations
