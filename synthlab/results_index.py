@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from synthlab.draw import seed_count
-from synthlab.verdicts import LawRule
+from synthlab.rules import LawRule
 
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 

@@ -46,7 +46,7 @@ from synthlab.experiments import Experiment, Point
 from synthlab.files import atomic_write_text, check_writable, die_with_parent, file_lock, warn
 from synthlab.progress import Progress
 from synthlab.results import RESULTS, append_rows, cell_number, factor_column, missing_columns, read_rows
-from synthlab.verdicts import record_rules
+from synthlab.rules import record_rules
 
 # --- work units: one trained model and the points evaluated on it --------------------------
 
@@ -383,7 +383,7 @@ def _command_line() -> str | None:
 
 def _record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir: Path, runs_dir: Path) -> None:
     """DIR/sweep.json: what this directory holds, the stores it uses outside it, and every command
-    that ran in it (for reports); its rules' fingerprints (`verdicts.record_rules`)."""
+    that ran in it (for reports); its rules' fingerprints (`rules.record_rules`)."""
     path = out / "sweep.json"
     with file_lock(out / "sweep.json.lock"):  # two sweeps may share a directory
         info = read_info(out) or {"commands": []}

@@ -43,6 +43,7 @@ FLOORS = [
     ("synthlab.curves", 6),
     ("synthlab.report", 6),
     ("synthlab.verdicts", 6),
+    ("synthlab.rules", 6),
     ("synthlab.rule_data", 6),
     ("synthlab.intervals", 6),
     ("synthlab.law_verdicts", 6),

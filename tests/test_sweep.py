@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, files, stages, sweep, verdicts
+from synthlab import experiments, files, rules, stages, sweep
 from synthlab import results as results_table
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
@@ -345,7 +345,7 @@ def test_reevaluate_runs_every_finished_point_again_on_its_model(tmp_path, monke
 def test_the_first_start_records_when_the_data_began_and_every_rule_then(tmp_path):
     exp = dataclasses.replace(
         experiments.load(FAKE),
-        verdicts=verdicts.parse_rules(
+        verdicts=rules.parse_rules(
             [
                 {
                     "claim": "C0",
@@ -362,13 +362,13 @@ def test_the_first_start_records_when_the_data_began_and_every_rule_then(tmp_pat
     )
     sweep.run_sweep(exp, "gpu", tmp_path, runner=RUNNER, progress=False)
     info = sweep.read_info(tmp_path)
-    fixed = verdicts.fingerprint(exp.verdicts[0])
-    assert info["rules"] == {fixed: info["data_began"]} and verdicts.frozen(info, exp.verdicts[0])[1] is False
+    fixed = rules.fingerprint(exp.verdicts[0])
+    assert info["rules"] == {fixed: info["data_began"]} and rules.frozen(info, exp.verdicts[0])[1] is False
     changed = dataclasses.replace(exp, verdicts=(dataclasses.replace(exp.verdicts[0], threshold=0.1),))
     sweep.run_sweep(changed, "gpu", tmp_path, runner=RUNNER, progress=False)  # nothing left to run
     info = sweep.read_info(tmp_path)
     assert info["rules"][fixed] == info["data_began"] and len(info["rules"]) == 2
-    assert verdicts.frozen(info, changed.verdicts[0])[1] is True  # first seen after the data began
+    assert rules.frozen(info, changed.verdicts[0])[1] is True  # first seen after the data began
 
 
 def test_seeds_overrides_the_presets_seeds_in_the_run_and_the_dry_run(tmp_path):
