@@ -28,7 +28,7 @@ from synthlab.files import atomic_write_text
 from synthlab.results import factor_column
 from synthlab.rules import LawRule, frozen
 from synthlab.schema import DESCRIPTORS
-from synthlab.sweep import read_info
+from synthlab.sweep_info import read_info
 
 # Columns that identify a run, or repeat another column, or matter only for bookkeeping: in
 # results.csv, left out of the report's tables.

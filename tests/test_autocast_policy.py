@@ -24,11 +24,11 @@ from synthlab import train as train_module
 from synthlab.cli.train import resolve_run_config
 from synthlab.devices import ray_resources
 from synthlab.evaluate import evaluate_run
+from synthlab.executor import Unit
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.losses import continue_logit, ouro_stage2_loss, token_losses
 from synthlab.models.recurrence import initial_state
 from synthlab.runs import float32_matmul
-from synthlab.sweep import Unit
 from synthlab.train import train
 from synthlab_generators import TASKS, write_dataset
 
