@@ -37,8 +37,6 @@ from synthlab.errors import SynthlabError
 from synthlab.rule_data import REQUIREMENT
 
 EXPECT = ("above", "below", "within")
-
-
 EACH_WORDS = re.compile(r"\beach\b|\bat l = L\b")  # a `says` with these claims a result per cell
 
 
