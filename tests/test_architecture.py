@@ -41,7 +41,7 @@ FLOORS = [
     ("synthlab.stages", 6),
     ("synthlab.experiments", 6),
     ("synthlab.sweep", 6),
-    ("synthlab.point_runner", 6),
+    ("synthlab.runners", 6),
     ("synthlab.executor", 6),
     ("synthlab.sweep_info", 6),
     ("synthlab.sweep_plan", 6),
