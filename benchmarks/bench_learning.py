@@ -65,10 +65,12 @@ from synthlab import engine, serialize
 from synthlab.configs import TrainConfig
 from synthlab.data import Batcher, load_dataset, training_examples
 from synthlab.distributed import World
-from synthlab.evaluate import GroupProbe, biography_recall, group_columns, group_label
+from synthlab.eval_groups import GroupProbe, group_columns, group_label
+from synthlab.evaluate import biography_recall
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.layers import attention_mask
-from synthlab.train import build_optimizer, lr_schedule, model_forward, step_losses, to_device
+from synthlab.objectives import model_forward, step_losses, to_device
+from synthlab.train import build_optimizer, lr_schedule
 from synthlab_generators import TASKS, write_dataset
 from synthlab_generators.bios import ATTRIBUTES
 

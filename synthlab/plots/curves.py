@@ -26,7 +26,7 @@ from synthlab.plots.style import pyplot, save
 from synthlab.results import RESULTS, _model_dir, read_results
 from synthlab.runs import read_metrics
 
-EVAL_ACCURACY = re.compile(r"^eval/(train_)?acc_(.+)$")  # train.eval_every's records (synthlab.evaluate.GroupProbe)
+EVAL_ACCURACY = re.compile(r"^eval/(train_)?acc_(.+)$")  # train.eval_every's records (synthlab.eval_groups.GroupProbe)
 
 
 @dataclass(frozen=True)
