@@ -3,7 +3,8 @@
 Each person has a unique full name (first x middle x last from pools of 400 / 400 / 1000), a
 gender, a birth date (12 months x 28 days x 200 years), a birth city (200), a university (300),
 a major (100) and an employer (263) whose headquarters city is the work city. Attributes are
-drawn uniformly and independently. The pools ship in `pools/` with their licence notice.
+drawn uniformly and independently. The pools ship in `pools/` with their licence notice
+(read in bios_words.py, with the sentence templates and the vocabulary).
 
 Files
   people.jsonl  one person a line: name, gender, birth_date {month (1-12), day, year},
@@ -43,106 +44,37 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from synthlab_generators.common import (SPECIAL_TOKENS, Dataset, TaskParams, TaskShape,
-                                         TaskSpec, chunked, json_line, param)
+from synthlab_generators.bios_words import (
+    ATTRIBUTES,
+    FIRST_YEAR,
+    GENDERS,
+    MONTHS,
+    N_DAYS,
+    N_YEARS,
+    PRONOUNS,
+    QUESTIONS,
+    TEMPLATES,
+    date_tokens,
+    ended_values,
+    pools,
+    tokens,
+    value_tokens,
+)
+from synthlab_generators.common import (
+    SPECIAL_TOKENS,
+    Dataset,
+    TaskParams,
+    TaskShape,
+    TaskSpec,
+    chunked,
+    json_line,
+    param,
+)
 
-POOLS = Path(__file__).parent / "pools"
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December")
-FIRST_YEAR, N_YEARS, N_DAYS = 1900, 200, 28
-ATTRIBUTES = ("birth_date", "birth_city", "university", "major", "work_city", "employer")
-
-# Placeholders: {S} the subject at the start of a sentence (the full name where the biography
-# names the person, else He / She), {s} a later subject (he / she), {p} a possessive (his / her;
-# "NAME 's" in the fullname variant), {V} the attribute value. Punctuation is already a separate
-# token. Every template starts with {S}, and the words before {V} of one template are never the
-# first words of another template (of any attribute): the test re-derives both from generated text.
-TEMPLATES = {
-    "birth_date": (
-        "{S} was born on {V} .", "{S} came into this world on {V} .", "{S} has a birthday on {V} .",
-        "{S} entered the world on {V} .", "{S} gives {V} as {p} date of birth .",
-        "{S} first saw the light of day on {V} .", "{S} was brought into the world on {V} .",
-        "{S} arrived on {V} .", "{S} was welcomed into the world on {V} .",
-        "{S} has been alive since {V} .", "{S} was welcomed by the family on {V} .",
-        "{S} began life on {V} .", "{S} was born early in the morning of {V} .",
-        "{S} has celebrated every birthday since {V} .", "{S} marks {V} as {p} date of birth .",
-        "{S} lists {V} as {p} birth date .", "{S} is recorded as born on {V} .",
-        "{S} was delivered on {V} .", "{S} started out in life on {V} .",
-        "{S} drew a first breath on {V} .", "{S} holds a birth certificate dated {V} .",
-        "{S} was born , according to the records , on {V} .",
-    ),
-    "birth_city": (
-        "{S} was born in {V} .", "{S} spent the early years in {V} .",
-        "{S} has a birthplace in {V} .", "{S} hails from {V} .", "{S} came into the world in {V} .",
-        "{S} is a native of {V} .", "{S} grew up in {V} , where {s} was born .",
-        "{S} regards {V} as {p} hometown .", "{S} was born and raised in {V} .",
-        "{S} has roots in {V} .", "{S} calls {V} {p} birthplace .", "{S} started life in {V} .",
-        "{S} first opened {p} eyes in {V} .", "{S} originally comes from {V} .",
-        "{S} names {V} as {p} place of birth .", "{S} was delivered in a hospital in {V} .",
-        "{S} traces {p} origins to {V} .", "{S} was welcomed by a family in {V} .",
-        "{S} was brought up in {V} , the city of {p} birth .", "{S} spent a childhood in {V} .",
-        "{S} is originally from {V} .", "{S} was raised in {V} .",
-    ),
-    "university": (
-        "{S} studied at {V} .", "{S} graduated from {V} .", "{S} attended {V} .",
-        "{S} was schooled at {V} .", "{S} is a graduate of {V} .",
-        "{S} completed a degree at {V} .", "{S} pursued higher education at {V} .",
-        "{S} counts {V} as {p} alma mater .", "{S} enrolled at {V} .",
-        "{S} spent the college years at {V} .", "{S} earned a degree from {V} .",
-        "{S} was educated at {V} .", "{S} went to college at {V} .", "{S} took classes at {V} .",
-        "{S} went to university at {V} .", "{S} holds a degree from {V} .",
-        "{S} did undergraduate work at {V} .", "{S} studied for a degree at {V} .",
-        "{S} was admitted to {V} .", "{S} spent four years at {V} .",
-        "{S} finished undergraduate studies at {V} .", "{S} was a student at {V} .",
-    ),
-    "major": (
-        "{S} majored in {V} .", "{S} read {V} in college .", "{S} had a major in {V} .",
-        "{S} specialized in {V} .", "{S} focused on {V} .", "{S} earned a degree in {V} .",
-        "{S} completed studies in {V} .", "{S} picked {V} as {p} field of study .",
-        "{S} chose {V} as {p} major .", "{S} concentrated on {V} .",
-        "{S} pursued a degree in {V} .", "{S} devoted {p} studies to {V} .",
-        "{S} graduated with a major in {V} .", "{S} took up {V} .",
-        "{S} made {V} {p} academic focus .", "{S} received training in {V} .",
-        "{S} obtained a degree in {V} .", "{S} dedicated the college years to {V} .",
-        "{S} learned {V} in college .", "{S} developed expertise in {V} .",
-        "{S} explored {V} as {p} field of study .", "{S} became a student of {V} .",
-    ),
-    "work_city": (
-        "{S} works in {V} .", "{S} is employed in {V} .", "{S} has a job in {V} .",
-        "{S} goes to a workplace in {V} .", "{S} spends the working days in {V} .",
-        "{S} commutes to work in {V} .", "{S} built a career in {V} .",
-        "{S} has an office in {V} .", "{S} earns a living in {V} .", "{S} found work in {V} .",
-        "{S} is based in {V} for work .", "{S} reports to work in {V} .",
-        "{S} relocated to {V} for work .", "{S} practices {p} profession in {V} .",
-        "{S} holds a position in {V} .", "{S} pursues a career in {V} .", "{S} works out of {V} .",
-        "{S} does {p} job in {V} .", "{S} moved to {V} to work .",
-        "{S} lives a professional life in {V} .", "{S} clocks in every day in {V} .",
-        "{S} is employed at an office in {V} .",
-    ),
-    "employer": (
-        "{S} works for {V} .", "{S} is employed by {V} .", "{S} gets paid by {V} .",
-        "{S} has a job at {V} .", "{S} works at {V} .", "{S} is on the staff of {V} .",
-        "{S} receives a salary from {V} .", "{S} joined {V} .", "{S} holds a position at {V} .",
-        "{S} is part of the team at {V} .", "{S} was hired by {V} .", "{S} serves at {V} .",
-        "{S} is a member of the workforce of {V} .", "{S} is on the books of {V} .",
-        "{S} builds a career at {V} .", "{S} draws a paycheck from {V} .",
-        "{S} is an employee of {V} .", "{S} is employed with {V} .", "{S} contributes to {V} .",
-        "{S} is on the payroll of {V} .", "{S} took a job with {V} .",
-        "{S} works as a staff member at {V} .",
-    ),
-}
-QUESTIONS = {
-    "birth_date": "When was {name} born ?", "birth_city": "Where was {name} born ?",
-    "university": "Which university did {name} attend ?", "major": "What did {name} study ?",
-    "work_city": "Where does {name} work ?", "employer": "Which company does {name} work for ?",
-}
-PRONOUNS = {"{S}": ("He", "She"), "{s}": ("he", "she"), "{p}": ("his", "her")}  # (male, female)
-GENDERS = ("male", "female")
 SPAN_KEYS = ("name", "gender", *ATTRIBUTES)
 
 
@@ -151,56 +83,26 @@ class BiosParams(TaskParams):
     """Parameters of `synthlab gen bios`."""
 
     n_people: int = param(1_000, "Number of people N (unique full names; at most 400 x 400 x 1000).")
-    variant: str = param("single", "single (one biography per person), multiM (M biographies "
-                                   "per person, e.g. multi5), permute (sentence order "
-                                   "shuffled), fullname (full name in every sentence).")
+    variant: str = param(
+        "single",
+        "single (one biography per person), multiM (M biographies "
+        "per person, e.g. multi5), permute (sentence order "
+        "shuffled), fullname (full name in every sentence).",
+    )
 
     def __post_init__(self) -> None:
         self.require_int("n_people", 1, name_values())
         multi = re.fullmatch(r"multi(\d+)", self.variant)
-        self.require(self.variant in ("single", "permute", "fullname")
-                     or (multi is not None and 1 <= int(multi.group(1)) <= 100), "variant",
-                     "must be single, permute, fullname or multiM with M in 1..100")
+        self.require(
+            self.variant in ("single", "permute", "fullname")
+            or (multi is not None and 1 <= int(multi.group(1)) <= 100),
+            "variant",
+            "must be single, permute, fullname or multiM with M in 1..100",
+        )
 
     @property
     def biographies_per_person(self) -> int:
         return int(self.variant[5:]) if self.variant.startswith("multi") else 1
-
-
-def value_tokens(value: str) -> tuple[str, ...]:
-    """A pool value as tokens: split on spaces, commas as separate tokens."""
-    return tuple(value.replace(",", " ,").split())
-
-
-@cache
-def pools() -> dict[str, tuple[str, ...]]:
-    """Pool name -> values, in file order (employer and work city split from company.txt)."""
-    def read(name: str) -> tuple[str, ...]:
-        lines = (POOLS / f"{name}.txt").read_text(encoding="utf-8").splitlines()
-        return tuple(line.strip() for line in lines if line.strip())
-
-    companies = [line.split(";") for line in read("company")]
-    out = {"first": read("first_name"), "middle": read("middle_name"),
-           "last": read("last_name"), "birth_city": read("city"),
-           "university": read("university"), "major": read("field"),
-           "employer": tuple(name.strip() for name, _ in companies),
-           "work_city": tuple(city.strip() for _, city in companies)}
-    for values in out.values():  # lines are formatted without a JSON encoder below
-        assert not any('"' in v or "\\" in v or "{" in v for v in values)
-    for key in ("first", "middle", "last"):  # a full name is NAME_TOKENS tokens
-        assert all(len(value_tokens(v)) == 1 for v in out[key])
-    return out
-
-
-@cache
-def ended_values() -> dict[str, frozenset[tuple[str, ...]]]:
-    """Attribute -> the values (as tokens) that are a token prefix of another of the same pool
-    ("Business" of "Business Administration"): their span takes in the template's next token."""
-    out = {}
-    for key in ATTRIBUTES[1:]:
-        values = {value_tokens(v) for v in pools()[key]}
-        out[key] = frozenset(a for a in values for b in values if len(b) > len(a) and b[:len(a)] == a)
-    return out
 
 
 def name_values() -> int:
@@ -214,30 +116,14 @@ def attribute_values() -> dict[str, int]:
     product is S0. The work city is the employer's headquarters, so it adds no values of its
     own and is scored with the employer."""
     p = pools()
-    return {"gender": len(GENDERS), "birth_date": len(MONTHS) * N_DAYS * N_YEARS,
-            "birth_city": len(p["birth_city"]), "university": len(p["university"]),
-            "major": len(p["major"]), "employer": len(p["employer"])}
-
-
-def date_tokens(month: int, day: int, year: int) -> tuple[str, ...]:
-    return (MONTHS[month - 1], str(day), ",", str(year))
-
-
-def tokens() -> list[str]:
-    """The closed vocabulary (without specials): template, question and pool words."""
-    words: dict[str, None] = {}
-    for text in [t for ts in TEMPLATES.values() for t in ts] + list(QUESTIONS.values()):
-        words.update(dict.fromkeys(w for w in text.split() if not w.startswith("{")))
-    for pair in PRONOUNS.values():
-        words.update(dict.fromkeys(pair))
-    words["'s"] = None
-    words.update(dict.fromkeys(MONTHS))
-    words.update(dict.fromkeys(str(d) for d in range(1, N_DAYS + 1)))
-    words.update(dict.fromkeys(str(y) for y in range(FIRST_YEAR, FIRST_YEAR + N_YEARS)))
-    for values in pools().values():
-        for value in values:
-            words.update(dict.fromkeys(value_tokens(value)))
-    return list(words)
+    return {
+        "gender": len(GENDERS),
+        "birth_date": len(MONTHS) * N_DAYS * N_YEARS,
+        "birth_city": len(p["birth_city"]),
+        "university": len(p["university"]),
+        "major": len(p["major"]),
+        "employer": len(p["employer"]),
+    }
 
 
 def _draw_people(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -246,9 +132,12 @@ def _draw_people(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     first, rest = np.divmod(names, len(p["middle"]) * len(p["last"]))
     middle, last = np.divmod(rest, len(p["last"]))
     return {
-        "first": first, "middle": middle, "last": last,
+        "first": first,
+        "middle": middle,
+        "last": last,
         "gender": rng.integers(0, 2, n),
-        "month": rng.integers(1, 13, n), "day": rng.integers(1, N_DAYS + 1, n),
+        "month": rng.integers(1, 13, n),
+        "day": rng.integers(1, N_DAYS + 1, n),
         "year": rng.integers(FIRST_YEAR, FIRST_YEAR + N_YEARS, n),
         "birth_city": rng.integers(0, len(p["birth_city"]), n),
         "university": rng.integers(0, len(p["university"]), n),
@@ -261,16 +150,19 @@ class _Person:
     """One person's full name and attribute values as token strings (built once)."""
 
     def __init__(self, draws: dict[str, list[int]], i: int, tok: dict) -> None:
-        self.name = " ".join(tok["first"][draws["first"][i]] + tok["middle"][draws["middle"][i]]
-                             + tok["last"][draws["last"][i]])
+        self.name = " ".join(
+            tok["first"][draws["first"][i]] + tok["middle"][draws["middle"][i]] + tok["last"][draws["last"][i]]
+        )
         self.gender = draws["gender"][i]
         employer = draws["employer"][i]
-        values = (date_tokens(draws["month"][i], draws["day"][i], draws["year"][i]),
-                  tok["birth_city"][draws["birth_city"][i]],
-                  tok["university"][draws["university"][i]],
-                  tok["major"][draws["major"][i]],
-                  tok["work_city"][employer],
-                  tok["employer"][employer])  # in ATTRIBUTES order
+        values = (
+            date_tokens(draws["month"][i], draws["day"][i], draws["year"][i]),
+            tok["birth_city"][draws["birth_city"][i]],
+            tok["university"][draws["university"][i]],
+            tok["major"][draws["major"][i]],
+            tok["work_city"][employer],
+            tok["employer"][employer],
+        )  # in ATTRIBUTES order
         self.values = [" ".join(v) for v in values]
         self.value_lengths = [len(v) for v in values]
         ended = ended_values()
@@ -292,9 +184,9 @@ class _Sentence:
     when the span comes after the value."""
 
     text: str
-    n_tokens: int                        # tokens besides the value's
+    n_tokens: int  # tokens besides the value's
     value_at: int
-    name_at: tuple[int, bool] | None     # (offset, after the value?) of the first full name
+    name_at: tuple[int, bool] | None  # (offset, after the value?) of the first full name
     pronoun_at: tuple[int, bool] | None  # (offset, after the value?) of the first pronoun
 
 
@@ -323,13 +215,18 @@ def _compile(template: str, mode: int, gender: int) -> _Sentence:
 @cache
 def _compiled() -> list[list[list[list[_Sentence]]]]:
     """[attribute][template][mode][gender] -> _Sentence."""
-    return [[[[_compile(t, mode, g) for g in range(len(GENDERS))]
-              for mode in (NAME_FIRST, PRONOUNS_ONLY, NAME_ALWAYS)]
-             for t in TEMPLATES[a]] for a in ATTRIBUTES]
+    return [
+        [
+            [[_compile(t, mode, g) for g in range(len(GENDERS))] for mode in (NAME_FIRST, PRONOUNS_ONLY, NAME_ALWAYS)]
+            for t in TEMPLATES[a]
+        ]
+        for a in ATTRIBUTES
+    ]
 
 
-def _biography(person: _Person, template_ids: list[int], order: list[int],
-               fullname: bool) -> tuple[str, dict[str, tuple[int, int]]]:
+def _biography(
+    person: _Person, template_ids: list[int], order: list[int], fullname: bool
+) -> tuple[str, dict[str, tuple[int, int]]]:
     """The text of one biography and the [start, end) token spans of the first full name, the
     first pronoun and each value."""
     compiled = _compiled()
@@ -361,8 +258,7 @@ def generate(params: BiosParams, rng: np.random.Generator) -> Dataset:
 
     per_person = params.biographies_per_person
     n_bios = n * per_person
-    template_ids = np.stack([rng.integers(0, len(TEMPLATES[a]), n_bios) for a in ATTRIBUTES],
-                            axis=1).tolist()
+    template_ids = np.stack([rng.integers(0, len(TEMPLATES[a]), n_bios) for a in ATTRIBUTES], axis=1).tolist()
     orders = np.tile(np.arange(len(ATTRIBUTES)), (n_bios, 1))
     if params.variant == "permute":
         orders = rng.permuted(orders, axis=1)
@@ -374,40 +270,47 @@ def generate(params: BiosParams, rng: np.random.Generator) -> Dataset:
             person = b % n  # multiM: round r holds everyone's r-th biography
             text, spans = _biography(people[person], template_ids[b], orders[b], fullname)
             # json.dumps layout, formatted directly (3x faster; no token needs escaping)
-            listed = ", ".join(f'"{key}": [{spans[key][0]}, {spans[key][1]}]'
-                               for key in SPAN_KEYS if key in spans)
+            listed = ", ".join(f'"{key}": [{spans[key][0]}, {spans[key][1]}]' for key in SPAN_KEYS if key in spans)
             yield f'{{"text": "{text}", "person": {person}, "spans": {{{listed}}}}}\n'
 
     def people_lines():
         p = pools()
         for i in range(n):
             employer = draws["employer"][i]
-            yield json_line({
-                "name": people[i].name,
-                "gender": GENDERS[draws["gender"][i]],
-                "birth_date": {"month": draws["month"][i], "day": draws["day"][i],
-                               "year": draws["year"][i]},
-                "birth_city": p["birth_city"][draws["birth_city"][i]],
-                "university": p["university"][draws["university"][i]],
-                "major": p["major"][draws["major"][i]],
-                "employer": p["employer"][employer],
-                "work_city": p["work_city"][employer],
-            })
+            yield json_line(
+                {
+                    "name": people[i].name,
+                    "gender": GENDERS[draws["gender"][i]],
+                    "birth_date": {"month": draws["month"][i], "day": draws["day"][i], "year": draws["year"][i]},
+                    "birth_city": p["birth_city"][draws["birth_city"][i]],
+                    "university": p["university"][draws["university"][i]],
+                    "major": p["major"][draws["major"][i]],
+                    "employer": p["employer"][employer],
+                    "work_city": p["work_city"][employer],
+                }
+            )
 
     def test_lines():
         for i, person in enumerate(people):
             for attribute, answer in zip(ATTRIBUTES, person.values):
                 question = QUESTIONS[attribute].format(name=person.name)
-                yield (f'{{"question": "<bos> {question} <ans>", "answer": "{answer}", '
-                       f'"person": {i}, "attribute": "{attribute}"}}\n')
+                yield (
+                    f'{{"question": "<bos> {question} <ans>", "answer": "{answer}", '
+                    f'"person": {i}, "attribute": "{attribute}"}}\n'
+                )
 
     return Dataset(
         tokens=tokens(),
-        files={"people.jsonl": chunked(people_lines()), "train.jsonl": chunked(train_lines()),
-               "test.jsonl": chunked(test_lines())},
+        files={
+            "people.jsonl": chunked(people_lines()),
+            "train.jsonl": chunked(train_lines()),
+            "test.jsonl": chunked(test_lines()),
+        },
         counts={"people": n, "train": n_bios, "test": n * len(ATTRIBUTES)},
-        extra={"bits_name_pool": float(np.log2(name_values())),
-               "templates_per_attribute": {a: len(ts) for a, ts in TEMPLATES.items()}},
+        extra={
+            "bits_name_pool": float(np.log2(name_values())),
+            "templates_per_attribute": {a: len(ts) for a, ts in TEMPLATES.items()},
+        },
     )
 
 
@@ -421,9 +324,14 @@ def shape(params: BiosParams) -> TaskShape:
     are drawn uniformly, the name fills the first sentence's first reference (every sentence's
     in the fullname variant) and the gender does not change a sentence's length."""
     p, compiled = pools(), _compiled()
-    value = {"birth_date": 4.0, "birth_city": _mean_tokens(p["birth_city"]),
-             "university": _mean_tokens(p["university"]), "major": _mean_tokens(p["major"]),
-             "work_city": _mean_tokens(p["work_city"]), "employer": _mean_tokens(p["employer"])}
+    value = {
+        "birth_date": 4.0,
+        "birth_city": _mean_tokens(p["birth_city"]),
+        "university": _mean_tokens(p["university"]),
+        "major": _mean_tokens(p["major"]),
+        "work_city": _mean_tokens(p["work_city"]),
+        "employer": _mean_tokens(p["employer"]),
+    }
 
     def sentence(a: int, mode: int) -> float:  # mean over templates (and genders)
         lengths = [s.n_tokens for t in compiled[a] for s in t[mode]]
@@ -436,15 +344,26 @@ def shape(params: BiosParams) -> TaskShape:
         modes = [{NAME_FIRST: 1 / n, PRONOUNS_ONLY: 1 - 1 / n}] * n
     else:  # the fixed order: the first attribute's sentence names the person
         modes = [{NAME_FIRST: 1.0}] + [{PRONOUNS_ONLY: 1.0}] * (n - 1)
-    mean = 2 + sum(value[a] + sum(w * sentence(i, mode) for mode, w in modes[i].items())
-                   for i, a in enumerate(ATTRIBUTES))
-    return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(tokens()), row_len=None,
-                     tokens_per_record=mean, train_records=params.n_people * params.biographies_per_person)
+    mean = 2 + sum(
+        value[a] + sum(w * sentence(i, mode) for mode, w in modes[i].items()) for i, a in enumerate(ATTRIBUTES)
+    )
+    return TaskShape(
+        vocab_size=len(SPECIAL_TOKENS) + len(tokens()),
+        row_len=None,
+        tokens_per_record=mean,
+        train_records=params.n_people * params.biographies_per_person,
+    )
 
 
 SPEC = TaskSpec(
-    name="bios", params_cls=BiosParams, generate=generate,
+    name="bios",
+    params_cls=BiosParams,
+    generate=generate,
     help="bioS(N): synthetic biographies of N people with spans, and QA test records.",
-    shape=shape, extra_files=("people.jsonl",), group_key="attribute",
-    headline="bits_per_param", pack=True, data_columns={"n_people": "n_people"},
+    shape=shape,
+    extra_files=("people.jsonl",),
+    group_key="attribute",
+    headline="bits_per_param",
+    pack=True,
+    data_columns={"n_people": "n_people"},
 )
