@@ -20,8 +20,8 @@ from typing import Any
 from synthlab import devices
 from synthlab.experiments import Experiment, Point
 from synthlab.files import atomic_write_text, die_with_parent, file_lock
-from synthlab.point_runner import PointRunner, hook, load_runner
 from synthlab.results import factor_column, missing_columns
+from synthlab.runners import PointRunner, hook, load_runner
 
 
 @dataclass

@@ -18,7 +18,7 @@ whole, duplicate-free table; a point killed before its metrics file exists rerun
 resumes from the last checkpoint in its run dir); a point killed after it gets its row on the next
 run without rerunning.
 
-The engine does not know what a point does: a point runner (`synthlab.point_runner`, a module)
+The engine does not know what a point does: a point runner (`synthlab.runners`, a module)
 does the work. Executors (`synthlab.executor`): in process (`jobs=1`), a spawn process pool
 (`jobs>1`), a process per model on its GPUs, or Ray tasks (`executor="ray"`): GPUs as
 `synthlab.devices` assigns them. The driver adds the rows as each model's points finish. With
@@ -36,9 +36,9 @@ from synthlab.errors import SynthlabError
 from synthlab.executor import execute, make_units
 from synthlab.experiments import Experiment, Point
 from synthlab.files import check_writable, warn
-from synthlab.point_runner import PointRunner, hook, parse_points
 from synthlab.progress import Progress
 from synthlab.results import RESULTS, append_rows, missing_columns, read_rows
+from synthlab.runners import PointRunner, hook, parse_points
 from synthlab.sweep_info import record_invocation, store
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.experiments import Experiment
-from synthlab.point_runner import PointRunner, hook, parse_points
 from synthlab.results import RESULTS, cell_number, factor_column, read_rows
+from synthlab.runners import PointRunner, hook, parse_points
 from synthlab.sweep_info import store
 
 

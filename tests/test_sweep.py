@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, files, point_runner, rules, stages, sweep, sweep_info, sweep_plan
+from synthlab import experiments, files, rules, runners, stages, sweep, sweep_info, sweep_plan
 from synthlab import results as results_table
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
@@ -95,7 +95,7 @@ def test_every_builtin_experiment_and_preset_loads_and_validates():
         exp = experiments.load(name)
         for preset in experiments.PRESETS:
             points = exp.points(preset)
-            assert point_runner.parse_points(stages, exp, preset, points), (name, preset)
+            assert runners.parse_points(stages, exp, preset, points), (name, preset)
 
 
 def _append_worker(path: str, start: int) -> None:

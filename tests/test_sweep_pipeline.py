@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import experiments, point_runner, schema, stages, sweep, sweep_plan
+from synthlab import experiments, runners, schema, stages, sweep, sweep_plan
 from synthlab.results import RESULTS, factor_column, read_rows, step_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
@@ -120,7 +120,7 @@ def test_eval_results_flatten_to_columns():
 
 
 def _validate(experiment, preset):
-    return point_runner.parse_points(stages, experiment, preset, experiment.points(preset))
+    return runners.parse_points(stages, experiment, preset, experiment.points(preset))
 
 
 def test_definitions_are_checked_against_the_real_config_classes():

@@ -87,7 +87,7 @@ def sweep(
     """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
     from synthlab import experiments, stages
     from synthlab import sweep as engine
-    from synthlab.point_runner import load_runner
+    from synthlab.runners import load_runner
     from synthlab.sweep_plan import plan
 
     if launcher not in ("process", "torchrun"):

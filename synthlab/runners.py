@@ -1,4 +1,4 @@
-"""The point runner contract: what a module must define to do a sweep point's work (`PointRunner`)
+"""The point-runner contract: what a module must define to do a sweep point's work (`PointRunner`)
 and may define besides (`RunnerHooks`), loading one by name, and typing a grid's points with it.
 
 The sweep engine (`synthlab.sweep`) does not know what a point does; the lab's runner is
