@@ -63,9 +63,9 @@ FORBIDDEN = {0: {"torch", "pandas", "synthlab", "transformers"}, 1: {"torch", "p
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for package, folder in (("synthlab", ROOT / "synthlab"), ("synthlab_generators", ROOT / "generators")):
+    for folder in (ROOT / "synthlab", ROOT / "generators" / "synthlab_generators"):  # each named as it imports
         for path in folder.rglob("*.py"):
-            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            parts = [folder.name, *path.relative_to(folder).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             found[".".join(parts)] = path
