@@ -151,13 +151,15 @@ def packed(args, part: Part, device: torch.device) -> None:
             model = None
 
 
-def trainer(args, part: Part, device: torch.device) -> None:
+def trainer(args, part: Part, device: torch.device, steps: int | None = None) -> None:
+    """The real trainer's tokens/s against a bare loop, and the time a checkpoint adds, over `steps`
+    steps (default 300; 30 on the CPU)."""
     from synthlab.cli.train import resolve_run_config
     from synthlab.runs import read_metrics
     from synthlab.train import train
     from synthlab_generators import TASKS, write_dataset
 
-    steps = 30 if args.dry_run else 300
+    steps = steps or (30 if args.dry_run else 300)
     model = {
         "d_model": 32 if args.dry_run else 256,
         "n_heads": 2 if args.dry_run else 4,
@@ -237,6 +239,7 @@ def write_calibration(out: Path, part: Part) -> None:
         "device": d["device"],
         "torch": d["torch"],
         "dry_run": d["dry_run"],
+        "peak_flops": d["peak_bf16_flops"],  # what the MFUs are fractions of
         "compiled_mfu_packed": {"sdpa": mfu, "flex": flex},
         "memory_measured_over_predicted": max(ratios) if ratios else None,
         "trainer_vs_bare": d.get("trainer_vs_bare"),
