@@ -15,7 +15,7 @@ host's stall, the evaluation stages) against the wall time of that point's stage
                is measured again just before and after each point, on the first point's model (so
                a looped point tests that the MFU carries across loops, as the cost model assumes),
                and the prediction uses their mean: other work on the machine changes its speed
-               within minutes;
+               within minutes; the point's own model is measured after it too (reported, not used);
     measure    each point's stages as the sweep runs them (synthlab.stages.STAGES: the trainer
                synthlab.train.train, then synthlab.capacity), timed, with one torch thread; the
                dataset is generated first, untimed (the cost model does not count it);
@@ -207,7 +207,8 @@ def main() -> int:
             measured = measure(point, Path(tmp) / "cache", Path(tmp) / label.replace(" ", "_"))
             after = step_mfu(checked[0][1], point, calibration["peak_flops"], args.repeats)
             cost.use_calibration({**calibration, "eager_mfu_packed": {"sdpa": {d: (before + after) / 2}}})
-            predicted = {**predict(point), "step_mfu_before": before, "step_mfu_after": after}
+            own = step_mfu(point, point, calibration["peak_flops"], args.repeats)  # the point's own model
+            predicted = {**predict(point), "step_mfu_before": before, "step_mfu_after": after, "step_mfu_own": own}
             ratio = measured["total_s"] / predicted["total_s"]
             rows.append({"point": label, "predicted": predicted, "measured": measured, "ratio": ratio})
             print(
