@@ -8,9 +8,8 @@ cost model (synthlab.cost) assumes, measured, and written to OUT/cost_calibratio
     packed     compiled training step of capacity-shaped models (d = 128, 256, 384) on packed rows
                of many documents: MFU with the dense mask (sdpa) and with flex_attention (flex);
     trainer    the real trainer (synthlab.train.train) against the same steps in a bare loop run
-               just before and just after it (their mean: a drifting machine's speed cancels; on a
-               busy CPU whichever ran first was 5-25% faster): tokens/s of each, and the wall time
-               one checkpoint adds.
+               just before and just after it (their mean: a steady drift of a busy machine's speed
+               cancels): tokens/s of each, and the wall time one checkpoint adds.
 
 --dry-run: the same code on the CPU at tiny sizes (flex, which has no CPU backward, left out).
 """
