@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from synthlab_generators import TASKS, write_dataset
-from synthlab_generators.bios import ATTRIBUTES, MONTHS, QUESTIONS, TEMPLATES, pools
+from synthlab_generators.bios_words import ATTRIBUTES, MONTHS, QUESTIONS, TEMPLATES, pools
 
 # --- pure-Python baselines ------------------------------------------------------------------
 

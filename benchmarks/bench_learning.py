@@ -65,11 +65,13 @@ from synthlab import config as configlib
 from synthlab import engine
 from synthlab.data import Batcher, load_dataset, training_examples
 from synthlab.distributed import World
-from synthlab.evaluate import GroupProbe, biography_recall, group_columns, group_label
+from synthlab.eval_groups import GroupProbe, group_columns, group_label
+from synthlab.evaluate import biography_recall
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.layers import attention_mask
+from synthlab.objectives import model_forward, step_losses, to_device
 from synthlab.options import TrainConfig
-from synthlab.train import build_optimizer, lr_schedule, model_forward, step_losses, to_device
+from synthlab.train import build_optimizer, lr_schedule
 from synthlab_generators import TASKS, write_dataset
 from synthlab_generators.bios import ATTRIBUTES
 

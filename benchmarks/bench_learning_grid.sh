@@ -16,7 +16,7 @@ REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-python3}"
 if ! "$PY" -c "import synthlab_generators" 2>/dev/null; then
   SITE="$(mktemp -d)"
-  ln -s "$REPO/generators" "$SITE/synthlab_generators"
+  ln -s "$REPO/generators/synthlab_generators" "$SITE/synthlab_generators"
   ln -s "$REPO/experiments" "$SITE/synthlab_experiments"
   "$PY" -c "import tomli_w" 2>/dev/null || "$PY" -m zipfile -e "$REPO"/.whl/tomli_w-*.whl "$SITE"
   export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"

@@ -24,7 +24,8 @@ from synthlab.cli.train import resolve_run_config
 from synthlab.data import load_dataset
 from synthlab.distributed import World
 from synthlab.models import build_model
-from synthlab.train import build_optimizer, lr_schedule, model_forward, prepare_run, step_losses, to_device, train
+from synthlab.objectives import model_forward, step_losses, to_device
+from synthlab.train import build_optimizer, lr_schedule, prepare_run, train
 from synthlab_generators import TASKS, write_dataset
 
 DATA = {"bios": {"n_people": 1000}, "mano": {"L": 8, "n_train": 20000, "n_test": 100}}

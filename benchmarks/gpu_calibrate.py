@@ -36,8 +36,8 @@ def parse_args() -> argparse.Namespace:
 
 def train_step(model, cfg, inputs, targets, doc_ids, checkpoint: bool, compile: bool = False):
     """One optimizer-free training micro-batch through the trainer's own forward and loss."""
+    from synthlab.objectives import model_forward, step_losses
     from synthlab.runs import autocast
-    from synthlab.train import model_forward, step_losses
 
     forward = model_forward(model, compile, checkpoint)
     generator = torch.Generator().manual_seed(0)
@@ -212,7 +212,8 @@ def bare_loop(run, data, device: torch.device, steps: int) -> float:
     """Tokens/s of the trainer's steps without the trainer: the same batches, model and optimizer."""
     from synthlab.data import load_dataset
     from synthlab.models import build_model
-    from synthlab.train import build_optimizer, prepare_run, to_device
+    from synthlab.objectives import to_device
+    from synthlab.train import build_optimizer, prepare_run
 
     _, batcher = prepare_run(run, load_dataset(data, "mano"))
     model = build_model(run.model, seed=0).to(device).train()

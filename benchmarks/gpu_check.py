@@ -268,8 +268,10 @@ def throughput(args, part: Part) -> None:
 def learn(args, part: Part) -> None:
     from synthlab.cli.train import resolve_run_config
     from synthlab.data import load_dataset
-    from synthlab.evaluate import evaluate_run, score_answers, split_items
+    from synthlab.eval_groups import split_items
+    from synthlab.evaluate import evaluate_run
     from synthlab.runs import load_model, read_metrics
+    from synthlab.scoring import score_answers
     from synthlab.train import train
     from synthlab_generators import TASKS, write_dataset
 

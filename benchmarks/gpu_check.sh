@@ -39,7 +39,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 # The repository's packages under their installed names, without installing anything.
 SITE="$(mktemp -d)/site"
 mkdir -p "$SITE"
-ln -s "$REPO/generators" "$SITE/synthlab_generators"
+ln -s "$REPO/generators/synthlab_generators" "$SITE/synthlab_generators"
 ln -s "$REPO/experiments" "$SITE/synthlab_experiments"
 if ! "$PY" -c "import tomli_w" 2>/dev/null; then  # a pure-python wheel: unpacking it installs it
   for whl in "$REPO"/.whl/tomli_w-*.whl; do

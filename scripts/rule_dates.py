@@ -31,7 +31,7 @@ import tomllib
 
 from synthlab import experiments
 from synthlab.files import atomic_write_text
-from synthlab.verdicts import LawRule, Rule, fingerprint, table_fingerprint
+from synthlab.rules import LawRule, Rule, fingerprint, table_fingerprint
 
 
 def _history(path: str) -> list[tuple[str, str, str]]:

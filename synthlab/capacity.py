@@ -112,7 +112,7 @@ def person_losses(model, data, *, device, batch_size: int = 64, steps: int | Non
     The model reads every biography as it was trained (`<bos> text <eos>`, one per row); text token
     k sits at position k + 1, so its loss is entry k of `score_sequences`.
     """
-    from synthlab.evaluate import score_sequences
+    from synthlab.scoring import score_sequences
 
     records = data.records("train")
     losses, _ = score_sequences(

@@ -40,7 +40,7 @@ def size_metrics(run_config: dict[str, Any]) -> dict[str, Any]:
     model = build_model(model_config)
     derived = run_config["derived"]
     positions = derived["total_steps"] * run_config["train"]["batch_size"] * derived["seq_len"]
-    # with the `last` objective training reads out only the last step (synthlab.train.step_losses)
+    # with the `last` objective training reads out only the last step (synthlab.objectives.step_losses)
     per_token = flops_per_token(model_config, derived["seq_len"], all_steps=run_config["train"]["loss"] != "last")
     return {
         "params": count_params(model),

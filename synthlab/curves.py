@@ -27,7 +27,7 @@ from synthlab.plots import read_results
 from synthlab.results import RESULTS, _model_dir
 from synthlab.runs import read_metrics
 
-EVAL_ACCURACY = re.compile(r"^eval/(train_)?acc_(.+)$")  # train.eval_every's records (synthlab.evaluate.GroupProbe)
+EVAL_ACCURACY = re.compile(r"^eval/(train_)?acc_(.+)$")  # train.eval_every's records (synthlab.eval_groups.GroupProbe)
 
 
 @dataclass(frozen=True)

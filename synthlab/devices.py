@@ -110,7 +110,7 @@ def ray_gpus(demand: Demand, cluster_gpus: float, gpu_gib: float) -> float:
 
 
 def ray_resources(unit, cluster_gpus: float, gpu_gib: float = RAY_GPU_GIB) -> dict[str, float]:
-    """What one sweep unit (`synthlab.sweep.Unit`) asks Ray for: its CPU threads, and `ray_gpus`
+    """What one sweep unit (`synthlab.executor.Unit`) asks Ray for: its CPU threads, and `ray_gpus`
     (a task that asks for no GPU gets CUDA_VISIBLE_DEVICES="" from Ray and would train on the
     CPU); a point trained under torchrun with K processes asks K GPUs and K times the CPUs."""
     processes = max(1, unit.nproc)

@@ -110,8 +110,8 @@ class Experiment:
     presets: dict[str, dict[str, Any]]
     notes: str = ""
     source: str = ""
-    verdicts: tuple[Any, ...] = ()  # synthlab.verdicts.Rule, in file order
-    laws: tuple[Any, ...] = ()  # synthlab.verdicts.LawRule: claims decided from a saved law fit
+    verdicts: tuple[Any, ...] = ()  # synthlab.rules.Rule, in file order
+    laws: tuple[Any, ...] = ()  # synthlab.rules.LawRule: claims decided from a saved law fit
 
     def points(self, preset: str) -> list[Point]:
         """The preset's grid, expanded in a stable order (axes in file order, values in order)."""
@@ -279,7 +279,7 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
         _check_sections(spec, _PRESET_KEYS, f"{where}: presets.{name}")
         _check_grid(spec.get("grid", {}), f"{where}: presets.{name}.grid")
         _check_seeds(spec, f"{where}: presets.{name}")
-    from synthlab.verdicts import parse_law_rules, parse_rules
+    from synthlab.rules import parse_law_rules, parse_rules
 
     verdicts = parse_rules(raw.get("verdicts", []), where)
     laws = parse_law_rules(raw.get("laws", []), where)

@@ -1,6 +1,6 @@
 """Law claims decided from a saved fit: the `[[laws]]` rules of an experiment definition.
 
-A claim that the loss follows a law is stated as a `[[laws]]` table (fields: `synthlab.verdicts.LawRule`)
+A claim that the loss follows a law is stated as a `[[laws]]` table (fields: `synthlab.rules.LawRule`)
 and decided from the fit `synthlab fit ... --save` wrote beside the results table (`decide_law`):
 
     [[laws]]
@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import math
 
-from synthlab.verdicts import LawRule, Verdict
+from synthlab.rules import LawRule
+from synthlab.verdicts import Verdict
 
 
 def decide_law(rule: LawRule, saved: dict | None, digest_now: str | None) -> Verdict:

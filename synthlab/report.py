@@ -26,8 +26,9 @@ from synthlab.errors import SynthlabError
 from synthlab.figures import figures_of
 from synthlab.files import atomic_write_text
 from synthlab.results import factor_column
+from synthlab.rules import LawRule, frozen
 from synthlab.schema import DESCRIPTORS
-from synthlab.sweep import read_info
+from synthlab.sweep_info import read_info
 
 # Columns that identify a run, or repeat another column, or matter only for bookkeeping: in
 # results.csv, left out of the report's tables.
@@ -109,7 +110,7 @@ def _over_seeds(table: pd.DataFrame, shown: list[str], factors: list[str]) -> pd
     return means[[*keys, "n", *metrics]]
 
 
-def law_verdict(rule: verdicts.LawRule, sweep_dir: Path) -> verdicts.Verdict:
+def law_verdict(rule: LawRule, sweep_dir: Path) -> verdicts.Verdict:
     """A `[[laws]]` rule decided from the fit saved in `sweep_dir` (and the digest of the numbers
     its table holds now, read with the saved fit's columns)."""
     from synthlab import scaling
@@ -135,7 +136,7 @@ def _verdict_lines(
     found = [
         dataclasses.replace(v, fixed=fixed, exploratory=changed)
         for v in found
-        for fixed, changed in [verdicts.frozen(info, v.rule)]
+        for fixed, changed in [frozen(info, v.rule)]
     ]
     rules = [*rules, *laws]
     lines = [

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.errors import SynthlabError
-from synthlab.evaluate import group_columns
+from synthlab.eval_groups import group_columns
 from synthlab.files import atomic_write_text, file_lock, warn
 from synthlab.runs import read_metrics
 from synthlab.schema import ACC_STEP, AGREE, BITS_ATTRIBUTE, EVAL_LOSS_STEP, PER_STEP

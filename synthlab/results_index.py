@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from synthlab.draw import seed_count
-from synthlab.verdicts import LawRule
+from synthlab.rules import LawRule
 
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 
@@ -118,7 +118,7 @@ def write_index(
     from synthlab.errors import SynthlabError
     from synthlab.files import atomic_write_text
     from synthlab.plots import read_results
-    from synthlab.sweep import read_info
+    from synthlab.sweep_info import read_info
 
     infos = [read_info(d) for d in sweep_dirs]
     names = [info["experiment"] for info in infos]

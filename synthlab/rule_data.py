@@ -1,7 +1,7 @@
 """What a verdict rule reads from a results table: its statistic once per seed and cell, with the
 test set's binomial variance of it, and the requirements its compared rows must meet.
 
-The rule itself (`synthlab.verdicts.Rule`) says which rows are compared and how; this module only
+The rule itself (`synthlab.rules.Rule`) says which rows are compared and how; this module only
 reads rows. A bounded statistic (accuracies, agreements: columns named `accuracy*`, `acc_*`,
 `agree_*`, `train_acc_*`) carries, per seed, the test set's binomial variance p (1 - p) / N of
 each compared column (N from the row's `n_test`, `n_answers` or, for `acc_X`, `n_X`), summed over
@@ -16,7 +16,7 @@ import operator
 import re
 from typing import Any
 
-Rule = Any  # a synthlab.verdicts.Rule (which imports this module)
+Rule = Any  # a synthlab.rules.Rule (which imports this module)
 
 SEED_COLUMNS = ("seed", "data_seed")
 BOUNDED = re.compile(r"^(accuracy\w*|acc_\w+|agree_\w+|train_acc_\w+)$")  # shares of answers, in [0, 1]

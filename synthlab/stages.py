@@ -1,7 +1,7 @@
 """The lab's point runner: data (cached) -> train (resumable) -> [gate] -> eval / generate -> capacity;
 or train -> export (as a Qwen2 checkpoint) -> ouroboros (C11 on that checkpoint, synthlab.hf.point).
 
-This module is a point runner (the contract: `synthlab.sweep.PointRunner`); its stages are the
+This module is a point runner (the contract: `synthlab.runners.PointRunner`); its stages are the
 registry `STAGES`, each with the columns it fills in the point's row (`synthlab.schema`), the
 stages it needs before it, and its work.
 

@@ -17,7 +17,8 @@ A run directory describes itself:
 - `summary.json`: final numbers, written at the end.
 
 Each optimizer step is `synthlab.engine.step` (shared with the OUROBOROS trainer); this module
-adds the lab's data, losses, logging and run folder, in one loop (`_loop`).
+adds the lab's data, losses (per batch: `synthlab.objectives`), logging and run folder, in one
+loop (`_loop`).
 
 Resuming a run stopped before its first checkpoint starts it again from step 0. Resuming replays
 nothing: the batcher's state is (epoch, cursor) and the torch RNG states are
@@ -45,14 +46,13 @@ import torch
 from synthlab import checkpointer, distributed, engine
 from synthlab import config as configlib
 from synthlab.board import Loggers, check_loggers
-from synthlab.data import Batcher, Dataset, Rows, load_dataset, row_layout, training_examples
+from synthlab.data import Batcher, Dataset, load_dataset, row_layout, training_examples
 from synthlab.engine import TrainState
 from synthlab.errors import SynthlabError
-from synthlab.evaluate import GroupProbe
+from synthlab.eval_groups import GroupProbe
 from synthlab.files import atomic_write_text, check_writable, folder_lock
 from synthlab.models import build_model
-from synthlab.models.layers import Block
-from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
+from synthlab.objectives import model_forward, step_losses, to_device
 from synthlab.optim import adamw, lr_factor
 from synthlab.options import TrainConfig, check_run
 from synthlab.progress import Progress
@@ -76,70 +76,29 @@ from synthlab.runs import (
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices (2-D weights, embeddings included) and none on vectors."""
-    return adamw(model.parameters(), lambda p: p.dim() >= 2, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                 betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    return adamw(
+        model.parameters(),
+        lambda p: p.dim() >= 2,
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        betas=(cfg.beta1, cfg.beta2),
+        eps=cfg.eps,
+    )
 
 
 def lr_schedule(cfg: TrainConfig, total_steps: int):
     """The learning rate of a (0-based) step: the peak `lr` times the schedule's factor."""
-    return lambda step: cfg.lr * lr_factor(step, warmup=cfg.warmup_steps, total=total_steps, min_ratio=cfg.min_lr_ratio,
-                                           schedule=cfg.schedule, decay_fraction=cfg.decay_fraction)
-
-
-def to_device(rows: Rows, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(inputs, targets, loss mask, doc ids or None) as tensors on `device`."""
-    tensors = [torch.from_numpy(a).to(device, non_blocking=True) for a in (rows.inputs, rows.targets, rows.loss_mask)]
-    doc_ids = None if rows.doc_ids is None else torch.from_numpy(rows.doc_ids).to(device, non_blocking=True)
-    return (*tensors, doc_ids)
-
-
-def model_forward(model: torch.nn.Module, compile: bool = False, checkpoint: bool = False):
-    """A function (inputs, doc_ids, generator, all_steps) -> (step_logits, exit p(t), exit lambda_t);
-    the last two are None without the exit gate. checkpoint: activation checkpointing per step.
-
-    Returning only these keeps torch.compile away from the model output's `logits`, a view of
-    `step_logits`: compiled graphs whose outputs alias each other fail at run time (torch 2.13).
-
-    compile: the whole forward as one graph at a fixed depth. With step_sampling the depth is a
-    host draw per step (from the CPU generator: no device sync), and a whole-forward graph would
-    be traced again for every depth drawn (past torch's recompile limit it falls back to eager):
-    then each decoder block is compiled on its own, once, and the loop over steps runs eagerly.
-    """
-
-    def forward(inputs, doc_ids, generator, all_steps):
-        out = model(inputs, doc_ids=doc_ids, generator=generator, all_steps=all_steps, checkpoint=checkpoint)
-        return out.step_logits, out.exit_probs, out.exit_lambdas
-
-    if not compile:
-        return forward
-    if getattr(model, "module", model).config.step_sampling:  # model: the LoopedGPT or its DDP wrapper
-        for block in model.modules():
-            if isinstance(block, Block):
-                block.compile()
-        return forward
-    return torch.compile(forward)
-
-
-def step_losses(forward, inputs, targets, mask, doc_ids, cfg: TrainConfig, generator: torch.Generator,
-                all_steps: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(objective to minimise, masked mean loss per recurrent step (T,)) for one batch.
-
-    `forward` comes from `model_forward`. With the `last` objective the other steps' read-outs
-    only serve the log, so they are computed on logging steps only (`all_steps`); per_step then
-    has one entry otherwise.
-    """
-    all_steps = all_steps or cfg.loss != "last"
-    step_logits, exit_probs, exit_lambdas = forward(inputs, doc_ids, generator, all_steps)
-    # positions outside the mask (prompt tokens of Mano/QA, padding) get target -100: loss 0
-    losses = token_losses(step_logits, targets.masked_fill(~mask, -100))  # (T, B, S) fp32
-    per_step = losses.sum((1, 2)) / mask.sum().clamp_min(1)  # (T,) masked means
-    if cfg.loss == "last":
-        return per_step[-1], per_step
-    if cfg.loss == "mean":
-        return per_step.mean(), per_step
-    if cfg.loss == "ouro":
-        return ouro_stage1_loss(losses, exit_probs.float(), mask, beta=cfg.entropy_beta), per_step
-    return ouro_stage2_loss(losses, exit_lambdas.float(), mask), per_step
+    return lambda step: (
+        cfg.lr
+        * lr_factor(
+            step,
+            warmup=cfg.warmup_steps,
+            total=total_steps,
+            min_ratio=cfg.min_lr_ratio,
+            schedule=cfg.schedule,
+            decay_fraction=cfg.decay_fraction,
+        )
+    )
 
 
 class _StopOnSignal:
@@ -172,8 +131,12 @@ def prepare_run(run: RunConfig, data: Dataset) -> tuple[dict[str, Any], Batcher]
         raise SynthlabError(f"rows need {seq_len} positions but model.max_seq_len is {run.model.max_seq_len}")
     check_run(run.model, cfg)
     if run.model.vocab_size != len(data.tokenizer):
-        raise SynthlabError(f"model.vocab_size is {run.model.vocab_size} but the data's vocabulary has {len(data.tokenizer)} tokens")
-    batcher = Batcher(examples, batch_size=cfg.batch_size, seq_len=seq_len, pack=pack, pad_id=data.pad_id, seed=cfg.seed)
+        raise SynthlabError(
+            f"model.vocab_size is {run.model.vocab_size} but the data's vocabulary has {len(data.tokenizer)} tokens"
+        )
+    batcher = Batcher(
+        examples, batch_size=cfg.batch_size, seq_len=seq_len, pack=pack, pad_id=data.pad_id, seed=cfg.seed
+    )
     steps = cfg.steps or math.ceil(cfg.exposures * batcher.rows_per_epoch / cfg.batch_size)
     derived = {
         "total_steps": steps,
@@ -195,8 +158,9 @@ class TrainResult:
     main: bool = True  # the process that wrote the run (rank 0 under torchrun): the one that reports
 
 
-def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool = True,
-          data: str | Path | None = None) -> TrainResult:
+def train(
+    run_dir: str | Path, run: RunConfig | None = None, *, progress: bool = True, data: str | Path | None = None
+) -> TrainResult:
     """Start a run in `run_dir` from `run`, or resume the run already there when `run` is None
     (from `data` when its dataset moved: the same dataset, checked by the recorded sha256s)."""
     run_dir = Path(run_dir)
@@ -226,22 +190,39 @@ def train(run_dir: str | Path, run: RunConfig | None = None, *, progress: bool =
         derived["processes"] = world.size  # of the run's start (a resumed run may use another number)
         if world.main and not resume:
             run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(run_dir / "config.json", json.dumps({**configlib.to_dict(run), "derived": derived}, indent=2) + "\n")
+            atomic_write_text(
+                run_dir / "config.json", json.dumps({**configlib.to_dict(run), "derived": derived}, indent=2) + "\n"
+            )
         # Weights come from build_model's own seeded generator; torch's global RNG only drives dropout.
         # It is forked so that training can seed and checkpoint it without touching the caller's state.
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), float32_matmul(device, cfg.tf32), \
-                folder_lock(run_dir, "training", world.main):
+        with (
+            torch.random.fork_rng(devices=[device] if device.type == "cuda" else []),
+            float32_matmul(device, cfg.tf32),
+            folder_lock(run_dir, "training", world.main),
+        ):
             state = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
 
             def where() -> str:
                 return f"at step {state.step + 1}; {_kept(run_dir, cfg)} (continue with: synthlab train --resume {run_dir})"
 
-            writer = checkpointer.Writer(lambda snapshot: save_checkpoint(
-                run_dir, snapshot, keep=cfg.keep_checkpoints, every=_every(cfg, derived["total_steps"])))
+            writer = checkpointer.Writer(
+                lambda snapshot: save_checkpoint(
+                    run_dir, snapshot, keep=cfg.keep_checkpoints, every=_every(cfg, derived["total_steps"])
+                )
+            )
             try:
                 with distributed.peers_lost_as_error(world, where):
-                    return _loop(run_dir, cfg, derived["total_steps"], state, device, world, progress,
-                                 GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None, writer)
+                    return _loop(
+                        run_dir,
+                        cfg,
+                        derived["total_steps"],
+                        state,
+                        device,
+                        world,
+                        progress,
+                        GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None,
+                        writer,
+                    )
             finally:
                 writer.settle()
 
@@ -256,8 +237,15 @@ def _every(cfg: TrainConfig, total: int) -> int:
     return checkpointer.every(total, cfg.checkpoint_every, cfg.checkpoints)
 
 
-def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: torch.device,
-           world: distributed.World, ckpt: dict[str, Any] | None) -> TrainState:
+def _start(
+    run_dir: Path,
+    run: RunConfig,
+    total: int,
+    batcher: Batcher,
+    device: torch.device,
+    world: distributed.World,
+    ckpt: dict[str, Any] | None,
+) -> TrainState:
     """The training state with its model, fresh (global RNG seeded) or restored from the checkpoint `ckpt`."""
     cfg = run.train
     torch.manual_seed(cfg.seed)
@@ -271,8 +259,14 @@ def _start(run_dir: Path, run: RunConfig, total: int, batcher: Batcher, device: 
         model.exit_gate.requires_grad_(False)  # expects one for every parameter that requires it)
     # draws inside the model (sampled depth, random initial state) come from `model_rng`; the
     # global RNG drives dropout
-    state = TrainState(model, build_optimizer(model, cfg), lr_schedule(cfg, total), data={"batcher": batcher},
-                       generators={"model_rng": torch.Generator().manual_seed(cfg.seed + 1)}, global_rng=True)
+    state = TrainState(
+        model,
+        build_optimizer(model, cfg),
+        lr_schedule(cfg, total),
+        data={"batcher": batcher},
+        generators={"model_rng": torch.Generator().manual_seed(cfg.seed + 1)},
+        global_rng=True,
+    )
     if ckpt is not None:
         state.load_state_dict(ckpt)
     if world.main:  # lines logged after the checkpoint, or (resumed from step 0) all of them
@@ -288,20 +282,30 @@ def _kept(run_dir: Path, cfg: TrainConfig) -> str:
     return f"no checkpoint in {run_dir} yet (the first was due at {first})"
 
 
-def _save(run_dir: Path, cfg: TrainConfig, state: TrainState, world: distributed.World,
-          writer: checkpointer.Writer) -> None:
+def _save(
+    run_dir: Path, cfg: TrainConfig, state: TrainState, world: distributed.World, writer: checkpointer.Writer
+) -> None:
     """Checkpoint the state, unless the last update left non-finite weights (then stop, keeping
     the last good checkpoint: the loss checked before the update could not see it)."""
     if not state.weights_finite():
-        raise SynthlabError(f"training diverged at step {state.step}: the weights are not finite "
-                            f"(lr {cfg.lr}); {_kept(run_dir, cfg)}")
+        raise SynthlabError(
+            f"training diverged at step {state.step}: the weights are not finite (lr {cfg.lr}); {_kept(run_dir, cfg)}"
+        )
     if world.main:
         writer.submit(state.state_dict())  # written off the training thread
 
 
-def _loop(run_dir: Path, cfg: TrainConfig, total: int, state: TrainState, device: torch.device,
-          world: distributed.World, progress: bool, probe: GroupProbe | None,
-          writer: checkpointer.Writer) -> TrainResult:
+def _loop(
+    run_dir: Path,
+    cfg: TrainConfig,
+    total: int,
+    state: TrainState,
+    device: torch.device,
+    world: distributed.World,
+    progress: bool,
+    probe: GroupProbe | None,
+    writer: checkpointer.Writer,
+) -> TrainResult:
     """Train to the end (or a signal); `probe` scores per-group accuracy every `eval_every` steps.
 
     Every process draws the same batch and runs its share (`distributed.share`) as `grad_accum`
@@ -341,9 +345,16 @@ def _loop(run_dir: Path, cfg: TrainConfig, total: int, state: TrainState, device
                 # DDP averages over the processes: the factor K undoes its 1/K
                 return objective * (weight * world.size), (objective.detach() * weight, per_step.detach() * weight)
 
-            done_step = engine.step(state, cfg.grad_accum, micro, world=world, grad_clip=cfg.grad_clip,
-                                    check=log_now or save_now, parallel=parallel,
-                                    where=lambda: f" (lr {cfg.lr}); {_kept(run_dir, cfg)}")
+            done_step = engine.step(
+                state,
+                cfg.grad_accum,
+                micro,
+                world=world,
+                grad_clip=cfg.grad_clip,
+                check=log_now or save_now,
+                parallel=parallel,
+                where=lambda: f" (lr {cfg.lr}); {_kept(run_dir, cfg)}",
+            )
             batch_tokens = int((rows.inputs != batcher.pad_id).sum())  # real tokens, padding excluded
             state.tokens_seen += batch_tokens
             window_tokens += batch_tokens
@@ -353,9 +364,14 @@ def _loop(run_dir: Path, cfg: TrainConfig, total: int, state: TrainState, device
                 now = time.perf_counter()
                 speed = window_tokens / max(now - window_start, 1e-9)
                 window_tokens, window_start = 0, now
-                record = {"step": state.step, "tokens": state.tokens_seen, "loss": float(objective),
-                          "loss_per_step": per_step.float().cpu().tolist(), "lr": done_step.lr,
-                          "tokens_per_s": speed}
+                record = {
+                    "step": state.step,
+                    "tokens": state.tokens_seen,
+                    "loss": float(objective),
+                    "loss_per_step": per_step.float().cpu().tolist(),
+                    "lr": done_step.lr,
+                    "tokens_per_s": speed,
+                }
                 if eval_now and world.main:
                     record.update(probe(state.model, device))
                     window_start = time.perf_counter()  # the probe's time is not training time

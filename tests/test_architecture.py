@@ -30,6 +30,9 @@ FLOORS = [
     ("synthlab.packing", 4),
     ("synthlab.train", 5),
     ("synthlab.evaluate", 5),
+    ("synthlab.scoring", 5),
+    ("synthlab.eval_groups", 5),
+    ("synthlab.objectives", 5),
     ("synthlab.heldout", 5),
     ("synthlab.capacity", 5),
     ("synthlab.hf", 5),
@@ -38,11 +41,16 @@ FLOORS = [
     ("synthlab.stages", 6),
     ("synthlab.experiments", 6),
     ("synthlab.sweep", 6),
+    ("synthlab.runners", 6),
+    ("synthlab.executor", 6),
+    ("synthlab.sweep_info", 6),
+    ("synthlab.sweep_plan", 6),
     ("synthlab.devices", 6),
     ("synthlab.plots", 6),
     ("synthlab.curves", 6),
     ("synthlab.report", 6),
     ("synthlab.verdicts", 6),
+    ("synthlab.rules", 6),
     ("synthlab.rule_data", 6),
     ("synthlab.intervals", 6),
     ("synthlab.law_verdicts", 6),
@@ -58,9 +66,9 @@ FORBIDDEN = {0: {"torch", "pandas", "synthlab", "transformers"}, 1: {"torch", "p
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for package, folder in (("synthlab", ROOT / "synthlab"), ("synthlab_generators", ROOT / "generators")):
+    for folder in (ROOT / "synthlab", ROOT / "generators" / "synthlab_generators"):  # each named as it imports
         for path in folder.rglob("*.py"):
-            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            parts = [folder.name, *path.relative_to(folder).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             found[".".join(parts)] = path

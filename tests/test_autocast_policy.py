@@ -20,15 +20,16 @@ import torch
 import torch.nn.functional as F
 
 from synthlab import evaluate as evaluate_module
+from synthlab import scoring as scoring_module
 from synthlab import train as train_module
 from synthlab.cli.train import resolve_run_config
 from synthlab.devices import ray_resources
 from synthlab.evaluate import evaluate_run
+from synthlab.executor import Unit
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.losses import continue_logit, ouro_stage2_loss, token_losses
 from synthlab.models.recurrence import initial_state
 from synthlab.runs import float32_matmul
-from synthlab.sweep import Unit
 from synthlab.train import train
 from synthlab_generators import TASKS, write_dataset
 
@@ -156,6 +157,7 @@ def _run(data, loss, **train):
 def test_every_objective_evaluation_exit_and_generation_under_the_policy(tmp_path, mano_data, monkeypatch):
     monkeypatch.setattr(train_module, "autocast", lambda device: cuda_autocast_policy())
     monkeypatch.setattr(evaluate_module, "autocast", lambda device: cuda_autocast_policy())
+    monkeypatch.setattr(scoring_module, "autocast", lambda device: cuda_autocast_policy())
     for loss in ("last", "mean", "ouro"):
         assert math.isfinite(train(tmp_path / loss, _run(mano_data, loss), progress=False).final_loss), loss
     checkpointed = _run(mano_data, "mean", activation_checkpointing=True)  # steps recomputed under autocast

@@ -20,7 +20,7 @@ from synthlab.capacity import (
     span_losses,
 )
 from synthlab_generators import TASKS, write_dataset
-from synthlab_generators.bios import POOLS, pools, value_tokens
+from synthlab_generators.bios_words import POOLS, pools, value_tokens
 
 
 def pool_file(name: str) -> list[str]:

@@ -3,10 +3,12 @@ from another sweep counts its training in the Compute of the sweep that reuses i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
-from synthlab import report, sweep
+from synthlab import executor, report
 
 
 class _Clock:
@@ -19,7 +21,7 @@ class _Clock:
 
 def test_wall_time_adds_up_over_an_interrupted_attempt_and_its_resume(tmp_path, monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(sweep.time, "perf_counter", clock)
+    monkeypatch.setattr(executor.time, "perf_counter", clock)
     path = tmp_path / "p.elapsed"
 
     def interrupted():
@@ -27,16 +29,16 @@ def test_wall_time_adds_up_over_an_interrupted_attempt_and_its_resume(tmp_path, 
         raise KeyboardInterrupt("signal")
 
     with pytest.raises(KeyboardInterrupt):
-        sweep.timed(path, interrupted)
+        executor.timed(path, interrupted)
     assert float(path.read_text()) == 100.0  # saved however the attempt ended
 
     def finish():
         clock.now += 50.0
         return "metrics"
 
-    assert sweep.timed(path, finish) == ("metrics", 150.0)
+    assert executor.timed(path, finish) == ("metrics", 150.0)
     path.unlink()
-    assert sweep.timed(path, finish) == ("metrics", 50.0)  # a fresh point starts from zero
+    assert executor.timed(path, finish) == ("metrics", 50.0)  # a fresh point starts from zero
 
 
 def test_the_engine_records_the_wall_time_of_every_attempt(tmp_path, monkeypatch):
@@ -45,7 +47,7 @@ def test_the_engine_records_the_wall_time_of_every_attempt(tmp_path, monkeypatch
     from synthlab import experiments
 
     clock = _Clock()
-    monkeypatch.setattr(sweep.time, "perf_counter", clock)
+    monkeypatch.setattr(executor.time, "perf_counter", clock)
     attempts = []
 
     def run_point(config, run_dir, *, cache_dir):
@@ -56,9 +58,9 @@ def test_the_engine_records_the_wall_time_of_every_attempt(tmp_path, monkeypatch
         return {"accuracy": 0.5}
 
     monkeypatch.setattr(sweep_fake_runner, "run_point", run_point)
-    exp = experiments.load(sweep.Path(__file__).parent / "fixtures" / "sweep_fake.toml")
+    exp = experiments.load(Path(__file__).parent / "fixtures" / "sweep_fake.toml")
     point = exp.points("smoke")[0]
-    unit = sweep.Unit(
+    unit = executor.Unit(
         runner="sweep_fake_runner",
         run_dir=str(tmp_path / "run"),
         cache_dir=str(tmp_path / "d"),
@@ -73,8 +75,8 @@ def test_the_engine_records_the_wall_time_of_every_attempt(tmp_path, monkeypatch
         ],
     )
     with pytest.raises(KeyboardInterrupt):
-        sweep.run_unit(unit)
-    (row,) = sweep.run_unit(unit)
+        executor.run_unit(unit)
+    (row,) = executor.run_unit(unit)
     assert row["wall_s"] == 20.0
     assert not list((tmp_path / "run" / "points").glob("*.elapsed"))
 
@@ -108,7 +110,7 @@ def test_a_stale_row_run_again_keeps_the_compute_of_its_first_attempt(tmp_path, 
     from synthlab import experiments
 
     clock = _Clock()
-    monkeypatch.setattr(sweep.time, "perf_counter", clock)
+    monkeypatch.setattr(executor.time, "perf_counter", clock)
     runs = iter(
         [(600.0, {"accuracy": 0.5, "model_reused": 0}), (30.0, {"accuracy": 0.5, "model_reused": 1, "new_column": 1.0})]
     )
@@ -119,7 +121,7 @@ def test_a_stale_row_run_again_keeps_the_compute_of_its_first_attempt(tmp_path, 
         return metrics
 
     monkeypatch.setattr(sweep_fake_runner, "run_point", run_point)
-    exp = experiments.load(sweep.Path(__file__).parent / "fixtures" / "sweep_fake.toml")
+    exp = experiments.load(Path(__file__).parent / "fixtures" / "sweep_fake.toml")
     point = exp.points("smoke")[0]
     spec = {
         "point_id": point.point_id,
@@ -128,13 +130,13 @@ def test_a_stale_row_run_again_keeps_the_compute_of_its_first_attempt(tmp_path, 
         "experiment": exp.name,
         "preset": "smoke",
     }
-    unit = sweep.Unit(
+    unit = executor.Unit(
         runner="sweep_fake_runner", run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "d"), points=[spec]
     )
-    (first,) = sweep.run_unit(unit)
+    (first,) = executor.run_unit(unit)
     assert (first["wall_s"], first["model_reused"]) == (600.0, 0)
     unit.points[0] = {**spec, "columns": ["new_column"]}  # the runner now fills a column the record lacks
-    (again,) = sweep.run_unit(unit)
+    (again,) = executor.run_unit(unit)
     assert (again["wall_s"], again["model_reused"], again["new_column"]) == (630.0, 0, 1.0)
     record = json.loads((tmp_path / "run" / "points" / f"{point.point_id}.json").read_text())
     assert record["wall_s"] == 630.0

@@ -13,7 +13,7 @@ from test_autocast_policy import cuda_autocast_policy
 from test_checkpointing import saved_bytes
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from synthlab import cost, experiments, stages, sweep
+from synthlab import cost, experiments, stages, sweep_plan
 from synthlab.models import ModelConfig, activation_bytes_per_token, build_model, flops_per_token
 from synthlab.options import parse_point
 
@@ -71,7 +71,7 @@ def test_every_gpu_preset_fits_one_h200_day_a_seed_and_its_memory(name, tmp_path
     experiment = experiments.load(EXPERIMENTS / f"{name}.toml")
     if "gpu" not in experiment.presets:
         pytest.skip("no gpu preset")
-    rows = sweep.plan(experiment, "gpu", tmp_path, runner=stages, gpu=True)
+    rows = sweep_plan.plan(experiment, "gpu", tmp_path, runner=stages, gpu=True)
     seeds = experiment.presets["gpu"].get("seeds", 1)
     hours = sum(row["cost_s"] for row in rows) / 3600 / seeds  # points sharing a trained model count once
     assert hours <= 24, f"{name}: {hours:.1f} h a seed"

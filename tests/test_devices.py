@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import devices, experiments, sweep
+from synthlab import devices, executor, experiments, sweep
 from synthlab.devices import Demand, Gpus
 from synthlab.errors import SynthlabError
 from synthlab.results import read_rows
@@ -98,7 +98,7 @@ def test_ray_asks_the_share_of_a_gpu_the_estimate_needs():
     assert devices.ray_gpus(Demand(1, None), 8, 140.0) == 1
     assert devices.ray_gpus(Demand(4, 6.0), 8, 140.0) == 4
     assert devices.ray_gpus(Demand(1, 6.0), 0, 140.0) == 0
-    unit = sweep.Unit(runner="r", run_dir="r", cache_dir="c", points=[], threads=2, gib=6.0)
+    unit = executor.Unit(runner="r", run_dir="r", cache_dir="c", points=[], threads=2, gib=6.0)
     assert devices.ray_resources(unit, 8.0, 140.0) == {"num_cpus": 2, "num_gpus": pytest.approx(1 / 16)}
 
 

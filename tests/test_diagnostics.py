@@ -201,7 +201,7 @@ def test_groups_of_the_other_tasks(tmp_path, task, params, heldout, train):
     import torch
 
     from synthlab.data import load_dataset
-    from synthlab.evaluate import GroupProbe, group_columns, group_label
+    from synthlab.eval_groups import GroupProbe, group_columns, group_label
     from synthlab.models import ModelConfig, build_model
     from synthlab_generators import TASKS, write_dataset
 

@@ -11,8 +11,10 @@ import torch
 
 from synthlab.cli.train import resolve_run_config
 from synthlab.data import load_dataset
-from synthlab.evaluate import GroupProbe, evaluate_run, group_label, score_answers, split_items
+from synthlab.eval_groups import GroupProbe, group_label, split_items
+from synthlab.evaluate import evaluate_run
 from synthlab.models import ModelConfig, build_model
+from synthlab.scoring import score_answers
 from synthlab.train import train
 from synthlab_generators import TASKS, write_dataset
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from synthlab.cli import app
 from synthlab.tokenizer import WordTokenizer
-from synthlab_generators.bios import TEMPLATES, pools
+from synthlab_generators.bios_words import TEMPLATES, pools
 
 runner = CliRunner()
 MONTHS = [

@@ -15,7 +15,7 @@ from test_scaling_eval import CPU_TRUTH
 from test_verdicts import FAKE
 from typer.testing import CliRunner
 
-from synthlab import experiments, law_verdicts, scaling, verdicts
+from synthlab import experiments, law_verdicts, rules, scaling
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
 from synthlab.report import law_verdict
@@ -93,8 +93,8 @@ def test_save_records_the_command_the_columns_and_the_digest(tmp_path, monkeypat
     assert saved["bootstrap"] == 6 and saved["r2"] > 0.99
 
 
-def _rule(**kw) -> verdicts.LawRule:
-    return verdicts.LawRule(**{"claim": "C5", "says": "the law holds", "fit": "fit_looplm.json", **kw})
+def _rule(**kw) -> rules.LawRule:
+    return rules.LawRule(**{"claim": "C5", "says": "the law holds", "fit": "fit_looplm.json", **kw})
 
 
 def test_a_well_identified_law_is_reproduced_and_a_stricter_rule_contradicts_it(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from synthlab import experiments, plots, stages, sweep  # noqa: E402
+from synthlab import experiments, plots, runners, stages, sweep  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
 
 TOML = Path(__file__).resolve().parents[1] / "experiments" / "ouroboros.toml"
@@ -83,7 +83,7 @@ def test_bad_points_fail_with_one_line(change, message):
 def test_every_preset_validates_and_gpu_uses_the_given_checkpoint():
     exp = experiments.load(TOML)
     for preset in experiments.PRESETS:
-        assert sweep.parse_points(stages, exp, preset, exp.points(preset))
+        assert runners.parse_points(stages, exp, preset, exp.points(preset))
     gpu = [stages.parse(p.config) for p in exp.points("gpu")]
     assert {p.ouroboros.system.variant for p in gpu} == {"controller", "static", "nogate"}
     assert {p.ouroboros.train.seed for p in gpu} == {0, 1, 2}

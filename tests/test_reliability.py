@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, plots, sweep
+from synthlab import experiments, plots, runners, sweep
 from synthlab import results as results_table
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
@@ -275,7 +275,7 @@ def test_a_damaged_sweep_json_is_one_error_line_for_a_sweep_and_its_dry_run(tmp_
 
 def test_a_half_written_results_row_reruns_its_point_with_a_warning(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(TESTS))
-    fake = sweep.load_runner("sweep_fake_runner")
+    fake = runners.load_runner("sweep_fake_runner")
     exp = experiments.load(FAKE)
     results = sweep.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)
     whole = results.read_text()
@@ -291,7 +291,7 @@ def test_a_half_written_results_row_reruns_its_point_with_a_warning(tmp_path, mo
 
 def test_a_row_missing_its_stage_columns_reruns_its_point(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(TESTS))
-    fake = sweep.load_runner("sweep_fake_runner")
+    fake = runners.load_runner("sweep_fake_runner")
     monkeypatch.setattr(fake, "columns", lambda point: ["accuracy"], raising=False)
     exp = experiments.load(FAKE)
     results = sweep.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)

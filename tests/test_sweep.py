@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, files, stages, sweep, verdicts
+from synthlab import experiments, files, rules, runners, stages, sweep, sweep_info, sweep_plan
 from synthlab import results as results_table
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
@@ -95,7 +95,7 @@ def test_every_builtin_experiment_and_preset_loads_and_validates():
         exp = experiments.load(name)
         for preset in experiments.PRESETS:
             points = exp.points(preset)
-            assert sweep.parse_points(stages, exp, preset, points), (name, preset)
+            assert runners.parse_points(stages, exp, preset, points), (name, preset)
 
 
 def _append_worker(path: str, start: int) -> None:
@@ -189,7 +189,7 @@ def _cli(out: Path) -> list[str]:
 def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_table(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     proc = subprocess.Popen(_cli(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    results = tmp_path / "killed" / sweep.RESULTS
+    results = tmp_path / "killed" / results_table.RESULTS
     deadline = time.time() + 60
     # wait until one point is finished and another is part-way through its training
     while time.time() < deadline:
@@ -207,26 +207,26 @@ def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_table(tmp_path):
     assert 1 <= len(results_table.read_rows(results)) < 4
     subprocess.run(_cli(tmp_path / "killed"), env=env, check=True, capture_output=True)
     subprocess.run(_cli(tmp_path / "clean"), env=env, check=True, capture_output=True)
-    assert _table(results) == _table(tmp_path / "clean" / sweep.RESULTS)
+    assert _table(results) == _table(tmp_path / "clean" / results_table.RESULTS)
     starts = [(p / "starts.log").read_text().split() for p in (tmp_path / "killed" / "runs").iterdir()]
     assert any(s[0] == "0" and len(s) == 2 and 0 < int(s[1]) < 30 for s in starts)  # resumed mid-way
 
 
 def test_dry_run_lists_status_and_cost(tmp_path):
     exp = experiments.load(FAKE)
-    plan = sweep.plan(exp, "cpu", tmp_path, runner=RUNNER)
+    plan = sweep_plan.plan(exp, "cpu", tmp_path, runner=RUNNER)
     assert [r["status"] for r in plan] == ["todo"] * 4
     assert all(r["cost"] == "estimated" and r["cost_s"] == pytest.approx(30 * 0.04) for r in plan)
     # points that evaluate a model another point trains cost no training
-    smoke = sweep.plan(exp, "smoke", tmp_path, runner=RUNNER)
+    smoke = sweep_plan.plan(exp, "smoke", tmp_path, runner=RUNNER)
     assert sorted(r["cost"] for r in smoke) == ["estimated"] * 4 + ["shared model"] * 4
     sweep.run_sweep(exp, "smoke", tmp_path / "done", runner=RUNNER, progress=False)
-    assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path / "done", runner=RUNNER)} == {"done"}
+    assert {r["status"] for r in sweep_plan.plan(exp, "smoke", tmp_path / "done", runner=RUNNER)} == {"done"}
     result = CliRunner().invoke(
         app, ["sweep", str(FAKE), "--preset", "cpu", "--runner", RUNNER.__name__, "--out", str(tmp_path), "--dry-run"]
     )
     assert result.exit_code == 0, result.output
-    assert "4 points, 4 to run" in result.output and not (tmp_path / sweep.RESULTS).exists()
+    assert "4 points, 4 to run" in result.output and not (tmp_path / results_table.RESULTS).exists()
     assert f"trained models: in {tmp_path / 'runs'} (0 of 4 already there" in result.output
     # the store the models would be trained into, whatever --out says is done
     result = CliRunner().invoke(
@@ -305,14 +305,14 @@ def test_a_rerun_without_runs_and_cache_uses_the_stores_the_sweep_used_before(tm
     assert not (out / "runs").exists() and not (out / "datasets").exists()  # nothing trained again in OUT
     logs = [(d / "starts.log").read_text().split() for d in store.iterdir()]
     assert len(logs) == 4 and all(log == ["0", "5"] for log in logs)
-    assert all(r["status"] == "done" for r in sweep.plan(exp, "smoke", out, runner=RUNNER))
+    assert all(r["status"] == "done" for r in sweep_plan.plan(exp, "smoke", out, runner=RUNNER))
 
 
 @pytest.mark.parametrize(
     "argv0, recorded", [("/venv/bin/synthlab", True), ("/repo/synthlab/__main__.py", True), ("/venv/bin/pytest", False)]
 )
 def test_the_command_line_is_recorded_from_the_entry_point_and_python_m(monkeypatch, argv0, recorded):
-    from synthlab.sweep import _command_line
+    from synthlab.sweep_info import _command_line
 
     monkeypatch.setattr(sys, "argv", [argv0, "sweep", "mano", "--preset", "smoke"])
     assert _command_line() == ("synthlab sweep mano --preset smoke" if recorded else None)
@@ -345,7 +345,7 @@ def test_reevaluate_runs_every_finished_point_again_on_its_model(tmp_path, monke
 def test_the_first_start_records_when_the_data_began_and_every_rule_then(tmp_path):
     exp = dataclasses.replace(
         experiments.load(FAKE),
-        verdicts=verdicts.parse_rules(
+        verdicts=rules.parse_rules(
             [
                 {
                     "claim": "C0",
@@ -361,14 +361,14 @@ def test_the_first_start_records_when_the_data_began_and_every_rule_then(tmp_pat
         ),
     )
     sweep.run_sweep(exp, "gpu", tmp_path, runner=RUNNER, progress=False)
-    info = sweep.read_info(tmp_path)
-    fixed = verdicts.fingerprint(exp.verdicts[0])
-    assert info["rules"] == {fixed: info["data_began"]} and verdicts.frozen(info, exp.verdicts[0])[1] is False
+    info = sweep_info.read_info(tmp_path)
+    fixed = rules.fingerprint(exp.verdicts[0])
+    assert info["rules"] == {fixed: info["data_began"]} and rules.frozen(info, exp.verdicts[0])[1] is False
     changed = dataclasses.replace(exp, verdicts=(dataclasses.replace(exp.verdicts[0], threshold=0.1),))
     sweep.run_sweep(changed, "gpu", tmp_path, runner=RUNNER, progress=False)  # nothing left to run
-    info = sweep.read_info(tmp_path)
+    info = sweep_info.read_info(tmp_path)
     assert info["rules"][fixed] == info["data_began"] and len(info["rules"]) == 2
-    assert verdicts.frozen(info, changed.verdicts[0])[1] is True  # first seen after the data began
+    assert rules.frozen(info, changed.verdicts[0])[1] is True  # first seen after the data began
 
 
 def test_seeds_overrides_the_presets_seeds_in_the_run_and_the_dry_run(tmp_path):
@@ -395,4 +395,4 @@ def test_seeds_overrides_the_presets_seeds_in_the_run_and_the_dry_run(tmp_path):
     with pytest.raises(SynthlabError, match="unknown preset"):
         experiments.with_seeds(experiments.load(FAKE), "huge", 3)
     sweep.run_sweep(exp, "gpu", tmp_path / "run", runner=RUNNER, progress=False)
-    assert sweep.read_info(tmp_path / "run")["seeds"] == 3
+    assert sweep_info.read_info(tmp_path / "run")["seeds"] == 3

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import experiments, schema, stages, sweep
+from synthlab import experiments, runners, schema, stages, sweep, sweep_plan
 from synthlab.results import RESULTS, factor_column, read_rows, step_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
@@ -120,7 +120,7 @@ def test_eval_results_flatten_to_columns():
 
 
 def _validate(experiment, preset):
-    return sweep.parse_points(stages, experiment, preset, experiment.points(preset))
+    return runners.parse_points(stages, experiment, preset, experiment.points(preset))
 
 
 def test_definitions_are_checked_against_the_real_config_classes():
@@ -217,7 +217,7 @@ def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_p
     exp = experiments.load(FIXTURE)
     results = sweep.run_sweep(exp, "smoke", tmp_path, runner=stages, progress=False)
     before = _table(results)
-    assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path, runner=stages)} == {"done"}
+    assert {r["status"] for r in sweep_plan.plan(exp, "smoke", tmp_path, runner=stages)} == {"done"}
     parse = stages.parse
 
     def parse_under_a_new_default(config):  # as if TrainConfig's default warmup had changed since
@@ -227,7 +227,7 @@ def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_p
         )
 
     monkeypatch.setattr(stages, "parse", parse_under_a_new_default)
-    assert {r["status"] for r in sweep.plan(exp, "smoke", tmp_path, runner=stages)} == {"done, config changed"}
+    assert {r["status"] for r in sweep_plan.plan(exp, "smoke", tmp_path, runner=stages)} == {"done, config changed"}
     capsys.readouterr()
     sweep.run_sweep(exp, "smoke", tmp_path, runner=stages, progress=False)
     err = capsys.readouterr().err

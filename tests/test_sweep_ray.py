@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import experiments, sweep
+from synthlab import experiments, results, runners, sweep
 from synthlab.results import read_rows
 
 ray = pytest.importorskip("ray")
@@ -43,11 +43,11 @@ def test_ray_executor_matches_local(local_cluster, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     exp = experiments.load(FAKE)
     remote = sweep.run_sweep(
-        exp, "smoke", tmp_path / "ray", executor="ray", runner=sweep.load_runner(RUNNER), progress=False
+        exp, "smoke", tmp_path / "ray", executor="ray", runner=runners.load_runner(RUNNER), progress=False
     )
-    local = sweep.run_sweep(exp, "smoke", tmp_path / "local", runner=sweep.load_runner(RUNNER), progress=False)
-    assert len(sweep.read_rows(remote)) == 8
+    local = sweep.run_sweep(exp, "smoke", tmp_path / "local", runner=runners.load_runner(RUNNER), progress=False)
+    assert len(results.read_rows(remote)) == 8
     assert _table(remote) == _table(local)
     # a rerun through Ray finds every point done and submits nothing
-    sweep.run_sweep(exp, "smoke", tmp_path / "ray", executor="ray", runner=sweep.load_runner(RUNNER), progress=False)
+    sweep.run_sweep(exp, "smoke", tmp_path / "ray", executor="ray", runner=runners.load_runner(RUNNER), progress=False)
     assert _table(remote) == _table(local)

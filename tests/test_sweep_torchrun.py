@@ -12,8 +12,8 @@ import tomllib
 
 from synthlab import experiments, stages, sweep
 from synthlab.devices import ray_resources
+from synthlab.executor import Unit
 from synthlab.results import read_rows
-from synthlab.sweep import Unit
 
 MANO = Path(__file__).resolve().parent.parent / "experiments" / "mano.toml"
 

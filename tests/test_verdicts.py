@@ -14,7 +14,7 @@ import tomllib
 from scipy import stats
 from typer.testing import CliRunner
 
-from synthlab import experiments, verdicts
+from synthlab import experiments, rules, verdicts
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
 from synthlab.report import write_report
@@ -97,11 +97,11 @@ def _paired(diffs: list[float], seeds_column: bool = True) -> pd.DataFrame:
     return table if seeds_column else table.drop(columns="seed")
 
 
-def _rule(**kw) -> verdicts.Rule:
+def _rule(**kw) -> rules.Rule:
     fields = dict(
         claim="C0", says="loop beats base", metric="accuracy", column="model", a="loop", b="base", expect="above"
     )
-    return verdicts.Rule(**{**fields, **kw})
+    return rules.Rule(**{**fields, **kw})
 
 
 @pytest.mark.parametrize(
@@ -167,7 +167,7 @@ def test_relative_level_where_and_row_differences():
     assert level == pytest.approx([0.6 + 0.01 * s + 0.1 - 0.01 for s in range(3)])
     table = table.assign(other=table["accuracy"] - 0.25)
     assert verdicts.seed_statistics(
-        verdicts.Rule(claim="C0", says="s", metric="accuracy - other", expect="above"), table, []
+        rules.Rule(claim="C0", says="s", metric="accuracy - other", expect="above"), table, []
     ) == pytest.approx([0.25] * 3)
 
 
@@ -297,7 +297,7 @@ def test_every_rule_names_arms_its_presets_train(name):
 def test_a_rule_scoped_to_other_presets_is_listed_untested_not_decided():
     from synthlab.report import _verdict_lines
 
-    rules = verdicts.parse_rules(
+    parsed = rules.parse_rules(
         [
             {
                 "claim": "C0",
@@ -322,9 +322,9 @@ def test_a_rule_scoped_to_other_presets_is_listed_untested_not_decided():
         ],
         "test",
     )
-    assert rules[0].presets == ("cpu",) and rules[0].applies_to("cpu") and not rules[1].applies_to("cpu")
+    assert parsed[0].presets == ("cpu",) and parsed[0].applies_to("cpu") and not parsed[1].applies_to("cpu")
     lines, found = _verdict_lines(
-        rules, (), _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], {"preset": "cpu"}, Path(".")
+        parsed, (), _paired([0.10, 0.12, 0.09]), ["L", "model", "seed"], {"preset": "cpu"}, Path(".")
     )
     assert [v.rule.says for v in found] == ["loop beats base"] and found[0].outcome == "reproduced"
     assert any("big loop beats big base: not tested by preset `cpu` (the rule is for `gpu`)" in line for line in lines)
@@ -371,7 +371,7 @@ def test_units_replicate_over_a_column_when_each_value_is_an_independent_run():
     ]
     for row in rows:  # the size's own offset tells the replicates apart
         row["eval_loss"] -= 0.001 * row["d_model"] * (row["loops"] == 4)
-    rule = verdicts.Rule(
+    rule = rules.Rule(
         claim="C5",
         says="4 loops below 1",
         metric="eval_loss",
@@ -446,13 +446,13 @@ def test_a_rule_that_says_each_must_name_its_cells():
 
 
 def test_the_fingerprint_ignores_the_wording_and_defaults_and_sees_every_test_field():
-    base = verdicts.fingerprint(_rule())
-    assert verdicts.fingerprint(_rule(says="other words")) == base
+    base = rules.fingerprint(_rule())
+    assert rules.fingerprint(_rule(says="other words")) == base
     assert (
-        verdicts.fingerprint(_rule(threshold=0))
+        rules.fingerprint(_rule(threshold=0))
         == base
-        == verdicts.table_fingerprint(
-            verdicts.Rule,
+        == rules.table_fingerprint(
+            rules.Rule,
             {
                 "claim": "C0",
                 "says": "x",
@@ -470,9 +470,9 @@ def test_the_fingerprint_ignores_the_wording_and_defaults_and_sees_every_test_fi
         len(
             {
                 base,
-                verdicts.fingerprint(_rule(threshold=0.1)),
-                verdicts.fingerprint(_rule(each=("L",))),
-                verdicts.fingerprint(_rule(expect="below")),
+                rules.fingerprint(_rule(threshold=0.1)),
+                rules.fingerprint(_rule(each=("L",))),
+                rules.fingerprint(_rule(expect="below")),
             }
         )
         == 4
@@ -513,5 +513,5 @@ def test_the_fingerprint_ignores_the_wording_and_defaults_and_sees_every_test_fi
 )
 def test_a_rule_changed_after_its_data_is_exploratory(info, expected):
     rule = _rule()
-    info = json.loads(json.dumps(info).replace("RULE", verdicts.fingerprint(rule)))
-    assert verdicts.frozen(info, rule) == expected
+    info = json.loads(json.dumps(info).replace("RULE", rules.fingerprint(rule)))
+    assert rules.frozen(info, rule) == expected

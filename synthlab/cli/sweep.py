@@ -87,6 +87,8 @@ def sweep(
     """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
     from synthlab import experiments, stages
     from synthlab import sweep as engine
+    from synthlab.runners import load_runner
+    from synthlab.sweep_plan import plan
 
     if launcher not in ("process", "torchrun"):
         raise SynthlabError(f"--launcher must be 'process' or 'torchrun', got '{launcher}'")
@@ -101,7 +103,7 @@ def sweep(
     if seeds is not None:
         exp = experiments.with_seeds(exp, preset, seeds)
     out = out or Path("runs") / f"{exp.name}-{preset}"
-    point_runner = engine.load_runner(runner) if runner else stages
+    point_runner = load_runner(runner) if runner else stages
     if dry_run:
         if preset == "gpu":
             from synthlab import cost
@@ -109,7 +111,7 @@ def sweep(
             cost.use_host_rates(cost.host_rates())  # measured on this machine
             if calibration is not None:
                 cost.use_calibration(cost.load_calibration(calibration))
-        rows = engine.plan(exp, preset, out, runner=point_runner, runs_dir=runs, gpu=preset == "gpu")
+        rows = plan(exp, preset, out, runner=point_runner, runs_dir=runs, gpu=preset == "gpu")
         _print_plan(rows, calibration)
         typer.echo(
             f"seeds per point: {exp.presets[preset].get('seeds', 1)} "

@@ -1,4 +1,4 @@
-"""synthlab task generators (installed as `synthlab_generators`; the folder is `generators/`).
+"""synthlab task generators (the folder `generators/synthlab_generators/`, named as its import name).
 
 One module per task behind one interface (`common.TaskSpec`: a validated params dataclass,
 `generate(params, rng) -> Dataset`, `shape(params) -> TaskShape` and every other per-task fact),

@@ -87,6 +87,7 @@ from synthlab_generators.common import (
     json_line,
     param,
 )
+from synthlab_generators.reach_graph import Draws, Graph, adjacency, reaches, walk
 
 MAX_TRIES = 1_000  # rejection-sampling tries per query before giving up
 WORDS = ("->", ",", ".", "can", "reach", "what", "?", "yes", "no")  # besides the node tokens
@@ -97,21 +98,29 @@ class ReachParams(TaskParams):
     """Parameters of `synthlab gen reach`."""
 
     nodes: int = param(64, "Number of graph nodes (at least 4 per layer: 4 x (max-diameter+1)).")
-    max_diameter: int = param(8, "Largest shortest-path length D in the union graph; queries "
-                                 "have distances 1..D.")
-    n_train: int = param(20_000, "Number of training queries (plus the edge statements and "
-                                 "edge queries).")
+    max_diameter: int = param(8, "Largest shortest-path length D in the union graph; queries have distances 1..D.")
+    n_train: int = param(20_000, "Number of training queries (plus the edge statements and edge queries).")
     n_test: int = param(2_000, "Number of test queries (spread evenly over distances, classes).")
-    context_edges: int = param(0, "Edges given in each prompt (0: 2 x max-diameter); at least "
-                                  "2 x max(1, max-diameter - 1), what two planted walks use.")
+    context_edges: int = param(
+        0,
+        "Edges given in each prompt (0: 2 x max-diameter); at least "
+        "2 x max(1, max-diameter - 1), what two planted walks use.",
+    )
     edge_repeats: int = param(20, "How many times each knowledge edge is stated as 'u -> v'.")
-    edge_queries: int = param(0, "How many times each knowledge edge is also asked as a "
-                                 "context-free query, with as many 'no' queries from its source.")
-    lookup_queries: int = param(0, "Context lookups in train (at most --n-train): '<bos> can "
-                                   "s reach what ? <context> . <ans>' answered by the one node "
-                                   "s leads to in the context.")
-    distance_decay: float = param(1.0, "Curriculum: training queries at distance d are in "
-                                       "proportion to this ** (d - 1), in (0, 1] (1: uniform).")
+    edge_queries: int = param(
+        0,
+        "How many times each knowledge edge is also asked as a "
+        "context-free query, with as many 'no' queries from its source.",
+    )
+    lookup_queries: int = param(
+        0,
+        "Context lookups in train (at most --n-train): '<bos> can "
+        "s reach what ? <context> . <ans>' answered by the one node "
+        "s leads to in the context.",
+    )
+    distance_decay: float = param(
+        1.0, "Curriculum: training queries at distance d are in proportion to this ** (d - 1), in (0, 1] (1: uniform)."
+    )
 
     def __post_init__(self) -> None:
         self.require_int("max_diameter", 1, 1000)
@@ -124,12 +133,16 @@ class ReachParams(TaskParams):
         self.require_int("edge_repeats", 1, 10_000)
         self.require_int("edge_queries", 0, 10_000)
         self.require_int("lookup_queries", 0, self.n_train)
-        self.require(isinstance(self.distance_decay, (int, float))
-                     and 0 < self.distance_decay <= 1, "distance_decay", "must be in (0, 1]")
+        self.require(
+            isinstance(self.distance_decay, (int, float)) and 0 < self.distance_decay <= 1,
+            "distance_decay",
+            "must be in (0, 1]",
+        )
         sizes = [len(a) for a in np.array_split(np.arange(self.nodes), self.max_diameter + 1)]
         free = sum(a * b - a for a, b in zip(sizes, sizes[1:]))  # non-knowledge layer edges
-        self.require(self.n_context <= free // 2, "context_edges",
-                     f"must be at most half of the {free} possible context edges")
+        self.require(
+            self.n_context <= free // 2, "context_edges", f"must be at most half of the {free} possible context edges"
+        )
 
     @property
     def n_context(self) -> int:
@@ -159,100 +172,19 @@ def planned_distances(params: ReachParams, split: str) -> list[tuple[bool, int]]
     return plan
 
 
-class _Graph:
-    """The layered knowledge graph: members[layer], layer[node], successor[node] (-1: none)."""
-
-    def __init__(self, params: ReachParams, rng: np.random.Generator) -> None:
-        self.members = [a.tolist() for a in
-                        np.array_split(rng.permutation(params.nodes), params.max_diameter + 1)]
-        self.layer = [0] * params.nodes
-        for i, nodes in enumerate(self.members):
-            for u in nodes:
-                self.layer[u] = i
-        self.successor = [-1] * params.nodes
-        for i, nodes in enumerate(self.members[:-1]):
-            for u, v in zip(nodes, rng.choice(self.members[i + 1], size=len(nodes)).tolist()):
-                self.successor[u] = v
-        # in layer order, then by position in the layer
-        self.edges = [(u, self.successor[u]) for nodes in self.members[:-1] for u in nodes]
-
-
-class _Draws:
-    """Uniform draws served from blocks of rng.random: a numpy call per scalar costs
-    microseconds, and a query needs dozens of scalars."""
-
-    def __init__(self, rng: np.random.Generator, block: int = 1 << 16) -> None:
-        self.rng, self.block = rng, block
-        self.buffer: list[float] = []
-
-    def below(self, n: int) -> int:
-        """A uniform integer in 0..n-1."""
-        if not self.buffer:
-            self.buffer = self.rng.random(self.block).tolist()[::-1]
-        return int(self.buffer.pop() * n)
-
-
-def _hop_kinds(d: int, draws: _Draws) -> list[bool]:
-    """True = context hop: one fair draw at d = 1, at least one hop of each kind at d >= 2."""
-    while True:
-        kinds = [draws.below(2) == 1 for _ in range(d)]
-        if d == 1 or (any(kinds) and not all(kinds)):
-            return kinds
-
-
-def _walk(graph: _Graph, start: int, d: int, draws: _Draws,
-          context: set[tuple[int, int]]) -> tuple[int, str]:
-    """(end, path kind) of a planted walk of d hops; its context hops are added to `context`."""
-    node = start
-    kinds = _hop_kinds(d, draws)
-    for is_context in kinds:
-        if is_context:  # any node of the next layer but the knowledge successor
-            nxt = [v for v in graph.members[graph.layer[node] + 1] if v != graph.successor[node]]
-            target = nxt[draws.below(len(nxt))]
-            context.add((node, target))
-            node = target
-        else:
-            node = graph.successor[node]
-    kind = "mixed" if d >= 2 else ("context" if kinds[0] else "knowledge")
-    return node, kind
-
-
-def _reaches(source: int, target: int, steps: int, successor: list[int] | None,
-             context: dict[int, list[int]] | None) -> bool:
-    """Whether `steps` edges lead from source to target (a layered graph: a path to the target's
-    layer has exactly that many edges) over knowledge edges and/or context edges."""
-    frontier = {source}
-    for _ in range(steps):
-        nxt = set()
-        for u in frontier:
-            if successor is not None and successor[u] >= 0:
-                nxt.add(successor[u])
-            if context is not None:
-                nxt.update(context.get(u, ()))
-        frontier = nxt
-    return target in frontier
-
-
-def _adjacency(edges) -> dict[int, list[int]]:
-    adj: dict[int, list[int]] = {}
-    for u, v in edges:
-        adj.setdefault(u, []).append(v)
-    return adj
-
-
 def _listed(edges: list[list[int]]) -> str:
     return " , ".join(f"n{u} -> n{v}" for u, v in edges)
 
 
-def _query(graph: _Graph, params: ReachParams, yes: bool, d: int, draws: _Draws) -> dict:
+def _query(graph: Graph, params: ReachParams, yes: bool, d: int, draws: Draws) -> dict:
     D = params.max_diameter
     for _ in range(MAX_TRIES):
         first = graph.members[draws.below(D - d + 1)]
         i, j = draws.below(len(first)), draws.below(len(first) - 1)
         source, decoy = first[i], first[j + (j >= i)]
         context: set[tuple[int, int]] = set()
-        end, kind = _walk(graph, source, d, draws, context)
-        decoy_end, decoy_kind = _walk(graph, decoy, d, draws, context)
+        end, kind = walk(graph, source, d, draws, context)
+        decoy_end, decoy_kind = walk(graph, decoy, d, draws, context)
         target, path = (end, kind) if yes else (decoy_end, decoy_kind)
         while len(context) < params.n_context:  # distractors between adjacent layers
             u = draws.below(params.nodes)
@@ -261,33 +193,43 @@ def _query(graph: _Graph, params: ReachParams, yes: bool, d: int, draws: _Draws)
                 v = nxt[draws.below(len(nxt))]
                 if graph.successor[u] != v:
                     context.add((u, v))
-        adjacency = _adjacency(context)
-        if _reaches(source, target, d, graph.successor, adjacency) != yes:
+        adj = adjacency(context)
+        if reaches(source, target, d, graph.successor, adj) != yes:
             continue
-        if yes and d >= 2 and (_reaches(source, target, d, graph.successor, None)
-                               or _reaches(source, target, d, None, adjacency)):
+        if (
+            yes
+            and d >= 2
+            and (reaches(source, target, d, graph.successor, None) or reaches(source, target, d, None, adj))
+        ):
             continue
         edges = sorted(context)
         edges = [list(edges[k]) for k in draws.rng.permutation(len(edges))]
         answer = "yes" if yes else "no"
-        return {"kind": "query",
-                "prompt": f"<bos> can n{source} reach n{target} ? {_listed(edges)} . <ans>",
-                "answer": answer, "source": source, "target": target, "decoy_source": decoy,
-                "distance": d, "path": path, "group": f"d{d}_{answer}", "context_edges": edges}
-    raise TaskError(f"--nodes {params.nodes}: could not build a query in {MAX_TRIES} tries; "
-                        f"use more nodes or fewer --context-edges")
+        return {
+            "kind": "query",
+            "prompt": f"<bos> can n{source} reach n{target} ? {_listed(edges)} . <ans>",
+            "answer": answer,
+            "source": source,
+            "target": target,
+            "decoy_source": decoy,
+            "distance": d,
+            "path": path,
+            "group": f"d{d}_{answer}",
+            "context_edges": edges,
+        }
+    raise TaskError(
+        f"--nodes {params.nodes}: could not build a query in {MAX_TRIES} tries; use more nodes or fewer --context-edges"
+    )
 
 
-def _queries(graph: _Graph, params: ReachParams, split: str, avoid: set[str],
-             rng: np.random.Generator) -> list[dict]:
+def _queries(graph: Graph, params: ReachParams, split: str, avoid: set[str], rng: np.random.Generator) -> list[dict]:
     """The split's planned queries (`planned_distances`), prompts distinct and not in avoid."""
     plan = planned_distances(params, split)
     out: list[dict] = []
     seen = set(avoid)
-    draws = _Draws(rng)
+    draws = Draws(rng)
     repeats = 0  # duplicates drawn in a row: a small graph has few distinct queries
-    with tqdm(total=len(plan), desc=f"reach {split}", unit="query", disable=None,
-              mininterval=1) as bar:
+    with tqdm(total=len(plan), desc=f"reach {split}", unit="query", disable=None, mininterval=1) as bar:
         while len(out) < len(plan):
             yes, d = plan[len(out)]
             query = _query(graph, params, yes, d, draws)
@@ -296,7 +238,8 @@ def _queries(graph: _Graph, params: ReachParams, split: str, avoid: set[str],
                 if repeats == MAX_TRIES:
                     raise TaskError(
                         f"--n-train/--n-test: too few distinct {query['group']} queries exist "
-                        f"with --nodes {params.nodes} and --max-diameter {params.max_diameter}")
+                        f"with --nodes {params.nodes} and --max-diameter {params.max_diameter}"
+                    )
                 continue
             repeats = 0
             seen.add(query["prompt"])
@@ -305,7 +248,7 @@ def _queries(graph: _Graph, params: ReachParams, split: str, avoid: set[str],
     return [out[i] for i in rng.permutation(len(out))]
 
 
-def _edge_queries(graph: _Graph, repeats: int, rng: np.random.Generator) -> list[dict]:
+def _edge_queries(graph: Graph, repeats: int, rng: np.random.Generator) -> list[dict]:
     """Each knowledge edge u -> v asked with no context, `repeats` times "yes" (can u reach v)
     and `repeats` times "no" (can u reach w, w a random other node of v's layer)."""
     out = []
@@ -313,8 +256,15 @@ def _edge_queries(graph: _Graph, repeats: int, rng: np.random.Generator) -> list
         others = [w for w in graph.members[graph.layer[v]] if w != v]
         for w in [v] * repeats + rng.choice(others, size=repeats).tolist():
             answer = "yes" if w == v else "no"
-            out.append({"kind": "edge_query", "prompt": f"<bos> can n{u} reach n{w} ? . <ans>",
-                        "answer": answer, "edge": [u, v], "group": f"edge_{answer}"})
+            out.append(
+                {
+                    "kind": "edge_query",
+                    "prompt": f"<bos> can n{u} reach n{w} ? . <ans>",
+                    "answer": answer,
+                    "edge": [u, v],
+                    "group": f"edge_{answer}",
+                }
+            )
     return out
 
 
@@ -332,40 +282,59 @@ def _lookups(train_queries: list[dict], count: int, rng: np.random.Generator) ->
         if single:
             u, v = single[int(rng.integers(len(single)))]
             prompt = f"<bos> can n{u} reach what ? {_listed(edges)} . <ans>"
-            out.append({"kind": "lookup", "prompt": prompt, "answer": f"n{v}", "source": u,
-                        "context_edges": edges, "group": "lookup"})
+            out.append(
+                {
+                    "kind": "lookup",
+                    "prompt": prompt,
+                    "answer": f"n{v}",
+                    "source": u,
+                    "context_edges": edges,
+                    "group": "lookup",
+                }
+            )
     if len(out) < count:
-        raise TaskError(f"--lookup-queries {count}: only {len(out)} training contexts list a "
-                            f"source with one out-edge; use fewer")
+        raise TaskError(
+            f"--lookup-queries {count}: only {len(out)} training contexts list a source with one out-edge; use fewer"
+        )
     return out
 
 
 def generate(params: ReachParams, rng: np.random.Generator) -> Dataset:
-    graph = _Graph(params, rng)
+    graph = Graph(params.nodes, params.max_diameter + 1, rng)
     edges = [list(edge) for edge in graph.edges]
     test = _queries(graph, params, "test", set(), rng)
     train_queries = _queries(graph, params, "train", {q["prompt"] for q in test}, rng)
-    statements = [{"kind": "edge", "edge": [u, v], "text": f"n{u} -> n{v}"}
-                  for u, v in edges] * params.edge_repeats
+    statements = [{"kind": "edge", "edge": [u, v], "text": f"n{u} -> n{v}"} for u, v in edges] * params.edge_repeats
     edge_queries = _edge_queries(graph, params.edge_queries, rng)
     lookups = _lookups(train_queries, params.lookup_queries, rng)
     train = statements + edge_queries + train_queries + lookups
     order = rng.permutation(len(train))
-    graph_json = {"nodes": list(range(params.nodes)), "edges": edges,
-                  "layers": graph.members, "max_diameter": params.max_diameter}
-    paths = {kind: sum(q["path"] == kind for q in train_queries if q["answer"] == "yes")
-             for kind in ("knowledge", "context", "mixed")}
+    graph_json = {
+        "nodes": list(range(params.nodes)),
+        "edges": edges,
+        "layers": graph.members,
+        "max_diameter": params.max_diameter,
+    }
+    paths = {
+        kind: sum(q["path"] == kind for q in train_queries if q["answer"] == "yes")
+        for kind in ("knowledge", "context", "mixed")
+    }
     return Dataset(
         tokens=list(WORDS) + [f"n{i}" for i in range(params.nodes)],
-        files={"graph.json": graph_json,
-               "train.jsonl": chunked(json_line(train[i]) for i in order),
-               "test.jsonl": chunked(json_line(q) for q in test)},
-        counts={"train": len(train), "train_queries": len(train_queries),
-                "train_edge_statements": len(statements), "train_edge_queries": len(edge_queries),
-                "train_lookups": len(lookups),
-                "test": len(test)},
-        extra={"knowledge_edges": len(edges), "context_edges_per_query": params.n_context,
-               "train_yes_paths": paths},
+        files={
+            "graph.json": graph_json,
+            "train.jsonl": chunked(json_line(train[i]) for i in order),
+            "test.jsonl": chunked(json_line(q) for q in test),
+        },
+        counts={
+            "train": len(train),
+            "train_queries": len(train_queries),
+            "train_edge_statements": len(statements),
+            "train_edge_queries": len(edge_queries),
+            "train_lookups": len(lookups),
+            "test": len(test),
+        },
+        extra={"knowledge_edges": len(edges), "context_edges_per_query": params.n_context, "train_yes_paths": paths},
     )
 
 
@@ -381,15 +350,26 @@ def shape(params: ReachParams) -> TaskShape:
     statements = (params.nodes - last_layer) * params.edge_repeats
     edge_queries = (params.nodes - last_layer) * params.edge_queries * 2
     records = statements + edge_queries + params.n_train + params.lookup_queries
-    mean = (statements * 5 + edge_queries * 9 + params.n_train * (4 * C + 8)
-            + params.lookup_queries * (4 * C + 8)) / records
-    return TaskShape(vocab_size=len(SPECIAL_TOKENS) + len(WORDS) + params.nodes,
-                     row_len=4 * C + 7, tokens_per_record=mean, train_records=records)
+    mean = (
+        statements * 5 + edge_queries * 9 + params.n_train * (4 * C + 8) + params.lookup_queries * (4 * C + 8)
+    ) / records
+    return TaskShape(
+        vocab_size=len(SPECIAL_TOKENS) + len(WORDS) + params.nodes,
+        row_len=4 * C + 7,
+        tokens_per_record=mean,
+        train_records=records,
+    )
 
 
 SPEC = TaskSpec(
-    name="reach", params_cls=ReachParams, generate=generate,
+    name="reach",
+    params_cls=ReachParams,
+    generate=generate,
     help="Graph reachability over knowledge-graph edges (learned) plus context edges.",
-    shape=shape, extra_files=("graph.json",), group_key="group", headline="accuracy",
-    pack=False, data_columns={"max_diameter": "diameter"},
+    shape=shape,
+    extra_files=("graph.json",),
+    group_key="group",
+    headline="accuracy",
+    pack=False,
+    data_columns={"max_diameter": "diameter"},
 )
