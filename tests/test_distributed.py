@@ -137,6 +137,7 @@ def assert_same_curve(run_dir, reference):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.slow  # two spawned training processes; in one process, test_grad_accum.py
 def test_two_processes_follow_the_one_process_curve(tmp_path, datasets, processes, one_process):
     run_dir = tmp_path / "two"
     run = run_config(datasets("mano"), "mano", MODEL, steps=STEPS, device="cpu", grad_accum=2)

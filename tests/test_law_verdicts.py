@@ -5,6 +5,7 @@ numbers. A fit does not depend on the order of the table's rows."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import numpy as np
@@ -48,15 +49,25 @@ def cpu_shaped_table(tmp_path):
     return path
 
 
-def _saved(tmp_path, monkeypatch, *args: str) -> tuple[dict, object]:
-    path = cpu_shaped_table(tmp_path)
-    out_path = tmp_path / "fit_looplm.json"
-    argv = ["synthlab", "fit", "looplm", str(path), *args, "--save", str(out_path)]
-    monkeypatch.setattr(sys, "argv", argv)  # what the saved `command` is read from
-    out = run(*argv[2:])
+@pytest.fixture(scope="module")
+def saved_fit(tmp_path_factory):
+    """(the folder, the record) of `synthlab fit looplm --bootstrap 6 --holdout size --save` run once
+    on the cpu-shaped table: the tests below read copies of that folder."""
+    folder = tmp_path_factory.mktemp("saved")
+    path, out_path = cpu_shaped_table(folder), folder / "fit_looplm.json"
+    argv = ["synthlab", "fit", "looplm", str(path), "--bootstrap", "6", "--holdout", "size", "--save", str(out_path)]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(sys, "argv", argv)  # what the saved `command` is read from
+        out = run(*argv[2:])
     assert out.exit_code == 0, out.output
     assert f"wrote {out_path}" in out.output
-    return scaling.read_fit_json(out_path.read_text()), path
+    return folder, scaling.read_fit_json(out_path.read_text())
+
+
+def _copy_of(saved_fit, tmp_path):
+    """The saved fit's folder copied into tmp_path (a test may edit its table); the table's path."""
+    shutil.copytree(saved_fit[0], tmp_path, dirs_exist_ok=True)
+    return tmp_path / "results.csv"
 
 
 def _refuse(constant: str):
@@ -81,11 +92,12 @@ def test_a_diverged_fit_is_strict_json_and_reads_back_as_floats():
     assert back["alpha"] == 85.3 and back["law"] == "looplm" and back["holdout"][0]["split"] == "smallest 3 of 4 sizes"
 
 
-def test_save_records_the_command_the_columns_and_the_digest(tmp_path, monkeypatch):
-    saved, path = _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
+def test_save_records_the_command_the_columns_and_the_digest(saved_fit):
+    folder, saved = saved_fit
+    path = folder / "results.csv"
     assert (
         saved["command"]
-        == f"synthlab fit looplm {path} --bootstrap 6 --holdout size --save {tmp_path / 'fit_looplm.json'}"
+        == f"synthlab fit looplm {path} --bootstrap 6 --holdout size --save {folder / 'fit_looplm.json'}"
     )
     assert saved["columns"]["loss_col"] == "loss" and saved["columns"]["n_col"] == "params"
     assert scaling.digest_now(saved, path) == saved["data_sha256"]
@@ -97,8 +109,8 @@ def _rule(**kw) -> rules.LawRule:
     return rules.LawRule(**{"claim": "C5", "says": "the law holds", "fit": "fit_looplm.json", **kw})
 
 
-def test_a_well_identified_law_is_reproduced_and_a_stricter_rule_contradicts_it(tmp_path, monkeypatch):
-    _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
+def test_a_well_identified_law_is_reproduced_and_a_stricter_rule_contradicts_it(saved_fit, tmp_path):
+    _copy_of(saved_fit, tmp_path)
     verdict = law_verdict(_rule(), tmp_path)
     assert verdict.outcome == "reproduced" and verdict.estimate > 0.99 and verdict.n == 64, verdict.why
     assert "smallest 3 of 4 sizes: test R^2" in verdict.why and "n = 64 rows" in verdict.summary()
@@ -106,9 +118,9 @@ def test_a_well_identified_law_is_reproduced_and_a_stricter_rule_contradicts_it(
     assert strict.outcome == "contradicted" and "< 1" in strict.why
 
 
-def test_no_fit_a_stale_fit_or_another_holdout_is_no_data(tmp_path, monkeypatch):
+def test_no_fit_a_stale_fit_or_another_holdout_is_no_data(saved_fit, tmp_path):
     assert law_verdict(_rule(), tmp_path).outcome == "no data"
-    _, path = _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
+    path = _copy_of(saved_fit, tmp_path)
     assert law_verdict(_rule(holdout="data"), tmp_path).why.startswith("fit_looplm.json has hold-out size")
     table = pd.read_csv(path)
     table.sample(frac=1.0, random_state=0).to_csv(path, index=False)  # the same rows: still this fit's
@@ -229,8 +241,8 @@ def test_law_rules_parse_from_a_definition_and_bad_ones_are_one_line_errors():
         }
 
 
-def test_the_report_puts_a_law_in_the_claims_table(tmp_path, monkeypatch):
-    _saved(tmp_path, monkeypatch, "--bootstrap", "6", "--holdout", "size")
+def test_the_report_puts_a_law_in_the_claims_table(saved_fit, tmp_path):
+    _copy_of(saved_fit, tmp_path)
     definition = tmp_path / "lawful.toml"
     definition.write_text(
         FAKE.read_text().replace('name = "sweep_fake"', 'name = "lawful"')

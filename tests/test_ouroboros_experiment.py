@@ -98,6 +98,7 @@ def test_every_preset_validates_and_gpu_uses_the_given_checkpoint():
     ) == (32, 320, 2048, 32, (4, 8, 16))
 
 
+@pytest.mark.slow  # needs the smoke sweep (train, export, OUROBOROS): end to end, as its two neighbours
 def test_a_given_checkpoint_trains_no_synthlab_base(smoke, tmp_path):
     table = plots.read_results(smoke)
     run_dir = Path(table["run_dir"].iloc[0])

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from synthlab.progress import Progress
 from synthlab_generators import TASKS, write_dataset
 
@@ -40,6 +42,7 @@ def test_off_a_terminal_lines_come_at_the_interval_and_at_close():
     assert off.getvalue() == ""
 
 
+@pytest.mark.slow  # a training in a fresh interpreter, end to end; the interval rule is tested above in process
 def test_a_training_through_a_pipe_writes_few_plain_lines(tmp_path):
     spec = TASKS["mano"]
     data = write_dataset(spec, spec.params_cls(L=2, n_train=200, n_test=20, mod=5), 0, tmp_path / "mano")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -211,12 +212,20 @@ def test_a_fit_of_seeds_prints_and_saves_its_lack_of_fit(tmp_path):
     assert out.exit_code == 0 and json.loads(out.output)["lack_of_fit"] is None, out.output
 
 
-def test_the_scaling_figure_draws_the_saved_fit_of_the_same_numbers_and_refits_other_numbers(tmp_path):
+@pytest.fixture(scope="module")
+def saved_looplm(tmp_path_factory):
+    """A folder holding the LoopLM table and its `synthlab fit looplm --save fit_looplm.json`, fitted
+    once: each test below edits its own copy."""
+    folder = tmp_path_factory.mktemp("saved")
+    out = run("looplm", looplm_table(folder), "--bootstrap", "0", "--save", folder / "fit_looplm.json")
+    assert out.exit_code == 0, out.output
+    return folder
+
+
+def test_the_scaling_figure_draws_the_saved_fit_of_the_same_numbers_and_refits_other_numbers(saved_looplm, tmp_path):
     from synthlab import plots
 
-    path = looplm_table(tmp_path)
-    out = run("looplm", path, "--bootstrap", "0", "--save", tmp_path / "fit_looplm.json")
-    assert out.exit_code == 0, out.output
+    shutil.copytree(saved_looplm, tmp_path, dirs_exist_ok=True)
     record = json.loads((tmp_path / "fit_looplm.json").read_text())
     assert record["fit_space"]["log_E"] == pytest.approx(np.log(record["E"]))
     record["fit_space"]["log_E"] += 0.1  # marks the file's vector: a refit would not find it
@@ -233,11 +242,10 @@ def test_the_scaling_figure_draws_the_saved_fit_of_the_same_numbers_and_refits_o
     assert plots.fit_scaling(changed).params["E"] != pytest.approx(drawn.params["E"])  # refitted
 
 
-def test_a_damaged_saved_fit_is_named_on_stderr_and_the_figure_refits(tmp_path, capsys):
+def test_a_damaged_saved_fit_is_named_on_stderr_and_the_figure_refits(saved_looplm, tmp_path, capsys):
     from synthlab import plots
 
-    path = looplm_table(tmp_path)
-    assert run("looplm", path, "--bootstrap", "0", "--save", tmp_path / "fit_looplm.json").exit_code == 0
+    shutil.copytree(saved_looplm, tmp_path, dirs_exist_ok=True)
     (tmp_path / "fit_looplm.json").write_text('{"law": "looplm", "E": ')  # cut short
     table = plots.read_results(tmp_path)
     capsys.readouterr()
