@@ -136,7 +136,7 @@ def peak_gib(
     return (18 * params + (kept + recomputed + readouts * model.vocab_size * LOSS_BYTES_PER_LOGIT) * tokens) / GIB
 
 
-def gpu_cost(point) -> dict[str, Any]:
+def gpu_cost(point, *, exact: bool = False) -> dict[str, Any]:
     """Tokens, FLOPs, activation and peak memory and hours of a PointConfig on one GPU.
 
     Memory is `peak_gib` for one micro-batch (batch_size / grad_accum rows). With host rates in use
@@ -147,6 +147,8 @@ def gpu_cost(point) -> dict[str, Any]:
     checkpointing: one more forward) plus the forward-only gate stage, at ASSUMED_MFU of the peak.
     gpu_h_shared: the part of gpu_h that points of one trained model share (its training); an
     OUROBOROS stage is each point's own (`ouroboros_cost`; on a given checkpoint, all of it).
+    exact: the hours unrounded (the dry run prints them to 0.01 h; benchmarks/cost_check.py times
+    points of seconds).
     """
     ouroboros = getattr(point, "ouroboros", None) if "ouroboros" in point.stages else None
     if ouroboros is not None and ouroboros.source.base is not None:  # no synthlab model is trained
@@ -188,8 +190,8 @@ def gpu_cost(point) -> dict[str, Any]:
     )
     if _calibration.get("memory_measured_over_predicted"):
         peak *= max(1.0, _calibration["memory_measured_over_predicted"])
-    shared = work / (mfu * GPU_PEAK_FLOPS) / 3600
-    host = host_cost(point, shared) if _host_rates else {}
+    shared = work / (mfu * peak_flops()) / 3600
+    host = host_cost(point, shared, exact=exact) if _host_rates else {}
     shared += host.get("stall_h", 0.0)  # the host's part on the critical path
     own = host.get("eval_h", 0.0)  # evaluation runs on the GPU, once per point
     if ouroboros is not None:  # on the exported synthlab base
@@ -202,8 +204,8 @@ def gpu_cost(point) -> dict[str, Any]:
         "layer_mib": f"{layer[False]:.0f}/{layer[True]:.0f}" if pack else f"{layer[False]:.0f}",
         "act_gib": f"{act(False, pack):.1f}/{act(True, pack):.1f}",
         "peak_gib": round(peak, 1),
-        "gpu_h": round(shared + own, 2),
-        "gpu_h_shared": round(shared, 2),
+        "gpu_h": shared + own if exact else round(shared + own, 2),
+        "gpu_h_shared": shared if exact else round(shared, 2),
         "mfu": mfu,
     }
 
@@ -250,7 +252,7 @@ def use_host_rates(rates: dict[str, float] | None) -> None:
     _host_rates.update(rates or {})
 
 
-def host_cost(point, gpu_h: float) -> dict[str, Any]:
+def host_cost(point, gpu_h: float, *, exact: bool = False) -> dict[str, Any]:
     """The host's work of a point next to `gpu_h` hours of training: packing every epoch and writing
     the checkpoints (both off the training thread now, so they cost GPU time only where they outlast
     it), the snapshots the training thread takes, and evaluation (every eval stage as one forward
@@ -271,15 +273,10 @@ def host_cost(point, gpu_h: float) -> dict[str, Any]:
     snapshot_h = count * state * rates["snapshot_s_per_byte"] / 3600
     stages = sum(s in point.stages for s in ("eval", "heldout", "generate", "capacity"))
     eval_flops = stages * shape.train_records * shape.tokens_per_record * flops_per_token(point.model, seq)
-    eval_h = eval_flops / (ASSUMED_MFU[train.compile] * GPU_PEAK_FLOPS) / 3600
+    eval_h = eval_flops / (calibrated_mfu(point.model, train.compile, pack) * peak_flops()) / 3600
     stall_h = snapshot_h + max(0.0, pack_h - gpu_h) + max(0.0, write_h - gpu_h)
-    return {
-        "pack_h": round(pack_h, 3),
-        "ckpt_n": count,
-        "ckpt_h": round(write_h, 3),
-        "eval_h": round(eval_h, 3),
-        "stall_h": round(stall_h, 3),
-    }
+    hours = {"pack_h": pack_h, "ckpt_n": count, "ckpt_h": write_h, "eval_h": eval_h, "stall_h": stall_h}
+    return {k: v if exact or k == "ckpt_n" else round(v, 3) for k, v in hours.items()}
 
 
 # --- recalibration from the GPU check (benchmarks/gpu_calibrate.py -> cost_calibration.json) ------
@@ -311,13 +308,21 @@ def use_calibration(data: dict[str, Any] | None) -> None:
     _calibration.update(data or {})
 
 
+def peak_flops() -> float:
+    """The device's peak FLOP/s the MFUs are fractions of: the calibration's (`peak_flops`: the
+    device it was measured on, e.g. the CPU of benchmarks/cost_check.py), else the H200's."""
+    return _calibration.get("peak_flops") or GPU_PEAK_FLOPS
+
+
 def calibrated_mfu(model: ModelConfig, compile: bool, packed: bool) -> float:
-    """The MFU a point's training reaches: measured compiled MFU on packed rows at the nearest d
-    (interpolated in d; the shape's attention kind) times the real trainer's share of a bare loop,
-    when a calibration is in use and the point compiles and packs; else ASSUMED_MFU."""
-    measured = _calibration.get("compiled_mfu_packed", {}).get(model.attention, {})
+    """The MFU a point's training reaches: measured MFU on packed rows (compiled, or eager for an
+    eager point when the calibration has `eager_mfu_packed`) at the nearest d (interpolated in d;
+    the shape's attention kind) times the real trainer's share of a bare loop, when a calibration
+    is in use and the point packs; else ASSUMED_MFU."""
+    key = "compiled_mfu_packed" if compile else "eager_mfu_packed"
+    measured = _calibration.get(key, {}).get(model.attention, {})
     measured = {int(d): v for d, v in measured.items() if v}
-    if not (compile and packed and measured):
+    if not (packed and measured):
         return ASSUMED_MFU[compile]
     ds = sorted(measured)
     return float(np.interp(model.d_model, ds, [measured[d] for d in ds])) * (_calibration.get("trainer_vs_bare") or 1.0)

@@ -106,7 +106,12 @@ def test_rank_0_still_refuses_an_occupied_out(tmp_path, mano):
 
 # The newest torch feature each pattern in the code needs (checked in the PyTorch docs of each
 # release): nn.RMSNorm arrived in 2.4, the public torch.distributed.fsdp.fully_shard in 2.6 and
-# its ignored_params in 2.7, torch.nn.attention.flex_attention in 2.5.
+# its ignored_params in 2.7, torch.nn.attention.flex_attention in 2.5. Where the two the floor
+# rests on came from: nn.RMSNorm is pytorch/pytorch#121364 ("Add RMSNorm module", merged
+# 2024-03-29, "will be available in 2.4"); fully_shard's ignored_params is pytorch/pytorch#146631
+# ("Support ignoring parameters in FSDP2", opened 2025-02-06, after 2.6.0 of 2025-01-29 and before
+# the 2.7 branch cut; pytorch/pytorch#148242 of 2025-03-01 asks about it on main and #149074
+# documents it), so 2.7.0 (2025-04-23) is the first release with it.
 FEATURES = {
     r"nn\.RMSNorm\(": (2, 4),
     r"torch\.nn\.attention\.flex_attention": (2, 5),

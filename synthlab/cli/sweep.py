@@ -170,14 +170,14 @@ def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:
 
         mfu = ", ".join(f"{m:.0%}" for m in sorted(set(table["mfu"].dropna()), reverse=True)) or "-"
         source = (
-            f"measured by the GPU check in {calibration} (compiled packed points; the others assumed)"
+            f"measured by the GPU check in {calibration} (packed points; the others assumed)"
             if calibration
             else "assumed: 35% compiled, 25% eager, just under the 38.6% / 25.7% measured in "
             "results/gpu; small shapes run below it (--calibration FILE: measured)"
         )
         typer.echo(
             f"gpu cost on one {cost.GPU}: {total / 3600:.1f} h at an MFU of {mfu} of "
-            f"{cost.GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s ({source}); host work included (stall_h, eval_h); "
+            f"{cost.peak_flops() / 1e12:.0f} TFLOP/s ({source}); host work included (stall_h, eval_h); "
             f"largest peak {table['peak_gib'].max():.1f} GiB of {cost.GPU_MEMORY_GIB:.0f}."
         )
         rates = cost._host_rates
