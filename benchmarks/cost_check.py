@@ -16,7 +16,7 @@ host's stall, the evaluation stages) against the wall time of that point's stage
                a looped point tests that the MFU carries across loops, as the cost model assumes),
                and the prediction uses their mean: other work on the machine changes its speed
                within minutes; the point's own model is measured after it too (reported, not used);
-    measure    each point's stages as the sweep runs them (synthlab.stages.STAGES: the trainer
+    measure    each point's stages as the sweep runs them (synthlab.point_runner.STAGES: the trainer
                synthlab.train.train, then synthlab.capacity), timed, with one torch thread; the
                dataset is generated first, untimed (the cost model does not count it);
     report     OUT/cost_check.json and a table: predicted and measured seconds per point (and per
@@ -67,7 +67,7 @@ def parse_args() -> argparse.Namespace:
 
 def points(quick: bool) -> list[tuple[str, object]]:
     """(label, PointConfig) of the checked points: the capacity gpu preset's first point, cut down."""
-    from synthlab import experiments, stages
+    from synthlab import experiments, point_runner
 
     base = experiments.load("capacity").points("gpu")[0].config
     out = []
@@ -76,7 +76,7 @@ def points(quick: bool) -> list[tuple[str, object]]:
         config["data"]["n_people"] = people
         config["model"].update(d_model=d, n_layers=layers, loops=loops, n_heads=max(1, d // 32))
         config["train"].update(exposures=exposures, batch_size=batch, warmup_steps=10, compile=False, device="cpu")
-        out.append((label, stages.parse(config)))
+        out.append((label, point_runner.parse(config)))
     return out
 
 
@@ -161,12 +161,12 @@ def predict(point) -> dict:
 
 def measure(point, cache: Path, run_dir: Path) -> dict:
     """Seconds of each stage of `point` (the sweep's stage functions), after an untimed dataset."""
-    from synthlab import stages
+    from synthlab import point_runner
     from synthlab.runs import read_metrics
 
-    work = stages.Work(point, run_dir, cache, 0, stages.dataset(point, cache), run_dir / "model")
+    work = point_runner.Work(point, run_dir, cache, 0, point_runner.dataset(point, cache), run_dir / "model")
     seconds = {}
-    for name, stage in stages.STAGES.items():
+    for name, stage in point_runner.STAGES.items():
         if name == "train" or name in point.stages:
             start = time.perf_counter()
             stage.run(work)

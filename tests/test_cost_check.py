@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import cost, experiments, stages
+from synthlab import cost, experiments, point_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_calibrations_peak_and_eager_mfu_set_an_eager_points_hours():
-    point = stages.parse(experiments.load("capacity").points("gpu")[0].config)
+    point = point_runner.parse(experiments.load("capacity").points("gpu")[0].config)
     point = dataclasses.replace(point, train=dataclasses.replace(point.train, compile=False))
     assumed = cost.gpu_cost(point, exact=True)
     assert assumed["mfu"] == cost.ASSUMED_MFU[False]
