@@ -107,14 +107,18 @@ def sweep(
     out = out or Path("runs") / f"{exp.name}-{preset}"
     runner_module = load_runner(runner) if runner else point_runner
     if dry_run:
-        if preset == "gpu":
-            from synthlab import cost
+        from synthlab import cost
 
+        if preset == "gpu":
             cost.use_host_rates(cost.host_rates())  # measured on this machine
             if calibration is not None:
                 cost.use_calibration(cost.load_calibration(calibration))
-        rows = plan(exp, preset, out, runner=runner_module, runs_dir=runs, gpu=preset == "gpu")
-        _print_plan(rows, calibration)
+        try:
+            rows = plan(exp, preset, out, runner=runner_module, runs_dir=runs, gpu=preset == "gpu")
+            _print_plan(rows, calibration)
+        finally:  # the rates and calibration hold for this dry run only, not for a caller's later costs
+            cost.use_host_rates(None)
+            cost.use_calibration(None)
         typer.echo(
             f"seeds per point: {exp.presets[preset].get('seeds', 1)} "
             f"({'--seeds' if seeds is not None else 'the preset'}; the cost above counts every seed)"
