@@ -10,7 +10,9 @@ Before the data exists, the row length and the number of rows come from the task
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -306,6 +308,20 @@ def use_calibration(data: dict[str, Any] | None) -> None:
     """From now on `gpu_cost` uses these measurements (None: the assumed constants again)."""
     _calibration.clear()
     _calibration.update(data or {})
+
+
+@contextlib.contextmanager
+def measured(calibration: dict[str, Any] | None = None, host_rates: dict[str, float] | None = None) -> Iterator[None]:
+    """Inside the block `gpu_cost` uses this calibration and these host rates (None: none); what was
+    in use before comes back after it, so a dry run or a test leaves no costs behind in the process."""
+    before = dict(_calibration), dict(_host_rates)
+    use_calibration(calibration)
+    use_host_rates(host_rates)
+    try:
+        yield
+    finally:
+        use_calibration(before[0])
+        use_host_rates(before[1])
 
 
 def peak_flops() -> float:

@@ -29,12 +29,9 @@ def test_a_calibrations_peak_and_eager_mfu_set_an_eager_points_hours():
         "eager_mfu_packed": {"sdpa": {d: 0.5}},
         "trainer_vs_bare": 0.8,
     }
-    cost.use_calibration(calibration)
-    try:
+    with cost.measured(calibration=calibration):
         measured = cost.gpu_cost(point, exact=True)
         compiled = cost.gpu_cost(dataclasses.replace(point, train=dataclasses.replace(point.train, compile=True)))
-    finally:
-        cost.use_calibration(None)
     assert measured["mfu"] == pytest.approx(0.5 * 0.8)
     # the same FLOPs at 0.4 of a quarter of the peak instead of 0.25 of all of it
     assert measured["gpu_h"] == pytest.approx(assumed["gpu_h"] * 0.25 / (0.4 / 4))

@@ -180,11 +180,8 @@ def test_the_gpu_dry_run_counts_the_hosts_work():
     bare = cost.gpu_cost(capacity)
     rates = cost.host_rates(repeats=1)
     assert all(0 < v < 1e-3 for v in rates.values())
-    cost.use_host_rates({"pack_s_per_example": 1e-6, "write_s_per_byte": 1e-9, "snapshot_s_per_byte": 1e-10})
-    try:
+    with cost.measured(host_rates={"pack_s_per_example": 1e-6, "write_s_per_byte": 1e-9, "snapshot_s_per_byte": 1e-10}):
         packed, unpacked = cost.gpu_cost(capacity), cost.gpu_cost(mano)
-    finally:
-        cost.use_host_rates(None)
     assert packed["pack_h"] > 0 and unpacked["pack_h"] == 0
     assert packed["ckpt_n"] == unpacked["ckpt_n"] == 20 and unpacked["ckpt_h"] > 0
     assert unpacked["eval_h"] > 0
@@ -213,15 +210,12 @@ def test_a_gpu_checks_calibration_recosts_the_presets(tmp_path):
         "checkpoint_s": 0.1,
     }
     path.write_text(json.dumps(measured))
-    cost.use_calibration(cost.load_calibration(path))
-    try:
+    with cost.measured(calibration=cost.load_calibration(path)):
         at = cost.gpu_cost(point)
         d = point.model.d_model
         expected = 0.5 * (0.10 + (min(max(d, 128), 384) - 128) / 256 * 0.20)
         assert at["mfu"] == pytest.approx(expected)
         assert at["peak_gib"] == pytest.approx(assumed["peak_gib"] * 1.2, rel=0.01)
-    finally:
-        cost.use_calibration(None)
     assert cost.gpu_cost(point)["mfu"] == assumed["mfu"]
     path.write_text(json.dumps({**measured, "dry_run": True}))
     with pytest.raises(SynthlabError, match="dry-run"):

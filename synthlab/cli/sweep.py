@@ -109,16 +109,13 @@ def sweep(
     if dry_run:
         from synthlab import cost
 
-        if preset == "gpu":
-            cost.use_host_rates(cost.host_rates())  # measured on this machine
-            if calibration is not None:
-                cost.use_calibration(cost.load_calibration(calibration))
-        try:
-            rows = plan(exp, preset, out, runner=runner_module, runs_dir=runs, gpu=preset == "gpu")
+        gpu = preset == "gpu"
+        with cost.measured(
+            calibration=cost.load_calibration(calibration) if gpu and calibration is not None else None,
+            host_rates=cost.host_rates() if gpu else None,  # measured on this machine
+        ):
+            rows = plan(exp, preset, out, runner=runner_module, runs_dir=runs, gpu=gpu)
             _print_plan(rows, calibration)
-        finally:  # the rates and calibration hold for this dry run only, not for a caller's later costs
-            cost.use_host_rates(None)
-            cost.use_calibration(None)
         typer.echo(
             f"seeds per point: {exp.presets[preset].get('seeds', 1)} "
             f"({'--seeds' if seeds is not None else 'the preset'}; the cost above counts every seed)"
