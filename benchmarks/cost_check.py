@@ -5,16 +5,18 @@ host's stall, the evaluation stages) against the wall time of that point's stage
     calibrate  the cost model's inputs measured here as benchmarks/gpu_calibrate.py measures them on
                a GPU, into its file format (OUT/cost_calibration.json, read back with
                synthlab.cost.load_calibration): the device's peak (here the best float32 matmul of
-               one thread), the MFU of a bare training step on packed rows of many documents at
-               each checked d (gpu_calibrate.train_step; eager, as the checked points run), the real
+               one thread), the MFU of each part of a bare training step (the layers, the head:
+               synthlab.cost.part_mfus, from the first point's model plain at one layer and at
+               four) on packed rows of many documents at each checked d (gpu_calibrate.train_step;
+               eager, as the checked points run), the real
                trainer's tokens/s against a bare loop (gpu_calibrate.trainer in its CPU mode), and
                the host rates of the dry run (synthlab.cost.host_rates);
     predict    gpu_cost of capacity gpu-preset points cut down to run here in minutes (d, layers,
                heads, people, exposures, batch; eager), keeping the preset's packed rows of 512,
-               20 checkpoints a run and stages (train, then the capacity estimate); the step's MFU
-               is measured again just before and after each point, on the first point's model (so
-               a looped point tests that the MFU carries across loops, as the cost model assumes),
-               and the prediction uses their mean: other work on the machine changes its speed
+               20 checkpoints a run and stages (train, then the capacity estimate); the parts' MFUs
+               are measured again just before and after each point, on the first point's model (so
+               a looped point tests that the parts' rates carry across loops, as the cost model
+               assumes), and the prediction uses their mean: other work on the machine changes its speed
                within minutes; the point's own model is measured after it too (reported, not used);
     measure    each point's stages as the sweep runs them (synthlab.point_runner.STAGES: the trainer
                synthlab.train.train, then synthlab.capacity), timed, with one torch thread; the
@@ -24,8 +26,7 @@ host's stall, the evaluation stages) against the wall time of that point's stage
 
 The calibration is measured in the same run as the points, so a machine that other work slows
 slows both (the load average before and after, and the MFU before and after each point, are in the
-report). --quick: tiny shapes and few
-steps, for the tests: the report's structure, not its timing (no verdict, exit 0).
+report). --quick: tiny shapes and few steps, for the tests: the report's structure, not its timing (no verdict, exit 0).
 
     OMP_NUM_THREADS=1 python benchmarks/cost_check.py --out DIR [--quick]
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import sys
@@ -41,9 +43,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import gpu_calibrate
 import torch
-from gpu_calibrate import train_step, trainer
-from gpu_check import Part, time_steps
+from gpu_calibrate import trainer
+from gpu_check import Part
+
+from synthlab import cost
 
 # Capacity gpu-preset points cut down: (label, people, d, layers, loops, exposures, batch).
 POINTS = [("d64-L2 loops 1", 200, 64, 2, 1, 16, 8), ("d64-L2 loops 4", 200, 64, 2, 4, 16, 8)]
@@ -55,13 +60,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="folder of the results")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, no verdict (default: off)")
     parser.add_argument(
-        "--repeats", type=int, default=5, help="timed bare steps per MFU measurement (default 5; --quick 1)"
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed bare steps per MFU measurement, after two untimed (default 5; --quick 3)",
     )
     parser.add_argument(
         "--tolerance", type=float, default=0.15, help="largest |measured / predicted - 1| (default 0.15)"
     )
     args = parser.parse_args()
-    args.repeats = 1 if args.quick else args.repeats
+    args.repeats = 3 if args.quick else args.repeats
     return args
 
 
@@ -91,36 +99,35 @@ def matmul_peak(size: int, repeats: int) -> float:
     return 2 * size**3 / best
 
 
-def step_mfu(model_point, point, peak: float, repeats: int) -> float:
-    """MFU of a bare training step (forward and backward, no optimizer: gpu_calibrate.train_step) of
-    `model_point`'s model at `point`'s d, micro-batch and row length, on packed rows of many
-    documents: what gpu_calibrate.py measures at each d on a GPU (there compiled)."""
-    import dataclasses
-
-    from synthlab import cost
-    from synthlab.models import build_model, flops_per_token
-
+def step_parts(model_point, point, peak: float, repeats: int) -> dict[str, float]:
+    """MFU of each part (the layers, the head: synthlab.cost.part_mfus) of a bare training step
+    (forward and backward, no optimizer) at `point`'s d, micro-batch and row length, on packed rows
+    of many documents, from `model_point`'s model plain at one layer and at four: what
+    gpu_calibrate.py measures at each d on a GPU (there compiled, from its model and a one-layer twin)."""
     config = dataclasses.replace(model_point.model, d_model=point.model.d_model, n_heads=point.model.n_heads)
+    timed = [timed_step(dataclasses.replace(config, n_layers=n, loops=1), point, repeats) for n in (1, 4)]
+    return cost.part_mfus(timed, peak)
+
+
+def step_mfu(point, peak: float, repeats: int) -> float:
+    """MFU of the whole bare training step of `point`'s own model (reported beside the parts)."""
+    flops, seconds = timed_step(point.model, point, repeats)
+    return sum(flops.values()) / seconds / peak
+
+
+def timed_step(config, point, repeats: int):
     _, seq = cost.positions(point)
     rows = point.train.batch_size // point.train.grad_accum
-    model = build_model(config, seed=0).train()
-    inputs = torch.randint(0, config.vocab_size, (rows, seq), generator=torch.Generator().manual_seed(0))
-    doc_ids = (torch.arange(seq) // 40).expand(rows, seq).contiguous()  # bioS-sized documents
-    seconds = time_steps(
-        train_step(model, point.train, inputs, inputs, doc_ids, False), torch.device("cpu"), 1, repeats
-    )
-    return 3 * flops_per_token(config, seq, all_steps=point.train.loss != "last") * rows * seq / seconds / peak
+    return gpu_calibrate.timed_step(config, point.train, rows, seq, torch.device("cpu"), False, 2, repeats)
 
 
 def calibrate(args, out: Path, checked: list) -> dict:
     """Measure the cost model's inputs here; write and read back OUT/cost_calibration.json."""
-    from synthlab import cost
-
     part = Part(out, "cost_check_calibrate", False)
     part.data["device"] = "cpu"
     peak = matmul_peak(256 if args.quick else 1024, 3 if args.quick else 10)
     part.record("peak_flops", peak)
-    mfu = {str(p.model.d_model): step_mfu(checked[0][1], p, peak, args.repeats) for _, p in checked}
+    mfu = {str(p.model.d_model): step_parts(checked[0][1], p, peak, args.repeats) for _, p in checked}
     part.record("eager_mfu_packed", mfu)
     trainer(argparse.Namespace(dry_run=True), part, torch.device("cpu"), 30 if args.quick else 150)  # Mano d = 32
     rates = cost.host_rates(1 if args.quick else 3)
@@ -143,8 +150,6 @@ def calibrate(args, out: Path, checked: list) -> dict:
 
 def predict(point) -> dict:
     """The dry run's numbers for `point` in seconds, with its parts."""
-    from synthlab import cost
-
     row = cost.gpu_cost(point, exact=True)
     compute_s = (row["gpu_h_shared"] - row["stall_h"]) * 3600
     return {
@@ -189,8 +194,6 @@ def main() -> int:
     args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    from synthlab import cost
-
     checked = points(args.quick)
     load_before = os.getloadavg()
     started = time.perf_counter()
@@ -203,11 +206,12 @@ def main() -> int:
             # the step's MFU again just before and after the point (a busy machine's speed drifts;
             # the calibration file keeps the first): the prediction uses their mean
             d = str(point.model.d_model)
-            before = step_mfu(checked[0][1], point, calibration["peak_flops"], args.repeats)
+            before = step_parts(checked[0][1], point, calibration["peak_flops"], args.repeats)
             measured = measure(point, Path(tmp) / "cache", Path(tmp) / label.replace(" ", "_"))
-            after = step_mfu(checked[0][1], point, calibration["peak_flops"], args.repeats)
-            cost.use_calibration({**calibration, "eager_mfu_packed": {"sdpa": {d: (before + after) / 2}}})
-            own = step_mfu(point, point, calibration["peak_flops"], args.repeats)  # the point's own model
+            after = step_parts(checked[0][1], point, calibration["peak_flops"], args.repeats)
+            mean = {k: (before[k] + after[k]) / 2 for k in before}
+            cost.use_calibration({**calibration, "eager_mfu_packed": {"sdpa": {d: mean}}})
+            own = step_mfu(point, calibration["peak_flops"], args.repeats)  # the point's own model
             predicted = {**predict(point), "step_mfu_before": before, "step_mfu_after": after, "step_mfu_own": own}
             ratio = measured["total_s"] / predicted["total_s"]
             rows.append({"point": label, "predicted": predicted, "measured": measured, "ratio": ratio})

@@ -6,7 +6,9 @@ cost model (synthlab.cost) assumes, measured, and written to OUT/cost_calibratio
                largest shapes of the gpu presets, without and with activation checkpointing,
                against synthlab.cost.peak_gib;
     packed     compiled training step of capacity-shaped models (d = 128, 256, 384) on packed rows
-               of many documents: MFU with the dense mask (sdpa) and with flex_attention (flex);
+               of many documents: MFU with the dense mask (sdpa) and with flex_attention (flex), of
+               the whole step and of its parts (the layers, the head), from the model and its
+               one-layer twin (synthlab.cost.part_mfus);
     trainer    the real trainer (synthlab.train.train) against the same steps in a bare loop run
                just before and just after it (their mean: a steady drift of a busy machine's speed
                cancels): tokens/s of each, and the wall time one checkpoint adds.
@@ -121,35 +123,58 @@ def memory(args, part: Part, device: torch.device) -> None:
                     torch.cuda.empty_cache()
 
 
+def timed_step(cfg, train, rows: int, seq: int, device: torch.device, compile: bool, warmup: int, repeats: int):
+    """(training FLOPs per part, seconds) of one bare step of `cfg` on `rows` packed rows of `seq`
+    tokens, many bioS-sized documents a row: one measurement for `synthlab.cost.part_mfus`."""
+    from synthlab.models import build_model, flops_per_token_parts
+
+    model = build_model(cfg, seed=0).to(device).train()
+    g = torch.Generator().manual_seed(0)
+    inputs = torch.randint(0, cfg.vocab_size, (rows, seq), generator=g).to(device)
+    doc_ids = (torch.arange(seq) // 40).expand(rows, seq).contiguous().to(device)
+    step = train_step(model, train, inputs, inputs, doc_ids, False, compile=compile)
+    seconds = time_steps(step, device, warmup, repeats)
+    per_token = flops_per_token_parts(cfg, seq, all_steps=train.loss != "last")
+    return {k: 3 * v * rows * seq for k, v in per_token.items()}, seconds
+
+
+def one_layer(cfg):
+    """The same shape with one layer applied once: beside the full model it separates the time of
+    the layers from the head's (synthlab.cost.part_mfus)."""
+    return dataclasses.replace(cfg, n_layers=1, loops=1, n_prelude=0, n_coda=0)
+
+
 def packed(args, part: Part, device: torch.device) -> None:
-    from synthlab import experiments, point_runner
-    from synthlab.models import build_model, flops_per_token
+    from synthlab import cost, experiments, point_runner
 
     point = point_runner.parse(experiments.load("capacity").points("gpu")[-1].config)
     rows, seq = (2, 64) if args.dry_run else (point.train.batch_size // point.train.grad_accum, 512)
     kinds = ("sdpa",) if args.dry_run else ("sdpa", "flex")
-    peak = part.data["peak_bf16_flops"]
+    warmup, repeats = (1, 1) if args.dry_run else (3, 10)
+    peak = part.data["peak_bf16_flops"]  # None on the CPU (dry run) and on a GPU of unknown peak
     for d in (32,) if args.dry_run else (128, 256, 384):
         for kind in kinds:
             cfg = dataclasses.replace(point.model, d_model=d, n_heads=max(2, d // 64), attention=kind, max_seq_len=seq)
-            model = build_model(cfg, seed=0).to(device).train()
-            g = torch.Generator().manual_seed(0)
-            inputs = torch.randint(0, cfg.vocab_size, (rows, seq), generator=g).to(device)
-            doc_ids = (torch.arange(seq) // 40).expand(rows, seq).contiguous().to(device)  # bioS-sized documents
-            step = train_step(model, point.train, inputs, inputs, doc_ids, False, compile=not args.dry_run)
-            seconds = time_steps(step, device, 1 if args.dry_run else 3, 1 if args.dry_run else 10)
-            flops = 3 * flops_per_token(cfg, seq, all_steps=point.train.loss != "last") * rows * seq
+            full, single = (
+                timed_step(c, point.train, rows, seq, device, not args.dry_run, warmup, repeats)
+                for c in (cfg, one_layer(cfg))
+            )
+            flops, seconds = full
             part.record(
                 f"d{d}_{kind}",
                 {
                     "rows": rows,
                     "seq": seq,
+                    "model": f"{cfg.n_layers}x{cfg.loops}",
                     "step_ms": round(seconds * 1e3, 3),
+                    "one_layer_step_ms": round(single[1] * 1e3, 3),
                     "tokens_per_s": round(rows * seq / seconds),
-                    "mfu": None if peak is None else round(flops / seconds / peak, 4),
+                    "mfu": None if peak is None else round(sum(flops.values()) / seconds / peak, 4),
+                    "parts": None
+                    if peak is None
+                    else {k: round(v, 4) for k, v in cost.part_mfus([full, single], peak).items()},
                 },
             )
-            model = None
 
 
 def trainer(args, part: Part, device: torch.device, steps: int | None = None) -> None:
@@ -233,8 +258,8 @@ def bare_loop(run, data, device: torch.device, steps: int) -> float:
 def write_calibration(out: Path, part: Part) -> None:
     """OUT/cost_calibration.json: the numbers synthlab.cost.load_calibration reads."""
     d = part.data
-    mfu = {k[1:].split("_")[0]: v["mfu"] for k, v in d.items() if k.startswith("d") and k.endswith("_sdpa")}
-    flex = {k[1:].split("_")[0]: v["mfu"] for k, v in d.items() if k.startswith("d") and k.endswith("_flex")}
+    mfu = {k[1:].split("_")[0]: v["parts"] for k, v in d.items() if k.startswith("d") and k.endswith("_sdpa")}
+    flex = {k[1:].split("_")[0]: v["parts"] for k, v in d.items() if k.startswith("d") and k.endswith("_flex")}
     ratios = [
         v["measured_gib"] / v["predicted_gib"]
         for v in d.values()

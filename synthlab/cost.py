@@ -26,6 +26,7 @@ from synthlab.models import (
     build_model,
     count_params,
     flops_per_token,
+    flops_per_token_parts,
     layer_activation_bytes,
 )
 
@@ -186,7 +187,7 @@ def gpu_cost(point, *, exact: bool = False) -> dict[str, Any]:
     layer = {
         dense: layer_activation_bytes(model, seq, masked=pack, dense=dense) * micro / 2**20 for dense in (False, True)
     }
-    mfu = calibrated_mfu(model, train.compile, pack)
+    mfu = calibrated_mfu(model, seq, all_steps=all_steps, compile=train.compile, packed=pack)
     peak = peak_gib(
         model, seq, micro, all_steps=all_steps, masked=pack, dense=pack, checkpoint=train.activation_checkpointing
     )
@@ -275,7 +276,8 @@ def host_cost(point, gpu_h: float, *, exact: bool = False) -> dict[str, Any]:
     snapshot_h = count * state * rates["snapshot_s_per_byte"] / 3600
     stages = sum(s in point.stages for s in ("eval", "heldout", "generate", "capacity"))
     eval_flops = stages * shape.train_records * shape.tokens_per_record * flops_per_token(point.model, seq)
-    eval_h = eval_flops / (calibrated_mfu(point.model, train.compile, pack) * peak_flops()) / 3600
+    mfu = calibrated_mfu(point.model, seq, all_steps=True, compile=train.compile, packed=pack)
+    eval_h = eval_flops / (mfu * peak_flops()) / 3600
     stall_h = snapshot_h + max(0.0, pack_h - gpu_h) + max(0.0, write_h - gpu_h)
     hours = {"pack_h": pack_h, "ckpt_n": count, "ckpt_h": write_h, "eval_h": eval_h, "stall_h": stall_h}
     return {k: v if exact or k == "ckpt_n" else round(v, 3) for k, v in hours.items()}
@@ -330,15 +332,37 @@ def peak_flops() -> float:
     return _calibration.get("peak_flops") or GPU_PEAK_FLOPS
 
 
-def calibrated_mfu(model: ModelConfig, compile: bool, packed: bool) -> float:
-    """The MFU a point's training reaches: measured MFU on packed rows (compiled, or eager for an
-    eager point when the calibration has `eager_mfu_packed`) at the nearest d (interpolated in d;
-    the shape's attention kind) times the real trainer's share of a bare loop, when a calibration
-    is in use and the point packs; else ASSUMED_MFU."""
+def calibrated_mfu(model: ModelConfig, seq_len: int, *, all_steps: bool, compile: bool, packed: bool) -> float:
+    """The MFU a point's training reaches. With a calibration in use and packed rows: each part of
+    the model (`flops_per_token_parts`: the layers, and the head) at its own measured MFU on packed
+    rows (compiled, or eager for an eager point when the calibration has `eager_mfu_packed`), at the
+    nearest d (interpolated in d; the shape's attention kind), their FLOPs-weighted harmonic mean
+    (a looped model spends more of its step in the layers than the plain model it was measured
+    on), times the real trainer's share of a bare loop. Else ASSUMED_MFU."""
     key = "compiled_mfu_packed" if compile else "eager_mfu_packed"
-    measured = _calibration.get(key, {}).get(model.attention, {})
-    measured = {int(d): v for d, v in measured.items() if v}
+    measured = {int(d): parts for d, parts in _calibration.get(key, {}).get(model.attention, {}).items() if parts}
     if not (packed and measured):
         return ASSUMED_MFU[compile]
     ds = sorted(measured)
-    return float(np.interp(model.d_model, ds, [measured[d] for d in ds])) * (_calibration.get("trainer_vs_bare") or 1.0)
+    flops = flops_per_token_parts(model, seq_len, all_steps=all_steps)
+    seconds = sum(n / float(np.interp(model.d_model, ds, [measured[d][part] for d in ds])) for part, n in flops.items())
+    return sum(flops.values()) / seconds * (_calibration.get("trainer_vs_bare") or 1.0)
+
+
+def part_mfus(steps: list[tuple[dict[str, int], float]], peak: float) -> dict[str, float]:
+    """The MFU of each part (`flops_per_token_parts`: "layers", "head") from two measured training
+    steps of models whose parts differ in proportion (e.g. one layer and six): each step's seconds
+    is the sum over parts of its FLOPs over (MFU x peak), two equations in two unknowns. Where a
+    part's time comes out at or below zero (lost in the noise of the other) the two cannot be told
+    apart: both get the one rate that fits both steps best. `steps`: (FLOPs per part, seconds) of
+    each step."""
+    (first, t1), (second, t2) = steps
+    parts = ("layers", "head")
+    matrix = np.array([[first[p] for p in parts], [second[p] for p in parts]], dtype=float)
+    try:
+        layers, head = np.linalg.solve(matrix, [t1, t2])
+    except np.linalg.LinAlgError:
+        raise ValueError("the two steps have their parts in the same proportion: they cannot separate them") from None
+    if min(layers, head) <= 0:  # one rate for both: the one that fits both steps best, through zero
+        layers = head = float(np.dot(matrix.sum(axis=1), [t1, t2]) / np.dot(matrix.sum(axis=1), matrix.sum(axis=1)))
+    return {"layers": float(1 / (layers * peak)), "head": float(1 / (head * peak))}

@@ -204,7 +204,7 @@ def test_a_gpu_checks_calibration_recosts_the_presets(tmp_path):
     measured = {
         "device": "H200",
         "dry_run": False,
-        "compiled_mfu_packed": {"sdpa": {"128": 0.10, "384": 0.30}},
+        "compiled_mfu_packed": {"sdpa": {"128": {"layers": 0.10, "head": 0.10}, "384": {"layers": 0.30, "head": 0.30}}},
         "memory_measured_over_predicted": 1.2,
         "trainer_vs_bare": 0.5,
         "checkpoint_s": 0.1,

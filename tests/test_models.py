@@ -15,6 +15,7 @@ from synthlab.models import (
     build_model,
     count_params,
     flops_per_token,
+    flops_per_token_parts,
     last_step_loss,
     masked_mean,
     mean_step_loss,
@@ -275,3 +276,18 @@ def test_flops_per_token_match_torch_flop_counter(name):
     attention = 4 * S * cfg.d_model * layer_runs
     assert flops_per_token(cfg, S) == counter.get_total_flops() / idx.numel() + attention
     assert flops_per_token(cfg, S, steps=2 * cfg.loops) > flops_per_token(cfg, S)
+
+
+@pytest.mark.parametrize("name", ["plain", "looped", "sandwich_all_steps"])
+def test_flops_per_token_parts_split_the_count_into_layers_and_head(name):
+    cfg = {
+        "plain": ModelConfig(vocab_size=50, d_model=32, n_heads=2, n_layers=3),
+        "looped": ModelConfig(vocab_size=50, d_model=32, n_heads=2, n_layers=2, loops=4),
+        "sandwich_all_steps": ModelConfig(
+            vocab_size=50, d_model=32, n_heads=2, n_layers=4, loops=3, topology="sandwich", n_prelude=1, n_coda=1
+        ),
+    }[name]
+    parts = flops_per_token_parts(cfg, 16)
+    assert sum(parts.values()) == flops_per_token(cfg, 16)
+    assert parts["head"] == cfg.loops * 2 * cfg.d_model * cfg.vocab_size  # a readout after every step
+    assert flops_per_token_parts(cfg, 16, all_steps=False)["head"] == 2 * cfg.d_model * cfg.vocab_size

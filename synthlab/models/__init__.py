@@ -56,6 +56,7 @@ _LAZY = {
     "activation_bytes_per_token": "counting",
     "count_params": "counting",
     "flops_per_token": "counting",
+    "flops_per_token_parts": "counting",
     "layer_activation_bytes": "counting",
     "ExitRule": "exits",
     "exit_distribution": "exits",

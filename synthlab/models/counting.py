@@ -86,13 +86,24 @@ def flops_per_token(
     config: ModelConfig, seq_len: int | None = None, steps: int | None = None, all_steps: bool = True
 ) -> int:
     """Forward FLOPs per token at context seq_len (default max_seq_len) and `steps` (default loops)."""
+    return sum(flops_per_token_parts(config, seq_len, steps, all_steps).values())
+
+
+def flops_per_token_parts(
+    config: ModelConfig, seq_len: int | None = None, steps: int | None = None, all_steps: bool = True
+) -> dict[str, int]:
+    """`flops_per_token` in the two parts that run at different speeds: "layers" (every application
+    of a decoder layer, with each step's injection, gate and LoRA work) and "head" (the unembedding
+    of each readout, with its exit gate: a vocabulary-wide matmul whose softmax and loss are
+    memory-bound at small d). The GPU cost model times each at its own measured utilisation."""
     c = config
     S = seq_len if seq_len is not None else c.max_seq_len
     T = steps if steps is not None else c.loops
     readouts = T if all_steps else 1
     block = _block_flops(c, S)
-    readout = c.n_coda * block + 2 * c.d_model * c.vocab_size + (2 * c.d_model if c.exit_gate else 0)
-    return c.n_prelude * block + T * (c.n_core * block + _step_extra_flops(c)) + readouts * readout
+    layers = (c.n_prelude + T * c.n_core + readouts * c.n_coda) * block + T * _step_extra_flops(c)
+    head = readouts * (2 * c.d_model * c.vocab_size + (2 * c.d_model if c.exit_gate else 0))
+    return {"layers": layers, "head": head}
 
 
 # --- activation memory ------------------------------------------------------------------------
