@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from synthlab.data import Rows
 from synthlab.errors import SynthlabError
+from synthlab.files import die_with_parent
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def process_group(device: torch.device) -> Iterator[tuple[World, torch.device]]:
     """(World, this process's device) for the duration of a run.
 
     Under torchrun with more than one process this joins the process group (and leaves it at the
-    end); on CUDA each process takes the GPU of its LOCAL_RANK. A group someone else started is
+    end), and the process ends when the one that started it does; on CUDA each process takes the GPU of its LOCAL_RANK. A group someone else started is
     used as it is. After an error the group is left to the process's exit: leaving it waits on
     the others, and one of them may be gone.
     """
@@ -53,6 +54,7 @@ def process_group(device: torch.device) -> Iterator[tuple[World, torch.device]]:
     if size == 1:
         yield World(), device
         return
+    die_with_parent()  # a rank outlives no torchrun agent (kill -9 of the agent included)
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)

@@ -176,6 +176,14 @@ def check_same_run(run_dir: Path, wanted) -> None:
         )
 
 
+# torchrun's launcher (`python -m torch.distributed.run`) made to end with the process that starts
+# it, kill -9 included: a sweep worker whose driver is gone leaves no agent behind (and each rank
+# ends with its agent: synthlab.distributed.process_group).
+LAUNCH_TORCHRUN = (
+    "from synthlab.files import die_with_parent; die_with_parent(); from torch.distributed.run import main; main()"
+)
+
+
 def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
     """`torchrun --standalone --nproc-per-node nproc -m synthlab train` of `run` (a RunConfig, or
     None to resume run_dir) in a child process, with this process's torch threads per process;
@@ -197,8 +205,8 @@ def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
             args = ["--config", str(config), "--out", str(run_dir)]
         command = [
             sys.executable,
-            "-m",
-            "torch.distributed.run",
+            "-c",
+            LAUNCH_TORCHRUN,
             "--standalone",
             f"--nproc-per-node={nproc}",
             "-m",

@@ -203,3 +203,58 @@ def test_the_readme_torchrun_lines_run_as_written(tmp_path):
         assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("done:") == 1  # rank 0 alone reports
     assert (tmp_path / "runs" / "mano-ddp" / "summary.json").is_file()
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Pids of the live processes whose command line contains `text` (zombies left out)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        if text in cmdline and state != "Z":
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.slow  # a torchrun job of two processes, started by a worker that is then killed
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_sweep_worker_takes_its_torchrun_job_with_it(tmp_path, datasets):
+    """A sweep worker that dies (kill -9: its driver ended) leaves no torchrun agent and no rank
+    training on: the agent ends with the worker, each rank with the agent."""
+    from synthlab import serialize
+
+    run_dir = tmp_path / "run"
+    run = run_config(datasets("mano"), "mano", MODEL, steps=10**6, device="cpu", checkpoint_every=10**6)
+    (tmp_path / "run.json").write_text(json.dumps(serialize.to_dict(run)))
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import json, sys; from pathlib import Path; from synthlab import point_runner, serialize; "
+            "from synthlab.train import RunConfig; "
+            "run = serialize.from_dict(RunConfig, json.loads(Path(sys.argv[1]).read_text())); "
+            "point_runner._torchrun_train(Path(sys.argv[2]), run, 2)",
+            str(tmp_path / "run.json"),
+            str(run_dir),
+        ],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "metrics.jsonl").exists():  # both ranks are training
+            assert worker.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        assert len(_processes_naming(str(run_dir))) >= 3  # the agent and two ranks
+        worker.kill()
+        worker.wait()
+        deadline = time.monotonic() + 30
+        while (left := _processes_naming(str(run_dir))) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert left == []
+    finally:
+        worker.kill()
+        for pid in _processes_naming(str(run_dir)):
+            os.kill(pid, signal.SIGKILL)
