@@ -192,8 +192,9 @@ def _section(
         lines += ["", "Commands:", "", "```", *dict.fromkeys(info["commands"]), "```"]
     verdict_lines, found = _verdict_lines(rules, laws, table, factors, info, sweep_dir)
     lines += verdict_lines
-    if name in notes:
-        lines += ["", f"Reading: {notes[name].strip()}"]
+    reading = notes.get(folder, notes.get(name) if Path(folder).name == name else None)
+    if reading:
+        lines += ["", f"Reading: {reading.strip()}"]
     try:
         figures = [p for p in figures_of(info, table, figure_dir, factors) if p.suffix == ".png"]
     except SynthlabError as err:  # say why instead of failing the whole report
@@ -225,7 +226,19 @@ def _section(
             ).resolve():
                 shutil.copyfile(sweep_dir / rule.fit, figure_dir / rule.fit)
         lines.insert(3, f"Table: [`{folder}/results.csv`]({folder}/results.csv).")
-    return "\n".join(lines), [(name, v) for v in found]
+    return "\n".join(lines), [(folder, v) for v in found]
+
+
+def _index_folders(sweep_dirs: list[Path], root: Path) -> dict[Path, str]:
+    """For an index in `root`: each sweep's page folder, the sweep folder itself where it lies in
+    root (results/capacity/calibration/calib100 -> capacity/calibration/calib100, so two sweeps of
+    one experiment have two pages), else as `_folders` names it."""
+    named = _folders(sweep_dirs)
+    folders = {}
+    for d in map(Path, sweep_dirs):
+        inside = d.resolve().is_relative_to(root.resolve()) and d.resolve() != root.resolve()
+        folders[d] = d.resolve().relative_to(root.resolve()).as_posix() if inside else named[d]
+    return folders
 
 
 def _folders(sweep_dirs: list[Path]) -> dict[Path, str]:
@@ -254,10 +267,11 @@ def write_report(
 ) -> Path:
     """Write the Markdown report to `out` (figures beside it); returns its path.
 
-    notes: a TOML file of readings (prose beside the computed verdicts), `experiment = "..."`, and an
-    optional `preamble = "..."`.
-    index: write `out` as an index and each experiment's section as `<experiment>/README.md` beside
-    it (synthlab.results_index).
+    notes: a TOML file of readings (prose beside the computed verdicts), `experiment = "..."` (or
+    `"folder/of/a/sweep" = "..."` for one of several sweeps of an experiment), and an optional
+    `preamble = "..."`.
+    index: write `out` as an index and each sweep's section as a page, `README.md` in the sweep's
+    folder where it lies beside `out` (else `<experiment>/README.md`; synthlab.results_index).
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -265,13 +279,14 @@ def write_report(
         readings = tomllib.loads(Path(notes).read_text()) if notes else {}
     except tomllib.TOMLDecodeError as err:
         raise SynthlabError(f"cannot parse --notes {notes}: {err}") from None
-    sections = [_section(Path(d), out.parent, readings, copy_results, f) for d, f in _folders(sweep_dirs).items()]
+    folders = _index_folders(sweep_dirs, out.parent) if index else _folders(sweep_dirs)
+    sections = [_section(Path(d), out.parent, readings, copy_results, f) for d, f in folders.items()]
     found = [v for _, vs in sections for v in vs]
     if index:
         from synthlab import results_index
 
         return results_index.write_index(
-            [Path(d) for d in sweep_dirs],
+            folders,
             [s for s, _ in sections],
             found,
             out,

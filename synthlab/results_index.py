@@ -2,8 +2,9 @@
 
 The index (OUT) holds a claims table with the scale each verdict was reached at (unique
 parameters, training tokens per run and seeds, read from the results table), one line per
-experiment linking to `<experiment>/README.md`, and the notes' preamble. Each page holds that
-experiment's section: the same text `synthlab report` writes into one file, its links rebased to
+sweep linking to its page (`README.md` in the sweep's folder: `<experiment>/README.md`, or e.g.
+`capacity/calibration/calib100/README.md` for a second sweep of one experiment), and the notes'
+preamble. Each page holds that sweep's section: the same text `synthlab report` writes into one file, its links rebased to
 its folder.
 Provenance is by commit: where the folder is in a git checkout, each line names the commit that
 last changed the experiment's results table.
@@ -85,7 +86,7 @@ def claims_lines(found: list, scales: dict[str, str], claim_key) -> list[str]:
     """The index's claims table: per rule its claim, how it was tested, the verdict and the scale
     it was reached at, and a link to the experiment's page."""
     lines = ["| claim | claim as tested | verdict | scale (preset) | experiment |", "|---|---|---|---|---|"]
-    for name, v in sorted(found, key=lambda f: claim_key(f[1].rule.claim)):
+    for folder, v in sorted(found, key=lambda f: claim_key(f[1].rule.claim)):
         if isinstance(v.rule, LawRule):  # its estimate is the fit's R^2
             shown = "" if math.isnan(v.estimate) else f" (R^2 {v.estimate:.3g})"
         else:
@@ -95,47 +96,42 @@ def claims_lines(found: list, scales: dict[str, str], claim_key) -> list[str]:
         verdict = f"**{v.outcome}**{shown}" + (" (exploratory: rule changed after the data)" if v.exploratory else "")
         verdict += (f"; rule fixed {v.fixed}" if v.fixed else "") + (f"<br>{v.per_cell()}" if v.per_cell() else "")
         said = f"{v.rule.says}: {v.rule.condition()}".replace("|", "\\|")
-        lines.append(f"| {v.rule.claim} | {said} | {verdict} | {scales.get(name, '')} | [{name}]({name}/README.md) |")
+        lines.append(
+            f"| {v.rule.claim} | {said} | {verdict} | {scales.get(folder, '')} | [{folder}]({folder}/README.md) |"
+        )
     return lines
 
 
-def experiment_line(info: dict, table: pd.DataFrame, results_file: Path) -> str:
-    """One index line: the experiment, its claim and title, preset, runs and provenance."""
-    name = info["experiment"]
+def experiment_line(info: dict, table: pd.DataFrame, results_file: Path, folder: str) -> str:
+    """One index line: the sweep's page, its claim and title, preset, runs and provenance."""
     commit = last_commit(results_file) if results_file.is_file() else ""
     where = f"; table of {commit}" if commit else ""
     return (
-        f"- [{name}]({name}/README.md) ({info['claim']}): {info['title']}. Preset `{info['preset']}`, "
+        f"- [{folder}]({folder}/README.md) ({info['claim']}): {info['title']}. Preset `{info['preset']}`, "
         f"{len(table)} rows, {scale(table)}{where}."
     )
 
 
 def write_index(
-    sweep_dirs: list[Path], sections: list[str], found: list, out: Path, title: str, preamble: str, claim_key
+    folders: dict[Path, str], sections: list[str], found: list, out: Path, title: str, preamble: str, claim_key
 ) -> Path:
-    """`out` as the index, each section as `<experiment>/README.md` beside it (sections written
-    for a page in out's folder; their links rebased)."""
-    from synthlab.errors import SynthlabError
+    """`out` as the index, each sweep's section as `<folder>/README.md` beside it (folders: sweep
+    directory -> its page folder relative to out's; sections written for a page in out's folder,
+    their links rebased)."""
     from synthlab.files import atomic_write_text
     from synthlab.results import read_results
     from synthlab.sweep_info import read_info
 
-    infos = [read_info(d) for d in sweep_dirs]
-    names = [info["experiment"] for info in infos]
-    if len(set(names)) != len(names):
-        raise SynthlabError(
-            f"--index: two sweeps of one experiment ({', '.join(sorted({n for n in names if names.count(n) > 1}))}) "
-            "would share one page"
-        )
     root = out.parent
     scales, lines = {}, []
-    for directory, info, section in zip(sweep_dirs, infos, sections):
-        name, table = info["experiment"], read_results(directory)
-        scales[name] = f"{scale(table)} (`{info['preset']}`)"
-        lines.append(experiment_line(info, table, root / name / "results.csv"))
+    for (directory, folder), section in zip(folders.items(), sections):
+        info, table = read_info(directory), read_results(directory)
+        scales[folder] = f"{scale(table)} (`{info['preset']}`)"
+        lines.append(experiment_line(info, table, root / folder / "results.csv", folder))
         page = "# " + section.removeprefix("## ")
-        page = rebase_links(page, root, root / name)
-        atomic_write_text(root / name / "README.md", f"[All results](../{out.name})\n\n{page.strip()}\n")
+        page = rebase_links(page, root, root / folder)
+        back = os.path.relpath(out, root / folder).replace(os.sep, "/")
+        atomic_write_text(root / folder / "README.md", f"[All results]({back})\n\n{page.strip()}\n")
     parts = [
         f"# {title}",
         "## Claims\n\nEach verdict comes from the rule stated in the experiment's definition, decided by "

@@ -5,6 +5,7 @@ path."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -64,6 +65,23 @@ def test_the_worked_example_runs_end_to_end_from_its_own_folder(tmp_path):
     head = index.read_text()
     assert "[isoflop](isoflop/README.md)" in head and "2 seeds (`smoke`)" in head
     assert "| C2 | Loop 1x2 is within 10 points of the iso-FLOP Base 2x1: accuracy[" in head
+
+    # a second sweep of the experiment, in a folder inside the index's, gets a page of its own there
+    site = tmp_path / "site2"
+    for folder in ("isoflop", "isoflop/more"):
+        (site / folder).mkdir(parents=True)
+        for name in ("results.csv", "sweep.json"):
+            shutil.copy(out / name, site / folder / name)
+    notes = tmp_path / "notes.toml"
+    notes.write_text('isoflop = "the first reading"\n"isoflop/more" = "the second reading"\n')
+    cli("report", site / "isoflop", site / "isoflop" / "more", "--out", site / "README.md", "--index", "--notes", notes)
+    head = (site / "README.md").read_text()
+    assert "[isoflop](isoflop/README.md)" in head and "[isoflop/more](isoflop/more/README.md)" in head
+    assert head.count("| C2 | Loop 1x2 is within 10 points") == 2  # one verdict per sweep
+    first, second = ((site / f / "README.md").read_text() for f in ("isoflop", "isoflop/more"))
+    assert first.startswith("[All results](../README.md)") and "Reading: the first reading" in first
+    assert second.startswith("[All results](../../README.md)") and "Reading: the second reading" in second
+    assert "![isoflop](isoflop.png)" in second and (site / "isoflop" / "more" / "isoflop.png").is_file()
 
 
 def test_a_preset_the_definition_lacks_is_one_error_line(tmp_path):

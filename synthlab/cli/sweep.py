@@ -268,13 +268,13 @@ def report(
     notes: Optional[Path] = typer.Option(
         None,
         "--notes",
-        help="TOML file: experiment name -> verdict (Markdown); key 'preamble' -> text under the heading.",
+        help="TOML file: experiment name (or, with --index, a sweep's page folder) -> a reading (Markdown) beside its verdicts; key 'preamble' -> text under the heading.",
     ),
     title: str = typer.Option("synthlab results", "--title", help="The report's heading."),
     index: bool = typer.Option(
         False,
         "--index/--one-file",
-        help="Write OUT as an index (claims table with each verdict's scale, a line per experiment) and each experiment's section as EXPERIMENT/README.md beside it.",
+        help="Write OUT as an index (claims table with each verdict's scale, a line per sweep) and each sweep's section as a page beside it: README.md in the sweep's folder where it lies inside OUT's, else EXPERIMENT/README.md.",
     ),
 ) -> None:
     """Write a Markdown report with each sweep's claim, commands, table, figures and verdict."""
