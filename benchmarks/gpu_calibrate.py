@@ -256,7 +256,10 @@ def bare_loop(run, data, device: torch.device, steps: int) -> float:
 
 
 def write_calibration(out: Path, part: Part) -> None:
-    """OUT/cost_calibration.json: the numbers synthlab.cost.load_calibration reads."""
+    """OUT/cost_calibration.json: the numbers synthlab.cost.load_calibration reads (those measured
+    so far: a missing one leaves the cost model's assumption in place)."""
+    from synthlab.files import atomic_write_text
+
     d = part.data
     mfu = {k[1:].split("_")[0]: v["parts"] for k, v in d.items() if k.startswith("d") and k.endswith("_sdpa")}
     flex = {k[1:].split("_")[0]: v["parts"] for k, v in d.items() if k.startswith("d") and k.endswith("_flex")}
@@ -275,7 +278,7 @@ def write_calibration(out: Path, part: Part) -> None:
         "trainer_vs_bare": d.get("trainer_vs_bare"),
         "checkpoint_s": d.get("trainer", {}).get("checkpoint_s"),
     }
-    (out / "cost_calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
+    atomic_write_text(out / "cost_calibration.json", json.dumps(calibration, indent=1) + "\n")
     part.record("calibration", calibration)
 
 
@@ -286,7 +289,7 @@ def main() -> None:
     part = Part(args.out, "calibrate", args.dry_run)
     for measure in (memory, packed, trainer):
         measure(args, part, device)
-    write_calibration(args.out, part)
+        write_calibration(args.out, part)  # after each: a part stopped by its timeout keeps what it measured
     part.data["done"] = True
     part.save()
 
