@@ -11,6 +11,8 @@ Before the data exists, the row length and the number of rows come from the task
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -117,6 +119,18 @@ def ouroboros_cost(options) -> tuple[int, float, float]:
     return micro_batches * t.batch_size * t.seq_len, hours, peak_gib
 
 
+def unique_params(model: ModelConfig) -> int:
+    """Unique parameters of `model`, counted on a meta-device build once per distinct config (a gpu
+    preset's points share a few shapes; building each is most of a dry run's time)."""
+    return _unique_params(json.dumps(serialize.to_dict(model), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _unique_params(config_json: str) -> int:
+    with torch.device("meta"):
+        return count_params(LoopedGPT(serialize.from_dict(ModelConfig, json.loads(config_json))))
+
+
 def peak_gib(
     model: ModelConfig,
     seq_len: int,
@@ -133,8 +147,7 @@ def peak_gib(
     kept, recomputed = activation_bytes_per_token(
         model, seq_len, all_steps=all_steps, masked=masked, dense=dense, checkpoint=checkpoint
     )
-    with torch.device("meta"):
-        params = count_params(LoopedGPT(model))
+    params = unique_params(model)
     readouts = model.loops if all_steps else 1
     return (18 * params + (kept + recomputed + readouts * model.vocab_size * LOSS_BYTES_PER_LOGIT) * tokens) / GIB
 
@@ -265,8 +278,7 @@ def host_cost(point, gpu_h: float, *, exact: bool = False) -> dict[str, Any]:
     steps, seq = positions(point)
     pack = train.pack if train.pack is not None else point.spec.pack
     rates = _host_rates
-    with torch.device("meta"):
-        params = count_params(LoopedGPT(point.model))
+    params = unique_params(point.model)
     epochs = steps * train.batch_size / rows_per_epoch(point, seq)
     pack_h = epochs * shape.train_records * rates["pack_s_per_example"] / 3600 if pack else 0.0
     every = -(-steps // train.checkpoints) if train.checkpoints else train.checkpoint_every
@@ -290,7 +302,6 @@ _calibration: dict[str, Any] = {}
 def load_calibration(path) -> dict[str, Any]:
     """The calibration file the GPU check writes (OUT/cost_calibration.json), checked: one measured
     on a GPU (a --dry-run's, measured on the CPU at tiny sizes, calibrates nothing)."""
-    import json
     from pathlib import Path
 
     from synthlab.errors import SynthlabError
