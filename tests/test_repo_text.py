@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".json", ".sh", ".cfg", ".yml", ".yaml", ".log", ""}
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".json", ".csv", ".sh", ".cfg", ".yml", ".yaml", ".log", ""}
 SKIP_DIRS = {".git", ".venv", "data", "runs", "build", "dist", "__pycache__", ".pytest_cache", "tmp"}
 
 # This file itself is not scanned: it spells out what it looks for.
@@ -16,6 +16,7 @@ WORK_PERIOD = re.compile(
     r"\bsessions?\b"  # a work period
     r"|\bissues? ?#?\d"  # a ticket by number
     r"|(?<![\w&#/])#\d{1,4}\b"  # a ticket or pull request by number
+    r"|/runs/s\d+\b"  # a run folder named by a work period (a recorded path, e.g. run_dir)
     r"|\bhelpers?\b",  # who did the work
     re.IGNORECASE,
 )
@@ -61,10 +62,11 @@ def test_the_patterns_catch_what_they_are_for():
         "asked for in issue 15",
         "fixed in #42",
         "a helper did it",
+        "/work/runs/s12/scaling-cpu/7b126053e9d8",
     ]:
         assert OUTSIDE.search(line) or WORK_PERIOD.search(line), line
     assert Path(__file__).resolve() not in repo_text_files()
-    for line in ["color #1f77b4", "scope='session'", "issue a warning", "&#39;", "Python 3.10"]:
+    for line in ["color #1f77b4", "scope='session'", "issue a warning", "&#39;", "Python 3.10", "runs/scaling-cpu/s1"]:
         assert not (OUTSIDE.search(line) or WORK_PERIOD.search(ALLOWED.sub("", line))), line
 
 
