@@ -238,6 +238,9 @@ def _index_folders(sweep_dirs: list[Path], root: Path) -> dict[Path, str]:
     for d in map(Path, sweep_dirs):
         inside = d.resolve().is_relative_to(root.resolve()) and d.resolve() != root.resolve()
         folders[d] = d.resolve().relative_to(root.resolve()).as_posix() if inside else named[d]
+    shared = sorted({f for f in folders.values() if list(folders.values()).count(f) > 1})
+    if shared:
+        raise SynthlabError(f"--index: two sweeps would share the page {shared[0]}/README.md; name other folders")
     return folders
 
 

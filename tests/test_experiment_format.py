@@ -82,6 +82,12 @@ def test_the_worked_example_runs_end_to_end_from_its_own_folder(tmp_path):
     assert first.startswith("[All results](../README.md)") and "Reading: the first reading" in first
     assert second.startswith("[All results](../../README.md)") and "Reading: the second reading" in second
     assert "![isoflop](isoflop.png)" in second and (site / "isoflop" / "more" / "isoflop.png").is_file()
+    # a sweep from elsewhere named like one inside would share its page: refused in one line
+    shutil.copytree(out, site / "sweep")
+    result = CliRunner().invoke(
+        app, ["report", str(out), str(site / "sweep"), "--out", str(site / "README.md"), "--index"]
+    )
+    assert result.exit_code == 2 and "two sweeps would share the page sweep/README.md" in result.output
 
 
 def test_a_preset_the_definition_lacks_is_one_error_line(tmp_path):
