@@ -16,8 +16,8 @@ host's stall, the evaluation stages) against the wall time of that point's stage
                20 checkpoints a run and stages (train, then the capacity estimate); the parts' MFUs
                are measured again just before and after each point, on the first point's model (so
                a looped point tests that the parts' rates carry across loops, as the cost model
-               assumes), and the prediction uses their mean: other work on the machine changes its speed
-               within minutes; the point's own model is measured after it too (reported, not used);
+               assumes), and the prediction uses their mean: other work on the machine changes
+               its speed within minutes; the point's own model is measured after it too (reported, not used);
     measure    each point's stages as the sweep runs them (synthlab.point_runner.STAGES: the trainer
                synthlab.train.train, then synthlab.capacity), timed, with one torch thread; the
                dataset is generated first, untimed (the cost model does not count it);
@@ -26,7 +26,8 @@ host's stall, the evaluation stages) against the wall time of that point's stage
 
 The calibration is measured in the same run as the points, so a machine that other work slows
 slows both (the load average before and after, and the MFU before and after each point, are in the
-report). --quick: tiny shapes and few steps, for the tests: the report's structure, not its timing (no verdict, exit 0).
+report). --quick: tiny shapes and few steps, for the tests: the report's structure, not its
+timing (no verdict, exit 0).
 
     OMP_NUM_THREADS=1 python benchmarks/cost_check.py --out DIR [--quick]
 """
@@ -203,7 +204,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for label, point in checked:
-            # the step's MFU again just before and after the point (a busy machine's speed drifts;
+            # the parts' MFUs again just before and after the point (a busy machine's speed drifts;
             # the calibration file keeps the first): the prediction uses their mean
             d = str(point.model.d_model)
             before = step_parts(checked[0][1], point, calibration["peak_flops"], args.repeats)

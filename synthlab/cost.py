@@ -11,7 +11,6 @@ Before the data exists, the row length and the number of rows come from the task
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 from collections.abc import Iterator
@@ -119,16 +118,17 @@ def ouroboros_cost(options) -> tuple[int, float, float]:
     return micro_batches * t.batch_size * t.seq_len, hours, peak_gib
 
 
+_PARAMS: dict[str, int] = {}  # unique_params by the config's JSON
+
+
 def unique_params(model: ModelConfig) -> int:
     """Unique parameters of `model`, counted on a meta-device build once per distinct config (a gpu
     preset's points share a few shapes; building each is most of a dry run's time)."""
-    return _unique_params(json.dumps(serialize.to_dict(model), sort_keys=True))
-
-
-@functools.lru_cache(maxsize=None)
-def _unique_params(config_json: str) -> int:
-    with torch.device("meta"):
-        return count_params(LoopedGPT(serialize.from_dict(ModelConfig, json.loads(config_json))))
+    key = json.dumps(serialize.to_dict(model), sort_keys=True)
+    if key not in _PARAMS:
+        with torch.device("meta"):
+            _PARAMS[key] = count_params(LoopedGPT(model))
+    return _PARAMS[key]
 
 
 def peak_gib(

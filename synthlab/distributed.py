@@ -46,8 +46,8 @@ def process_group(device: torch.device) -> Iterator[tuple[World, torch.device]]:
     """(World, this process's device) for the duration of a run.
 
     Under torchrun with more than one process this joins the process group (and leaves it at the
-    end), and the process ends when the one that started it does; on CUDA each process takes the GPU of its LOCAL_RANK. A group someone else started is
-    used as it is. After an error the group is left to the process's exit: leaving it waits on
+    end), and the process ends when the one that started it does; on CUDA each process takes the
+    GPU of its LOCAL_RANK. A group someone else started is used as it is. After an error the group is left to the process's exit: leaving it waits on
     the others, and one of them may be gone.
     """
     size = int(os.environ.get("WORLD_SIZE", "1"))

@@ -233,11 +233,11 @@ def _index_folders(sweep_dirs: list[Path], root: Path) -> dict[Path, str]:
     """For an index in `root`: each sweep's page folder, the sweep folder itself where it lies in
     root (results/capacity/calibration/calib100 -> capacity/calibration/calib100, so two sweeps of
     one experiment have two pages), else as `_folders` names it."""
-    named = _folders(sweep_dirs)
+    named, root = _folders(sweep_dirs), root.resolve()
     folders = {}
     for d in map(Path, sweep_dirs):
-        inside = d.resolve().is_relative_to(root.resolve()) and d.resolve() != root.resolve()
-        folders[d] = d.resolve().relative_to(root.resolve()).as_posix() if inside else named[d]
+        where = d.resolve()
+        folders[d] = where.relative_to(root).as_posix() if where.is_relative_to(root) and where != root else named[d]
     shared = sorted({f for f in folders.values() if list(folders.values()).count(f) > 1})
     if shared:
         raise SynthlabError(f"--index: two sweeps would share the page {shared[0]}/README.md; name other folders")

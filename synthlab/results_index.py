@@ -4,8 +4,8 @@ The index (OUT) holds a claims table with the scale each verdict was reached at 
 parameters, training tokens per run and seeds, read from the results table), one line per
 sweep linking to its page (`README.md` in the sweep's folder: `<experiment>/README.md`, or e.g.
 `capacity/calibration/calib100/README.md` for a second sweep of one experiment), and the notes'
-preamble. Each page holds that sweep's section: the same text `synthlab report` writes into one file, its links rebased to
-its folder.
+preamble. Each page holds that sweep's section: the same text `synthlab report` writes into one
+file, its links rebased to its folder.
 Provenance is by commit: where the folder is in a git checkout, each line names the commit that
 last changed the experiment's results table.
 """
