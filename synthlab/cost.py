@@ -314,6 +314,14 @@ def load_calibration(path) -> dict[str, Any]:
         raise SynthlabError(f"--calibration {path}: not a cost_calibration.json of benchmarks/gpu_check.sh")
     if data.get("dry_run"):
         raise SynthlabError(f"--calibration {path}: written by a --dry-run on the CPU; run the check on a GPU")
+    for key in ("compiled_mfu_packed", "eager_mfu_packed"):
+        for kind, by_d in (data.get(key) or {}).items():
+            parts = [v for v in by_d.values() if v is not None]
+            if not all(isinstance(v, dict) and {"layers", "head"} <= set(v) for v in parts):
+                raise SynthlabError(
+                    f"--calibration {path}: {key}.{kind} holds one MFU per d, written before the check "
+                    "measured the layers and the head apart; run the check again"
+                )
     return data
 
 

@@ -220,3 +220,6 @@ def test_a_gpu_checks_calibration_recosts_the_presets(tmp_path):
     path.write_text(json.dumps({**measured, "dry_run": True}))
     with pytest.raises(SynthlabError, match="dry-run"):
         cost.load_calibration(path)
+    path.write_text(json.dumps({**measured, "compiled_mfu_packed": {"sdpa": {"128": 0.10}}}))  # the older format
+    with pytest.raises(SynthlabError, match="one MFU per d, written before the check measured the layers"):
+        cost.load_calibration(path)
