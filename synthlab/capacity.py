@@ -9,7 +9,8 @@ Physics of LMs 3.3, Definition 4.3 (docs/claims.md, C1), exactly:
 - p2: the same, summed over the tokens of all the person's attribute values (the generator's
   spans: a value that is a prefix of another includes the token that ends it);
 - N0 = 400 * 400 * 1000 names, S0 = 2 * (12 * 28 * 200) * 200 * 300 * 100 * 263 attribute tuples,
-  both read from the generator's pools;
+  both read from the generator's pools (from the pools in use where the dataset was generated with
+  a pool_scale below 1: `Population.of`);
 - P: unique parameters (a looped block counted once), with the embedding rows of the tokens that
   occur in the training data and no others. This is the P the paper's 1 and 2 bit/param lines
   are drawn against (its GPT2-l-h has about 12 l (64h)^2 + V_used 64h parameters: the embedding
@@ -41,13 +42,31 @@ from synthlab.errors import SynthlabError
 from synthlab_generators import bios
 
 LOG2E = math.log2(math.e)
-# From the pools the bioS generator draws from (400 x 400 x 1000 names with the shipped pools).
-N0 = bios.name_values()
-# Values per attribute; the product is S0. "employer" includes the work-city tokens (see above).
-ATTRIBUTE_VALUES = bios.attribute_values()
-S0 = math.prod(ATTRIBUTE_VALUES.values())
 # Span names in the data that are scored as part of another attribute.
 SCORED_AS = {"work_city": "employer"}
+
+
+@dataclass(frozen=True)
+class Population:
+    """What people are drawn from: N0 full names and, per attribute, its values (in the order
+    capacity scores them; the product is S0; "employer" includes the work-city tokens, see above)."""
+
+    name_values: int
+    attribute_values: dict[str, int]
+
+    @property
+    def tuples(self) -> int:
+        """S0."""
+        return math.prod(self.attribute_values.values())
+
+    @classmethod
+    def of(cls, pool_scale: float = 1.0) -> Population:
+        """The population of bioS generated at this pool scale (1: the shipped pools, whole)."""
+        return cls(bios.name_values(pool_scale), bios.attribute_values(pool_scale))
+
+
+BIOS = Population.of()  # the shipped pools: 400 x 400 x 1000 names
+N0, ATTRIBUTE_VALUES, S0 = BIOS.name_values, BIOS.attribute_values, BIOS.tuples
 
 
 def term_bits(n_people: int, values: float, nats: float) -> float:
@@ -55,14 +74,14 @@ def term_bits(n_people: int, values: float, nats: float) -> float:
     return n_people * (math.log2(values) - nats * LOG2E)
 
 
-def capacity_bits(n_people: int, p1: float, p2: float) -> float:
+def capacity_bits(n_people: int, p1: float, p2: float, population: Population = BIOS) -> float:
     """bits(F) of Definition 4.3: the two terms summed as they are (no clipping)."""
-    return term_bits(n_people, N0, p1) + term_bits(n_people, S0, p2)
+    return term_bits(n_people, population.name_values, p1) + term_bits(n_people, population.tuples, p2)
 
 
-def max_bits(n_people: int) -> float:
+def max_bits(n_people: int, population: Population = BIOS) -> float:
     """The most a model can store about N people: N log2(N0 / N) + N log2 S0."""
-    return n_people * (math.log2(N0 / n_people) + math.log2(S0))
+    return n_people * (math.log2(population.name_values / n_people) + math.log2(population.tuples))
 
 
 @dataclass(frozen=True)
@@ -73,30 +92,33 @@ class PersonLosses:
     attributes: dict[str, np.ndarray]  # attribute -> (N,), keys of ATTRIBUTE_VALUES
 
 
-def capacity_report(losses: PersonLosses, params: int, params_nonemb: int | None = None) -> dict:
+def capacity_report(
+    losses: PersonLosses, params: int, params_nonemb: int | None = None, population: Population = BIOS
+) -> dict:
     """Every number of the estimate, from per-person summed losses, the parameter count P (used
     embedding rows included) and, where given, the non-embedding count."""
     n = len(losses.name)
     p1 = float(losses.name.mean())
     per_attribute = {a: float(v.mean()) for a, v in losses.attributes.items()}
     p2 = float(sum(per_attribute.values()))
-    bits = capacity_bits(n, p1, p2)
+    bits = capacity_bits(n, p1, p2, population)
+    values = population.attribute_values
     report = {
         "n_people": n,
         "p1": p1,
         "p2": p2,
-        "bits_name": term_bits(n, N0, p1),
-        "bits_attributes": term_bits(n, S0, p2),
+        "bits_name": term_bits(n, population.name_values, p1),
+        "bits_attributes": term_bits(n, population.tuples, p2),
         "bits": bits,
-        "max_bits": max_bits(n),
-        "fraction_of_max": bits / max_bits(n),
+        "max_bits": max_bits(n, population),
+        "fraction_of_max": bits / max_bits(n, population),
         "params": params,
         "bits_per_param": bits / params,
         "per_attribute": {
             a: {
                 "loss": per_attribute[a],
-                "values": ATTRIBUTE_VALUES[a],
-                "bits": term_bits(n, ATTRIBUTE_VALUES[a], per_attribute[a]),
+                "values": values[a],
+                "bits": term_bits(n, values[a], per_attribute[a]),
             }
             for a in per_attribute
         },
@@ -189,8 +211,12 @@ def estimate_capacity(
         raise SynthlabError(f"capacity needs a run trained on bios; {run_dir} was trained on {run.train.task}")
     data = load_dataset(trained_data(run_dir, run, derived, moved_to=data_dir), "bios")
     losses = person_losses(model, data, device=dev, batch_size=batch_size, steps=steps)
+    pool_scale = data.meta.get("params", {}).get("pool_scale", 1.0)
     report = capacity_report(
-        losses, count_params(model, used_token_ids=used_token_ids(data)), count_params(model, exclude_embedding=True)
+        losses,
+        count_params(model, used_token_ids=used_token_ids(data)),
+        count_params(model, exclude_embedding=True),
+        Population.of(pool_scale),
     )
     report.update(
         {
@@ -198,6 +224,7 @@ def estimate_capacity(
             "model": {k: getattr(run.model, k) for k in ("d_model", "n_layers", "n_heads", "loops", "topology")},
             "steps": steps or run.model.loops,
             "exposures": run.train.exposures,
+            "pool_scale": pool_scale,
             "data": str(data.path),
         }
     )

@@ -14,17 +14,39 @@ from synthlab.capacity import (
     N0,
     S0,
     PersonLosses,
+    Population,
     capacity_bits,
     capacity_report,
     max_bits,
     span_losses,
 )
 from synthlab_generators import TASKS, write_dataset
-from synthlab_generators.bios_words import POOLS, pools, value_tokens
+from synthlab_generators.bios_words import POOLS, value_tokens
 
 
 def pool_file(name: str) -> list[str]:
     return [line for line in (POOLS / f"{name}.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def pools_in_use(scale: float) -> dict[str, list[str]]:
+    """The values a population of this pool scale draws from, read here from the pool files: the
+    first ceil(scale x size) lines of each (an employer with its headquarters city)."""
+
+    def first(lines: list[str]) -> list[str]:
+        return lines[: math.ceil(round(scale * len(lines), 9))]
+
+    companies = [line.split(";") for line in first(pool_file("company"))]
+    return {
+        "first": first(pool_file("first_name")),
+        "middle": first(pool_file("middle_name")),
+        "last": first(pool_file("last_name")),
+        "birth_city": first(pool_file("city")),
+        "university": first(pool_file("university")),
+        "major": first(pool_file("field")),
+        "employer": [name.strip() for name, _ in companies],
+        "work_city": [city.strip() for _, city in companies],
+        "years": [str(y) for y in first(list(range(1900, 2100)))],
+    }
 
 
 def test_n0_and_s0_are_the_generators_pools():
@@ -36,6 +58,23 @@ def test_n0_and_s0_are_the_generators_pools():
     )
     assert N0 == 160_000_000 and math.log2(N0) == pytest.approx(27.25, abs=0.005)
     assert math.log2(S0) == pytest.approx(47.59, abs=0.005)
+
+
+def test_a_scaled_population_counts_the_pools_in_use():
+    """pool_scale 0.1: 40 x 40 x 100 names; 20 birth years, 20 cities, 30 universities, 10 majors
+    and 27 employers (ceil of 26.3)."""
+    p = pools_in_use(0.1)
+    population = Population.of(0.1)
+    assert population.name_values == len(p["first"]) * len(p["middle"]) * len(p["last"]) == 40 * 40 * 100
+    assert population.attribute_values == {
+        "gender": 2,
+        "birth_date": 12 * 28 * 20,
+        "birth_city": 20,
+        "university": 30,
+        "major": 10,
+        "employer": 27,
+    }
+    assert max_bits(100, population) == pytest.approx(100 * math.log2(160_000 / 100 * population.tuples))
 
 
 def test_formula_on_a_hand_computed_example():
@@ -229,25 +268,27 @@ def prefix_loss(sequences: list[tuple[str, ...]], tokens: list[str]) -> float:
     return -math.log(matches / len(sequences))
 
 
-def oracle_losses(records, people, knows: bool) -> list[np.ndarray]:
+def oracle_losses(records, people, knows: bool, scale: float = 1.0) -> list[np.ndarray]:
     """Each text token's loss for an oracle that knows every attribute and is uniform over the N
-    names of the data (`knows`), or is uniform over each pool (names: over first x middle x last).
-    A span's whole loss sits on its first token (only span sums are read). A value is read
+    names of the data (`knows`), or is uniform over each pool in use (names: over first x middle x
+    last). A span's whole loss sits on its first token (only span sums are read). A value is read
     through the template's next token (the model knows the template): a span that stopped short
     of the token that ends a value would show it as a lower loss than ln(pool size)."""
-    p = pools()
+    p = pools_in_use(scale)
     names = [tuple(person["name"].split()) for person in people]
     out = []
     for record in records:
         words, spans = record["text"].split(), record["spans"]
         loss = np.zeros(len(words))
         name = words[slice(*spans["name"])]
-        loss[spans["name"][0]] = prefix_loss(names, name) if knows else math.log(400 * 400 * 1000)
+        loss[spans["name"][0]] = (
+            prefix_loss(names, name) if knows else math.log(len(p["first"]) * len(p["middle"]) * len(p["last"]))
+        )
         if "gender" in spans:
             loss[spans["gender"][0]] = 0.0 if knows else math.log(2)
         if not knows:
             person = people[record["person"]]
-            loss[spans["birth_date"][0]] = math.log(12 * 28 * 200)
+            loss[spans["birth_date"][0]] = math.log(12 * 28 * len(p["years"]))
 
             def pool(attribute):  # the pool's values, each followed by this template's next word
                 start = spans[attribute][0]
@@ -268,26 +309,40 @@ def oracle_losses(records, people, knows: bool) -> list[np.ndarray]:
     return out
 
 
-@pytest.fixture(scope="module", params=["single", "multi3", "permute", "fullname"])
+@pytest.fixture(
+    scope="module",
+    params=[("single", 1.0), ("multi3", 1.0), ("permute", 1.0), ("fullname", 1.0), ("single", 0.1), ("fullname", 0.1)],
+    ids=lambda p: f"{p[0]}-scale{p[1]}",
+)
 def oracle_data(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp("oracle") / request.param
-    write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=300, variant=request.param), 1, out)
-    return read_jsonl(out / "train.jsonl"), read_jsonl(out / "people.jsonl")
+    variant, scale = request.param
+    out = tmp_path_factory.mktemp("oracle") / f"{variant}-{scale}"
+    params = TASKS["bios"].params_cls(n_people=300, variant=variant, pool_scale=scale)
+    write_dataset(TASKS["bios"], params, 1, out)
+    return read_jsonl(out / "train.jsonl"), read_jsonl(out / "people.jsonl"), scale
 
 
 def test_an_oracle_that_knows_everything_reaches_the_data_maximum(oracle_data):
-    records, people = oracle_data
-    report = capacity_report(span_losses(records, oracle_losses(records, people, knows=True), len(people)), params=1)
+    records, people, scale = oracle_data
+    losses = span_losses(records, oracle_losses(records, people, knows=True, scale=scale), len(people))
+    report = capacity_report(losses, params=1, population=Population.of(scale))
     fullname = "gender" not in records[0]["spans"]  # no pronoun: the gender is not in the text
-    assert report["p1"] == pytest.approx(math.log(len(people)))
-    assert report["bits"] == pytest.approx(max_bits(len(people)) - (len(people) if fullname else 0), rel=1e-9)
-    assert report["fraction_of_max"] == pytest.approx(1.0, abs=0.02)
+    p, n = pools_in_use(scale), len(people)
+    names = len(p["first"]) * len(p["middle"]) * len(p["last"])
+    tuples = (
+        2 * 12 * 28 * len(p["years"]) * math.prod(len(p[a]) for a in ("birth_city", "university", "major", "employer"))
+    )
+    assert report["p1"] == pytest.approx(math.log(n))
+    maximum = n * math.log2(names / n * tuples)
+    assert report["max_bits"] == pytest.approx(maximum, rel=1e-12)
+    assert report["bits"] == pytest.approx(maximum - (n if fullname else 0), rel=1e-9)
 
 
 def test_a_model_uniform_over_each_pool_stores_nothing(oracle_data):
-    records, people = oracle_data
-    report = capacity_report(span_losses(records, oracle_losses(records, people, knows=False), len(people)), params=1)
+    records, people, scale = oracle_data
+    losses = span_losses(records, oracle_losses(records, people, knows=False, scale=scale), len(people))
+    report = capacity_report(losses, params=1, population=Population.of(scale))
     assert report["bits_name"] == pytest.approx(0.0, abs=1e-6)
     assert report["bits"] == pytest.approx(0.0, abs=1e-6)
     for attribute, row in report["per_attribute"].items():
-        assert row["loss"] == pytest.approx(math.log(ATTRIBUTE_VALUES[attribute])), attribute
+        assert row["loss"] == pytest.approx(math.log(Population.of(scale).attribute_values[attribute])), attribute

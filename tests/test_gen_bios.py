@@ -2,6 +2,7 @@
 determinism, bad input."""
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from typer.testing import CliRunner
 
 from synthlab.cli import app
 from synthlab.tokenizer import WordTokenizer
-from synthlab_generators.bios_words import TEMPLATES, pools
+from synthlab_generators.bios_words import POOLS, TEMPLATES, pools
 
 runner = CliRunner()
 MONTHS = [
@@ -48,19 +49,19 @@ def expected_tokens(person: dict, attribute: str) -> list[str]:
     return person[attribute].replace(",", " ,").split()
 
 
-def prefix_values() -> dict[str, set[tuple[str, ...]]]:
+def prefix_values(pool_values: dict) -> dict[str, set[tuple[str, ...]]]:
     """Attribute -> values that are a token prefix of another value of the same pool (re-derived)."""
     out = {}
     for attribute in ATTRIBUTES[1:]:
-        values = {tuple(v.replace(",", " ,").split()) for v in pools()[attribute]}
+        values = {tuple(v.replace(",", " ,").split()) for v in pool_values[attribute]}
         out[attribute] = {a for a in values if any(b != a and b[: len(a)] == a for b in values)}
     return out
 
 
-PREFIX_VALUES = prefix_values()
+PREFIX_VALUES = prefix_values(pools())
 
 
-def check_biography(rec: dict, person: dict, with_gender: bool) -> None:
+def check_biography(rec: dict, person: dict, with_gender: bool, prefixes: dict = PREFIX_VALUES) -> None:
     words = rec["text"].split()
     spans = rec["spans"]
     assert words[slice(*spans["name"])] == person["name"].split()
@@ -69,7 +70,7 @@ def check_biography(rec: dict, person: dict, with_gender: bool) -> None:
         start, end = spans[attribute]
         assert words[start : start + len(value)] == value, attribute
         # a value that is a prefix of another takes in the token that ends it, and only then
-        assert end - start == len(value) + (tuple(value) in PREFIX_VALUES.get(attribute, ())), attribute
+        assert end - start == len(value) + (tuple(value) in prefixes.get(attribute, ())), attribute
         assert start > spans["name"][0]  # no value precedes the name
     if with_gender:
         (pronoun,) = words[slice(*spans["gender"])]
@@ -108,6 +109,43 @@ def test_single_spans_answers_names(tmp_path):
         tok.encode(rec["text"])
     for rec in test:
         tok.encode(rec["question"] + " " + rec["answer"])
+
+
+def test_a_pool_scale_draws_from_the_first_values_of_each_pool(tmp_path):
+    """--pool-scale 0.1: every value is one of the first ceil(0.1 x size) lines of its pool file
+    (read here), each of those shows up among 2,000 people, birth years are 1900-1919, the spans
+    hold with the prefixes of the pools in use, and the vocabulary is smaller than at scale 1."""
+    out = tmp_path / "d"
+    gen(out, "--n-people", "2000", "--pool-scale", "0.1")
+
+    def first(name: str) -> list[str]:
+        lines = [
+            line.strip() for line in (POOLS / f"{name}.txt").read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
+        return lines[: math.ceil(round(0.1 * len(lines), 9))]
+
+    companies = [line.split(";") for line in first("company")]
+    in_use = {
+        "birth_city": first("city"),
+        "university": first("university"),
+        "major": first("field"),
+        "employer": [name.strip() for name, _ in companies],
+        "work_city": [city.strip() for _, city in companies],
+    }
+    people = read(out / "people.jsonl")
+    names = [p["name"].split() for p in people]
+    for k, pool in enumerate(("first_name", "middle_name", "last_name")):
+        assert {n[k] for n in names} <= set(first(pool)), pool
+    assert {n[0] for n in names} == set(first("first_name"))  # 40 names among 2,000 people: all drawn
+    for attribute, values in in_use.items():
+        assert {p[attribute] for p in people} == set(values), attribute
+    assert {p["birth_date"]["year"] for p in people} == set(range(1900, 1920))
+    prefixes = prefix_values(in_use)
+    for rec in read(out / "train.jsonl"):
+        check_biography(rec, people[rec["person"]], with_gender=True, prefixes=prefixes)
+    gen(tmp_path / "full", "--n-people", "10")
+    scaled, full = (WordTokenizer.from_file(d / "vocab.json") for d in (out, tmp_path / "full"))
+    assert len(scaled) < len(full) / 4
 
 
 def test_work_city_is_the_employers_hq(tmp_path):

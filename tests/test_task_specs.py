@@ -26,6 +26,7 @@ SETTINGS = [
     ("bios", {"n_people": 40, "variant": "multi2"}),
     ("bios", {"n_people": 60, "variant": "permute"}),
     ("bios", {"n_people": 60, "variant": "fullname"}),
+    ("bios", {"n_people": 60, "pool_scale": 0.1}),
     ("multihop", {"layers": 3, "per_layer": 3, "relations": 2, "hops": 2, "n_test": 2}),
     ("multihop", {"layers": 5, "per_layer": 6, "relations": 3, "hops": 3, "n_test": 20, "train_fraction": 0.3}),
     ("reach", {"nodes": 12, "max_diameter": 2, "n_train": 10, "n_test": 4}),
@@ -142,7 +143,7 @@ def test_capacity_constants_come_from_the_pools():
         == bios.name_values()
         == (_pool_size("first_name") * _pool_size("middle_name") * _pool_size("last_name"))
     )
-    birth_dates = len(bios.MONTHS) * bios.N_DAYS * bios.N_YEARS
+    birth_dates = len(bios.MONTHS) * bios.N_DAYS * bios.n_years()
     assert (
         capacity.S0
         == math.prod(bios.attribute_values().values())

@@ -4,7 +4,10 @@ Each person has a unique full name (first x middle x last from pools of 400 / 40
 gender, a birth date (12 months x 28 days x 200 years), a birth city (200), a university (300),
 a major (100) and an employer (263) whose headquarters city is the work city. Attributes are
 drawn uniformly and independently. The pools ship in `pools/` with their licence notice
-(read in bios_words.py, with the sentence templates and the vocabulary).
+(read in bios_words.py, with the sentence templates and the vocabulary). `pool_scale` below 1
+draws from the first ceil(scale x size) entries of every pool and of the birth years (months and
+days stay whole): fewer values, a smaller vocabulary, the same templates; the capacity estimate
+takes N0 and S0 from the pools in use.
 
 Files
   people.jsonl  one person a line: name, gender, birth_date {month (1-12), day, year},
@@ -54,12 +57,12 @@ from synthlab_generators.bios_words import (
     GENDERS,
     MONTHS,
     N_DAYS,
-    N_YEARS,
     PRONOUNS,
     QUESTIONS,
     TEMPLATES,
     date_tokens,
     ended_values,
+    n_years,
     pools,
     tokens,
     value_tokens,
@@ -83,6 +86,11 @@ class BiosParams(TaskParams):
     """Parameters of `synthlab gen bios`."""
 
     n_people: int = param(1_000, "Number of people N (unique full names; at most 400 x 400 x 1000).")
+    pool_scale: float = param(
+        1.0,
+        "Share of every value pool in use (names, birth years, cities, universities, majors, "
+        "employers): the first ceil(share x size) of each. 1: Physics of LMs 3.3's bioS.",
+    )
     variant: str = param(
         "single",
         "single (one biography per person), multiM (M biographies "
@@ -91,7 +99,13 @@ class BiosParams(TaskParams):
     )
 
     def __post_init__(self) -> None:
-        self.require_int("n_people", 1, name_values())
+        scale = self.pool_scale
+        self.require(
+            isinstance(scale, (int, float)) and not isinstance(scale, bool) and 0 < scale <= 1,
+            "pool_scale",
+            "must be a number in (0, 1]",
+        )
+        self.require_int("n_people", 1, name_values(scale))
         multi = re.fullmatch(r"multi(\d+)", self.variant)
         self.require(
             self.variant in ("single", "permute", "fullname")
@@ -105,20 +119,20 @@ class BiosParams(TaskParams):
         return int(self.variant[5:]) if self.variant.startswith("multi") else 1
 
 
-def name_values() -> int:
-    """N0: the number of distinct full names (first x middle x last pool sizes)."""
-    p = pools()
+def name_values(pool_scale: float = 1.0) -> int:
+    """N0: the number of distinct full names (first x middle x last pool sizes in use)."""
+    p = pools(pool_scale)
     return len(p["first"]) * len(p["middle"]) * len(p["last"])
 
 
-def attribute_values() -> dict[str, int]:
+def attribute_values(pool_scale: float = 1.0) -> dict[str, int]:
     """Values each attribute is drawn from uniformly, in the order capacity scores them; the
     product is S0. The work city is the employer's headquarters, so it adds no values of its
     own and is scored with the employer."""
-    p = pools()
+    p = pools(pool_scale)
     return {
         "gender": len(GENDERS),
-        "birth_date": len(MONTHS) * N_DAYS * N_YEARS,
+        "birth_date": len(MONTHS) * N_DAYS * n_years(pool_scale),
         "birth_city": len(p["birth_city"]),
         "university": len(p["university"]),
         "major": len(p["major"]),
@@ -126,9 +140,9 @@ def attribute_values() -> dict[str, int]:
     }
 
 
-def _draw_people(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    p = pools()
-    names = rng.choice(name_values(), size=n, replace=False)  # unique full names
+def _draw_people(n: int, pool_scale: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    p = pools(pool_scale)
+    names = rng.choice(name_values(pool_scale), size=n, replace=False)  # unique full names
     first, rest = np.divmod(names, len(p["middle"]) * len(p["last"]))
     middle, last = np.divmod(rest, len(p["last"]))
     return {
@@ -138,7 +152,7 @@ def _draw_people(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         "gender": rng.integers(0, 2, n),
         "month": rng.integers(1, 13, n),
         "day": rng.integers(1, N_DAYS + 1, n),
-        "year": rng.integers(FIRST_YEAR, FIRST_YEAR + N_YEARS, n),
+        "year": rng.integers(FIRST_YEAR, FIRST_YEAR + n_years(pool_scale), n),
         "birth_city": rng.integers(0, len(p["birth_city"]), n),
         "university": rng.integers(0, len(p["university"]), n),
         "major": rng.integers(0, len(p["major"]), n),
@@ -149,7 +163,7 @@ def _draw_people(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 class _Person:
     """One person's full name and attribute values as token strings (built once)."""
 
-    def __init__(self, draws: dict[str, list[int]], i: int, tok: dict) -> None:
+    def __init__(self, draws: dict[str, list[int]], i: int, tok: dict, ended: dict) -> None:
         self.name = " ".join(
             tok["first"][draws["first"][i]] + tok["middle"][draws["middle"][i]] + tok["last"][draws["last"][i]]
         )
@@ -165,7 +179,6 @@ class _Person:
         )  # in ATTRIBUTES order
         self.values = [" ".join(v) for v in values]
         self.value_lengths = [len(v) for v in values]
-        ended = ended_values()
         self.span_lengths = [len(v) + (v in ended.get(a, ())) for a, v in zip(ATTRIBUTES, values)]
 
 
@@ -251,10 +264,11 @@ def _biography(
 
 
 def generate(params: BiosParams, rng: np.random.Generator) -> Dataset:
-    n = params.n_people
-    draws = {k: v.tolist() for k, v in _draw_people(n, rng).items()}
-    tok = {k: [value_tokens(v) for v in vs] for k, vs in pools().items()}
-    people = [_Person(draws, i, tok) for i in range(n)]
+    n, scale = params.n_people, params.pool_scale
+    draws = {k: v.tolist() for k, v in _draw_people(n, scale, rng).items()}
+    tok = {k: [value_tokens(v) for v in vs] for k, vs in pools(scale).items()}
+    ended = ended_values(scale)
+    people = [_Person(draws, i, tok, ended) for i in range(n)]
 
     per_person = params.biographies_per_person
     n_bios = n * per_person
@@ -274,7 +288,7 @@ def generate(params: BiosParams, rng: np.random.Generator) -> Dataset:
             yield f'{{"text": "{text}", "person": {person}, "spans": {{{listed}}}}}\n'
 
     def people_lines():
-        p = pools()
+        p = pools(scale)
         for i in range(n):
             employer = draws["employer"][i]
             yield json_line(
@@ -300,7 +314,7 @@ def generate(params: BiosParams, rng: np.random.Generator) -> Dataset:
                 )
 
     return Dataset(
-        tokens=tokens(),
+        tokens=tokens(scale),
         files={
             "people.jsonl": chunked(people_lines()),
             "train.jsonl": chunked(train_lines()),
@@ -308,7 +322,7 @@ def generate(params: BiosParams, rng: np.random.Generator) -> Dataset:
         },
         counts={"people": n, "train": n_bios, "test": n * len(ATTRIBUTES)},
         extra={
-            "bits_name_pool": float(np.log2(name_values())),
+            "bits_name_pool": float(np.log2(name_values(scale))),
             "templates_per_attribute": {a: len(ts) for a, ts in TEMPLATES.items()},
         },
     )
@@ -323,7 +337,7 @@ def shape(params: BiosParams) -> TaskShape:
     per biography (<bos> and <eos> included) are its exact expectation: templates and values
     are drawn uniformly, the name fills the first sentence's first reference (every sentence's
     in the fullname variant) and the gender does not change a sentence's length."""
-    p, compiled = pools(), _compiled()
+    p, compiled = pools(params.pool_scale), _compiled()
     value = {
         "birth_date": 4.0,
         "birth_city": _mean_tokens(p["birth_city"]),
@@ -348,7 +362,7 @@ def shape(params: BiosParams) -> TaskShape:
         value[a] + sum(w * sentence(i, mode) for mode, w in modes[i].items()) for i, a in enumerate(ATTRIBUTES)
     )
     return TaskShape(
-        vocab_size=len(SPECIAL_TOKENS) + len(tokens()),
+        vocab_size=len(SPECIAL_TOKENS) + len(tokens(params.pool_scale)),
         row_len=None,
         tokens_per_record=mean,
         train_records=params.n_people * params.biographies_per_person,

@@ -4,6 +4,7 @@ from them. bios.py draws people from these and renders their biographies."""
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from pathlib import Path
 
@@ -193,8 +194,31 @@ def value_tokens(value: str) -> tuple[str, ...]:
     return tuple(value.replace(",", " ,").split())
 
 
+def in_use(size: int, pool_scale: float) -> int:
+    """How many entries of a pool of `size` a population of this pool scale draws from: the first
+    ceil(scale x size), at least one (all of them at scale 1, Physics of LMs 3.3's bioS)."""
+    return max(1, math.ceil(pool_scale * size - 1e-9))
+
+
+def n_years(pool_scale: float = 1.0) -> int:
+    """Birth years in use: FIRST_YEAR onward, N_YEARS of them at scale 1."""
+    return in_use(N_YEARS, pool_scale)
+
+
 @cache
-def pools() -> dict[str, tuple[str, ...]]:
+def pools(pool_scale: float = 1.0) -> dict[str, tuple[str, ...]]:
+    """Pool name -> the values a population of this scale draws from (the first `in_use` of each
+    file, in file order; each employer keeps its headquarters city)."""
+    full = _pool_files()
+    if pool_scale == 1.0:
+        return full
+    out = {key: values[: in_use(len(values), pool_scale)] for key, values in full.items()}
+    out["work_city"] = full["work_city"][: len(out["employer"])]
+    return out
+
+
+@cache
+def _pool_files() -> dict[str, tuple[str, ...]]:
     """Pool name -> values, in file order (employer and work city split from company.txt)."""
 
     def read(name: str) -> tuple[str, ...]:
@@ -220,12 +244,12 @@ def pools() -> dict[str, tuple[str, ...]]:
 
 
 @cache
-def ended_values() -> dict[str, frozenset[tuple[str, ...]]]:
-    """Attribute -> the values (as tokens) that are a token prefix of another of the same pool
-    ("Business" of "Business Administration"): their span takes in the template's next token."""
+def ended_values(pool_scale: float = 1.0) -> dict[str, frozenset[tuple[str, ...]]]:
+    """Attribute -> the values (as tokens) that are a token prefix of another of the same pool in
+    use ("Business" of "Business Administration"): their span takes in the template's next token."""
     out = {}
     for key in ATTRIBUTES[1:]:
-        values = {value_tokens(v) for v in pools()[key]}
+        values = {value_tokens(v) for v in pools(pool_scale)[key]}
         out[key] = frozenset(a for a in values for b in values if len(b) > len(a) and b[: len(a)] == a)
     return out
 
@@ -234,8 +258,9 @@ def date_tokens(month: int, day: int, year: int) -> tuple[str, ...]:
     return (MONTHS[month - 1], str(day), ",", str(year))
 
 
-def tokens() -> list[str]:
-    """The closed vocabulary (without specials): template, question and pool words."""
+def tokens(pool_scale: float = 1.0) -> list[str]:
+    """The closed vocabulary (without specials): template, question and pool words, for the pools
+    and birth years of this scale (at scale 1 every word of every pool file)."""
     words: dict[str, None] = {}
     for text in [t for ts in TEMPLATES.values() for t in ts] + list(QUESTIONS.values()):
         words.update(dict.fromkeys(w for w in text.split() if not w.startswith("{")))
@@ -244,8 +269,8 @@ def tokens() -> list[str]:
     words["'s"] = None
     words.update(dict.fromkeys(MONTHS))
     words.update(dict.fromkeys(str(d) for d in range(1, N_DAYS + 1)))
-    words.update(dict.fromkeys(str(y) for y in range(FIRST_YEAR, FIRST_YEAR + N_YEARS)))
-    for values in pools().values():
+    words.update(dict.fromkeys(str(y) for y in range(FIRST_YEAR, FIRST_YEAR + n_years(pool_scale))))
+    for values in pools(pool_scale).values():
         for value in values:
             words.update(dict.fromkeys(value_tokens(value)))
     return list(words)
