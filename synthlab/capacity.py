@@ -229,7 +229,10 @@ def estimate_capacity(
         }
     )
     if checkpoint is not None:
-        report.update(checkpoint=checkpoint, tokens_seen=tokens_seen)
+        # The passes over the data the checkpoint has made (the global batch is train.batch_size rows
+        # whatever the number of processes), beside the run's whole budget.
+        seen = checkpoint * run.train.batch_size / derived["rows_per_epoch"]
+        report.update(checkpoint=checkpoint, tokens_seen=tokens_seen, exposures=seen, run_exposures=run.train.exposures)
     name = "capacity.json" if steps is None else f"capacity_steps{steps}.json"
     name = name if checkpoint is None else name.replace(".json", f"_checkpoint{checkpoint}.json")
     atomic_write_text(run_dir / name, json.dumps(report, indent=2) + "\n")

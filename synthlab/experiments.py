@@ -41,6 +41,11 @@ names). A seed equal to the one the preset's sections already give (0 unless `tr
 finished runs) of its seed-0 points. A grid axis may not set a field a seed key sets. The report
 aggregates over both: mean, standard error and n per remaining grid cell.
 
+Inheritance: `like = "other"` in a preset starts it from preset `other` (after that preset's own
+`like`): each section merged field by field with its own on top, its `seeds`, `data_seeds` and
+`grid` where it gives them, else the other's. The resolved preset is what the points come from,
+so writing a preset with `like` instead of in full keeps its point ids.
+
 Verdicts: `[[verdicts]]` tables state, per claim, the rule that decides it from the results
 (synthlab.verdicts: paired differences over seeds, per cell with `each`, their one-sided bounds
 against a threshold or a margin; `synthlab sweep --seeds N` overrides a preset's seeds, `with_seeds`); `[[laws]]` tables, a claim that the loss follows a law, decided from the fit `synthlab fit
@@ -78,7 +83,7 @@ PRESETS = ("smoke", "cpu", "gpu")  # the presets every shipped definition carrie
 _TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets", "verdicts", "laws"}
 # seed keys of a preset -> (factor name, the section.field each value sets)
 SEED_KEYS = {"seeds": ("seed", "train.seed"), "data_seeds": ("data_seed", "data.seed")}
-_PRESET_KEYS = set(SECTIONS) | {"grid"} | set(SEED_KEYS)
+_PRESET_KEYS = set(SECTIONS) | {"grid", "like"} | set(SEED_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,11 +276,12 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
         raise SynthlabError(f"{where}: stages must include 'train' and be among {tuple(STAGES)}, got {list(stages)}")
     base = raw.get("base", {})
     _check_sections(base, set(SECTIONS), f"{where}: base")
-    if "gate" not in stages and ("gate" in base or any("gate" in p for p in raw["presets"].values())):
-        raise SynthlabError(f"{where}: a [gate] section needs the 'gate' stage in stages")
     if not isinstance(raw["presets"], dict) or not raw["presets"]:
         raise SynthlabError(f"{where}: no preset (add e.g. [presets.smoke])")
-    for name, spec in raw["presets"].items():
+    presets = resolve_likes(raw["presets"], where)
+    if "gate" not in stages and ("gate" in base or any("gate" in p for p in presets.values())):
+        raise SynthlabError(f"{where}: a [gate] section needs the 'gate' stage in stages")
+    for name, spec in presets.items():
         _check_sections(spec, _PRESET_KEYS, f"{where}: presets.{name}")
         _check_grid(spec.get("grid", {}), f"{where}: presets.{name}.grid")
         _check_seeds(spec, f"{where}: presets.{name}")
@@ -291,12 +297,44 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
         plot=raw.get("plot", ""),
         stages=stages,
         base=base,
-        presets=raw["presets"],
+        presets=presets,
         notes=raw.get("notes", ""),
         source=source,
         verdicts=verdicts,
         laws=laws,
     )
+
+
+def resolve_likes(presets: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
+    """Every preset with its `like` chain applied (module docstring, Inheritance); file order kept."""
+    resolved: dict[str, dict[str, Any]] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> dict[str, Any]:
+        if name in resolved:
+            return resolved[name]
+        spec = presets[name]
+        if not isinstance(spec, dict):
+            raise SynthlabError(f"{where}: presets.{name} must be a table")
+        parent = spec.get("like")
+        if parent is None:
+            resolved[name] = spec
+            return spec
+        if not isinstance(parent, str) or parent not in presets:
+            raise SynthlabError(f"{where}: presets.{name}: like = {parent!r} names no preset")
+        if parent in chain or parent == name:
+            raise SynthlabError(
+                f"{where}: presets.{name}: `like` goes round in a circle ({' -> '.join((*chain, name, parent))})"
+            )
+        merged = dict(resolve(parent, (*chain, name)))
+        for key, value in spec.items():
+            if key in SECTIONS and isinstance(merged.get(key), dict) and isinstance(value, dict):
+                merged[key] = {**merged[key], **value}
+            elif key != "like":
+                merged[key] = value
+        resolved[name] = merged
+        return merged
+
+    return {name: resolve(name, ()) for name in presets}
 
 
 def _check_sections(table: dict[str, Any], allowed: set[str], where: str) -> None:

@@ -197,6 +197,11 @@ def test_a_kept_checkpoint_is_a_point_of_the_learning_curve(tmp_path):
     early = estimate_capacity(tmp_path / "run", device="cpu", checkpoint=3)
     assert last["bits"] == pytest.approx(final["bits"]) and last["checkpoint"] == 6
     assert early["bits"] != pytest.approx(final["bits"]) and early["tokens_seen"] < last["tokens_seen"]
+    rows = json.loads((tmp_path / "run" / "config.json").read_text())["derived"]["rows_per_epoch"]
+    assert early["exposures"] == pytest.approx(3 * 2 / rows) and last["exposures"] == pytest.approx(
+        2 * early["exposures"]
+    )
+    assert early["run_exposures"] is None  # a run set by steps has no exposure budget
     saved = json.loads((tmp_path / "run" / "capacity_checkpoint3.json").read_text())
     assert saved["bits"] == pytest.approx(early["bits"])
 

@@ -7,6 +7,7 @@ must end with exactly the table of an uninterrupted one.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import multiprocessing
 import os
@@ -73,6 +74,44 @@ def test_bad_definitions_are_rejected_with_one_line(edit, message):
 
     raw = tomllib.loads(FAKE.read_text())
     edit(raw)
+    with pytest.raises(SynthlabError, match=message):
+        experiments.parse(raw)
+
+
+def test_a_preset_written_with_like_resolves_to_the_same_points_as_written_in_full():
+    import tomllib
+
+    raw = tomllib.loads(FAKE.read_text())
+    full = copy.deepcopy(raw["presets"]["smoke"])
+    full["train"] = {**full.get("train", {}), "sleep": 0.5}
+    raw["presets"]["full"] = full
+    raw["presets"]["liked"] = {"like": "smoke", "train": {"sleep": 0.5}}  # sections merge field by field
+    raw["presets"]["regrid"] = {"like": "liked", "seeds": 2, "grid": {"model.width": [3]}}  # grid replaced
+    exp = experiments.parse(raw)
+    assert [p.point_id for p in exp.points("liked")] == [p.point_id for p in exp.points("full")]
+    assert [p.factors for p in exp.points("liked")] == [p.factors for p in exp.points("full")]
+    regrid = exp.points("regrid")
+    assert {(p.factors["seed"], p.config["model"]["width"], p.config["train"]["sleep"]) for p in regrid} == {
+        (0, 3, 0.5),
+        (1, 3, 0.5),
+    }
+    assert "like" not in exp.presets["liked"] and exp.presets["smoke"] == raw["presets"]["smoke"]
+
+
+@pytest.mark.parametrize(
+    "presets, message",
+    [
+        ({"a": {"like": "nowhere"}}, "like = 'nowhere' names no preset"),
+        ({"a": {"like": "b"}, "b": {"like": "a"}}, "round in a circle"),
+        ({"a": {"like": "a"}}, "round in a circle"),
+        ({"a": {"like": "smoke", "optim": {}}}, "unknown section 'optim'"),
+    ],
+)
+def test_a_bad_like_is_one_error_line(presets, message):
+    import tomllib
+
+    raw = tomllib.loads(FAKE.read_text())
+    raw["presets"].update(presets)
     with pytest.raises(SynthlabError, match=message):
         experiments.parse(raw)
 
