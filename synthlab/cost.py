@@ -31,11 +31,15 @@ from synthlab.models import (
     layer_activation_bytes,
 )
 
-# Training FLOP/s assumed until a finished point of the sweep has measured one. Measured on an idle
-# 2-core machine with one torch thread per run (two runs side by side, train_flops / train_s):
-# 1.0e10 for the d = 32 bioS capacity model (its 2,772-token softmax is memory-bound), 0.6-1.3e10
-# for the d = 32 scaling models, 1.5-3e10 for d = 64 and 2.2e10 for the d = 128 multihop model.
-DEFAULT_FLOPS_PER_S = 2e10
+
+# Training FLOP/s assumed until a finished point of the sweep has measured one, on a 2-core machine
+# with one torch thread per run and two runs side by side. Medians of train_flops / train_s over the
+# committed results: 8.8e9 at d = 16 (1.0-1.2e10 with a core to itself), 1.1e10 at 32, 2.7e10 at
+# 64, 4.5e10 at 96, and at 128 from 2.4e10 (reach) and 3.3e10 (mano) to 6.7e10 (scaling): small
+# models are bound by per-operation overhead, not arithmetic. About 4e8 x d_model, held within
+# [1e10, 3e10] so that an estimate errs long rather than short.
+def assumed_flops_per_s(model: ModelConfig) -> float:
+    return min(3e10, max(1e10, 4e8 * model.d_model))
 
 
 def size_metrics(run_config: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +81,7 @@ def rows_per_epoch(point, seq: int) -> float:
 def estimate_seconds(point, *, finished: list[dict[str, str]]) -> float:
     """Training time: FLOPs of the point over the FLOP/s measured by finished runs of the sweep."""
     measured = [(float(r["train_flops"]), float(r["train_s"])) for r in finished if r.get("train_flops")]
-    rate = sum(f for f, _ in measured) / sum(s for _, s in measured) if measured else DEFAULT_FLOPS_PER_S
+    rate = sum(f for f, _ in measured) / sum(s for _, s in measured) if measured else assumed_flops_per_s(point.model)
     steps, seq = positions(point)
     all_steps = point.train.loss != "last"
     return 3 * flops_per_token(point.model, seq, all_steps=all_steps) * steps * point.train.batch_size * seq / rate
