@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 
 import numpy as np
 import pandas as pd
@@ -232,6 +233,27 @@ def test_capacity_plot_marks_empty_models_and_the_data_limit(tmp_path):
     svg = next(p for p in paths if p.suffix == ".svg").read_text()
     assert "below 1 bit, negative too (drawn at 1)" in svg and "all the data (N = 5,000)" in svg
     assert not list(tmp_path.glob(".*"))  # atomic saves leave no temporaries behind
+
+
+def test_capacity_plot_labels_a_parameter_range_within_one_decade(tmp_path, monkeypatch):
+    # one model size (every calibration point): no power of ten to label, minor labels would overlap
+    table = _fixtures()["capacity"].assign(params=18_032, params_capacity=18_032)
+    seen = {}
+    import matplotlib.figure
+
+    save_fig = matplotlib.figure.Figure.savefig
+
+    def keep_labels(fig, *args, **kwargs):
+        fig.canvas.draw()
+        axis = fig.axes[0].xaxis
+        seen["major"] = [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
+        seen["minor"] = [t.get_text() for t in axis.get_ticklabels(minor=True) if t.get_text()]
+        return save_fig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep_labels)
+    plots.plot("capacity", table, tmp_path)
+    assert len(seen["major"]) >= 2 and all(re.fullmatch(r"\d+(\.\d+)?[KMB]?", t) for t in seen["major"])
+    assert {"12K", "20K"} <= set(seen["major"]) and not seen["minor"]
 
 
 def test_report_counts_grid_points_apart_from_runs_of_an_earlier_grid(tmp_path):

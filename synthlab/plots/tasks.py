@@ -61,8 +61,23 @@ def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
         ylabel="knowledge stored (bits)",
         title="bioS capacity: bits vs parameters",
     )
+    # Ticks at 1, 2 and 5 x 10^k, labelled 20K, 500K, 2M: a range within a decade has no power of ten
+    # to label, and labelled minor ticks of a log axis overlap.
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _short_count(v)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=7)
     return save(fig, out, "capacity")
+
+
+def _short_count(value: float) -> str:
+    """20000 -> 20K, 1.5e6 -> 1.5M."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if value >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
 
 
 def _layers_loops(label: str) -> tuple:
