@@ -20,25 +20,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from synthlab.plots.style import seed_count
+from synthlab.plots.style import seed_count, short_count
 from synthlab.rules import LawRule
 
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
-
-
-def _size(value: float) -> str:
-    """12,345 -> 12K, 3.4e6 -> 3.4M (two significant figures at most)."""
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(value) >= scale:
-            return f"{float(f'{value / scale:.2g}'):g}{suffix}"
-    return f"{value:.0f}"
 
 
 def _span(values: pd.Series) -> str:
     values = pd.to_numeric(values, errors="coerce").dropna()
     if values.empty:
         return ""
-    low, high = _size(values.min()), _size(values.max())
+    low, high = short_count(values.min()), short_count(values.max())
     return low if low == high else f"{low}-{high}"
 
 

@@ -40,6 +40,14 @@ def save(fig, out: Path, name: str) -> list[Path]:
     return paths
 
 
+def short_count(value: float) -> str:
+    """12,345 -> 12K, 3.4e6 -> 3.4M (two significant figures at most): sizes in tables and on axes."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= scale:
+            return f"{float(f'{value / scale:.2g}'):g}{suffix}"
+    return f"{value:.0f}"
+
+
 def seed_count(table: pd.DataFrame) -> int:
     """How many (training seed, data seed) pairs the table holds (1 without seed columns)."""
     seeds = [c for c in ("seed", "data_seed") if c in table]

@@ -20,6 +20,7 @@ from synthlab.plots.style import (
     save,
     seed_count,
     seeds_note,
+    short_count,
 )
 
 LENGTH_COLUMN = re.compile(r"^(train_)?acc_l(\d+)$")  # Mano per-length accuracy (synthlab.eval_groups.group_columns)
@@ -66,18 +67,10 @@ def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _short_count(v)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: short_count(v)))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=7)
     return save(fig, out, "capacity")
-
-
-def _short_count(value: float) -> str:
-    """20000 -> 20K, 1.5e6 -> 1.5M."""
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if value >= scale:
-            return f"{value / scale:g}{suffix}"
-    return f"{value:g}"
 
 
 def _layers_loops(label: str) -> tuple:
