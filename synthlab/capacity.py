@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from synthlab.errors import SynthlabError
 from synthlab_generators import bios
@@ -82,6 +83,31 @@ def capacity_bits(n_people: int, p1: float, p2: float, population: Population = 
 def max_bits(n_people: int, population: Population = BIOS) -> float:
     """The most a model can store about N people: N log2(N0 / N) + N log2 S0."""
     return n_people * (math.log2(population.name_values / n_people) + math.log2(population.tuples))
+
+
+def peak_capacity(table: pd.DataFrame, *, data_limited: float = 0.9) -> pd.DataFrame:
+    """Each model's peak capacity ratio, as Physics of LMs 3.3 reads it: over the population sizes
+    N a model was trained on, the N with the highest mean bits/param over seeds. A model is its
+    unique parameter count and loops. `data_limited`: a peak whose runs store this share of the
+    data's bits or more is limited by the data, so its ratio is a lower bound of the model's."""
+    counted = "params_capacity" if "params_capacity" in table else "params"  # P as the estimate counts it
+    cells = (
+        table.groupby(["params", "loops", "n_people"])
+        .agg(
+            params_counted=(counted, "mean"),
+            bits=("bits", "mean"),
+            bits_per_param=("bits_per_param", "mean"),
+            se=("bits_per_param", lambda v: v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else np.nan),
+            seeds=("bits_per_param", "size"),
+            fraction_of_max=("fraction_of_max", "mean"),
+        )
+        .reset_index()
+    )
+    tried = cells.groupby(["params", "loops"])["n_people"].agg(lambda n: ", ".join(f"{v:,}" for v in sorted(n)))
+    peaks = cells.loc[cells.groupby(["params", "loops"])["bits_per_param"].idxmax()].reset_index(drop=True)
+    peaks["n_tried"] = [tried[(p, loops)] for p, loops in zip(peaks["params"], peaks["loops"])]
+    peaks["data_limited"] = peaks["fraction_of_max"] >= data_limited
+    return peaks.sort_values(["params", "loops"]).reset_index(drop=True)
 
 
 @dataclass(frozen=True)

@@ -351,3 +351,30 @@ def test_a_model_uniform_over_each_pool_stores_nothing(oracle_data):
     assert report["bits"] == pytest.approx(0.0, abs=1e-6)
     for attribute, row in report["per_attribute"].items():
         assert row["loss"] == pytest.approx(math.log(Population.of(scale).attribute_values[attribute])), attribute
+
+
+def test_the_peak_is_the_population_size_with_the_best_mean_over_seeds():
+    import pandas as pd
+
+    from synthlab.capacity import peak_capacity
+
+    # Model A (P 100): N 10 holds 0.5 and 0.7 (mean 0.6), N 20 holds 0.9 and 0.5 (mean 0.7, the
+    # peak though its best single seed ties N 10's); model B (P 200, 4 loops) peaks at N 10, where
+    # it stores 95% of the data: a lower bound.
+    rows = [
+        (100, 1, 10, 0.5, 0.2),
+        (100, 1, 10, 0.7, 0.3),
+        (100, 1, 20, 0.9, 0.4),
+        (100, 1, 20, 0.5, 0.2),
+        (200, 4, 10, 1.0, 0.95),
+        (200, 4, 20, 0.4, 0.3),
+    ]
+    table = pd.DataFrame(rows, columns=["params", "loops", "n_people", "bits_per_param", "fraction_of_max"])
+    table["bits"] = table["bits_per_param"] * table["params"]
+    peaks = peak_capacity(table)
+    assert list(peaks["n_people"]) == [20, 10]
+    assert peaks["bits_per_param"].tolist() == pytest.approx([0.7, 1.0])
+    assert peaks["se"].iloc[0] == pytest.approx(0.2)  # sd 0.2828 / sqrt 2
+    assert peaks["seeds"].tolist() == [2, 1]
+    assert peaks["n_tried"].tolist() == ["10, 20", "10, 20"]
+    assert peaks["data_limited"].tolist() == [False, True]

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from synthlab.capacity import peak_capacity
 from synthlab.plots.style import (
     layer_passes,
     mean_and_seeds,
@@ -28,7 +29,8 @@ HOP_COLUMN = re.compile(r"^acc_h(\d+)$")  # multihop held-out accuracy per hop c
 
 
 def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
-    """Bits stored vs unique parameters, log-log; colour = N people, marker = loops; 1 and 2 bit/param."""
+    """Bits stored vs unique parameters, log-log; colour = N people, marker = loops; 1 and 2 bit/param;
+    a star on each model's peak capacity ratio over the population sizes it was trained on."""
     # P as the estimate counts it (used embedding rows only) when the sweep recorded it
     params = "params_capacity" if "params_capacity" in table else "params"
     need(table, "capacity", params, "bits", "n_people", "loops")
@@ -46,6 +48,17 @@ def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
             facecolors="none",
             edgecolors="red",
             label="below 1 bit, negative too (drawn at 1)",
+        )
+    if {"bits_per_param", "fraction_of_max"} <= set(table.columns):
+        peaks = peak_capacity(table)
+        ax.scatter(
+            peaks["params_counted"],
+            peaks["bits"].clip(lower=1.0),
+            marker="*",
+            s=260,
+            facecolors="none",
+            edgecolors="black",
+            label="each model's peak over N (mean of seeds)",
         )
     p = np.geomspace(table[params].min() / 1.5, table[params].max() * 1.5, 50)
     for rate, dash in ((1, ":"), (2, "--")):
