@@ -82,11 +82,15 @@ def _train(**kwargs) -> None:
             model_flags, train_flags, out, config = {}, {}, None, None
     if resume is not None:
         moved = train_flags.pop("data", None)  # the run's dataset at a new place (checked by its sha256s)
+        longer = train_flags.pop("steps", None)  # a finished run extended to this many steps
         given = [*model_flags, *train_flags] + [k for k, v in {"out": out, "config": config}.items() if v is not None]
         if given:
-            raise SynthlabError(f"--resume continues a run as configured; drop --{given[0].replace('_', '-')}")
+            raise SynthlabError(
+                "--resume continues a run as configured (--steps N extends it, --data DIR finds its moved "
+                f"dataset); drop --{given[0].replace('_', '-')}"
+            )
         with unverified_data(not verify):
-            result = run_training(resume, None, progress=progress, data=moved)
+            result = run_training(resume, None, progress=progress, data=moved, extend_to=longer)
         run_dir = resume
     else:
         if out is None:
@@ -119,7 +123,12 @@ def _auto_resume(out: Path | None, config: Path | None, model_flags: dict, train
     if not (Path(out) / "config.json").is_file():
         return None
     file = serialize.load_dict(config) if config else {}
-    check_same_run(Path(out), resolve_run_config(file, model_flags, train_flags))
+    check_same_run(
+        Path(out),
+        resolve_run_config(file, model_flags, train_flags),
+        asked="these options describe",
+        remedy="train into a new --out, or continue it as it was with --resume RUN_DIR alone",
+    )
     return Path(out)
 
 
@@ -156,7 +165,8 @@ def _train_command():
             Optional[Path],
             None,
             "--resume",
-            "Continue the run in this directory from its checkpoint (no other run options); auto: "
+            "Continue the run in this directory from its checkpoint (no other run options but --steps N: "
+            "train a run on to N steps, the steps past its schedule at the rate of its last step); auto: "
             "with --out and the run's options, start the run there or continue it if it is there "
             "(the same command line for torchrun --max-restarts and a Slurm requeue; ./auto names a "
             "folder called auto).",
