@@ -242,19 +242,40 @@ def evaluate(
     ),
     kv: Optional[str] = typer.Option(None, help="Decode with this KV-cache strategy: full, first, last or mean."),
     batch_size: int = typer.Option(128, help="Examples per forward pass."),
+    max_prompts: Optional[int] = typer.Option(
+        None,
+        "--max-prompts",
+        help="Score at most K test prompts, and at most K of the other test lengths and of the training "
+        "sample: each group (length, hops, attribute) its even share, drawn with seed 0, so the same K "
+        "every time (default: all; the file is named ..._maxK.json).",
+        metavar="K",
+    ),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    progress: bool = typer.Option(
+        True,
+        "--progress/--no-progress",
+        help="Show each phase's progress (a bar on a terminal, a line every 30 s off one).",
+    ),
     verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Exact-match accuracy (QA accuracy and loss per attribute for bios) at every recurrent step -> RUN_DIR/eval/*.json."""
     from synthlab.data import unverified_data
     from synthlab.evaluate import evaluate_run
 
-    _at_least_one(batch_size=batch_size)
+    _at_least_one(batch_size=batch_size, **({"max_prompts": max_prompts} if max_prompts is not None else {}))
     _set_threads(threads)
     with unverified_data(not verify):
         result = evaluate_run(
-            run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size, device=device
+            run_dir,
+            data_dir=data,
+            steps=steps,
+            exit_rule=exit,
+            kv=kv,
+            batch_size=batch_size,
+            device=device,
+            max_prompts=max_prompts,
+            progress=progress,
         )
     per_step = " ".join(f"{a:.3f}" for a in result["accuracy_per_step"])
     typer.echo(
