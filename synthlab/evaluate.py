@@ -55,20 +55,29 @@ EXTRAPOLATION = 16  # the most recurrent steps evaluated, as a multiple of the t
 
 
 def biography_recall(
-    model, data: Dataset, *, device: torch.device, people: int = 500, steps: int | None = None, batch_size: int = 64
+    model,
+    data: Dataset,
+    *,
+    device: torch.device,
+    people: int = 500,
+    steps: int | None = None,
+    batch_size: int = 64,
+    progress: bool = False,
 ) -> dict[str, dict[str, float]]:
     """bioS: how well the training biographies themselves are recalled, per attribute: the fraction
     of values whose every token is the argmax given the biography before it, and the summed loss.
     (A model trained on biographies only has never seen a question; this is what it knows.)"""
     records = data.records("train")[:people]
-    losses, hits = score_sequences(
-        model,
-        [data.encode_text(r["text"]) for r in records],
-        pad_id=data.pad_id,
-        device=device,
-        steps=steps,
-        batch_size=batch_size,
-    )
+    with closing(Progress(len(records), enabled=progress, desc="eval training biographies", unit="text")) as bar:
+        losses, hits = score_sequences(
+            model,
+            [data.encode_text(r["text"]) for r in records],
+            pad_id=data.pad_id,
+            device=device,
+            steps=steps,
+            batch_size=batch_size,
+            progress=bar,
+        )
     exact: dict[str, list[bool]] = defaultdict(list)
     nats: dict[str, list[float]] = defaultdict(list)
     for record, loss, hit in zip(records, losses, hits):
@@ -156,7 +165,9 @@ def evaluate_run(
     )
     if "spans" in data.records("train")[0]:  # texts with marked values (bioS): recall inside them
         people = min(500, max_prompts or 500)
-        result["biography_recall"] = biography_recall(model, data, device=dev, steps=steps, people=people)
+        result["biography_recall"] = biography_recall(
+            model, data, device=dev, steps=steps, people=people, progress=progress
+        )
     name = f"steps{n_steps}" + (f"_data-{data.path.name}" if data_dir is not None else "")
     if exit_rule is not None:
         with closing(bar(f"exit {exit_rule}")) as shown:

@@ -86,6 +86,7 @@ def score_sequences(
     device: torch.device,
     steps: int | None = None,
     batch_size: int = 64,
+    progress: Progress | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Last-step (loss, argmax-correct) of every token given the ones before it, one pass per
     sequence: entry j - 1 of sequence i's arrays scores its token j."""
@@ -101,6 +102,8 @@ def score_sequences(
         hit = (logits.argmax(-1) == targets).cpu().numpy()
         for row, i in enumerate(index):
             losses[i], hits[i] = loss[row, : lengths[row] - 1], hit[row, : lengths[row] - 1]
+        if progress is not None:
+            progress.update(len(index))
     return losses, hits
 
 
