@@ -7,12 +7,14 @@ columns (`group_columns`), and the fixed-sample probe `train.eval_every` logs (`
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import closing
 
 import numpy as np
 import torch
 
 from synthlab.data import Dataset, qa_sequence
 from synthlab.errors import SynthlabError
+from synthlab.progress import Progress
 from synthlab.scoring import AnswerScores, score_answers
 from synthlab_generators import TASKS
 
@@ -89,6 +91,24 @@ def _sample_by_group(records: list[dict], key: str, per_group: int, rng: np.rand
     return [records[i] for i in sorted(picked)]
 
 
+def stratified(groups: list, limit: int | None, rng: np.random.Generator) -> list[int]:
+    """Indices of at most `limit` items (all when None), in order: every group gets an even share
+    of `limit` (a group with fewer items keeps them all and leaves the rest to the larger groups;
+    the remainder goes one each to the largest), its items drawn from `rng` without replacement."""
+    if limit is None or limit >= len(groups):
+        return list(range(len(groups)))
+    members: dict = defaultdict(list)
+    for i, group in enumerate(groups):
+        members[group].append(i)
+    by_size = sorted(members, key=lambda g: (len(members[g]), str(g)))
+    quota, left = {}, limit
+    for j, group in enumerate(by_size):
+        share, extra = divmod(left, len(by_size) - j)
+        quota[group] = min(len(members[group]), share + (extra > 0 and len(by_size) - j - 1 < extra))
+        left -= quota[group]
+    return sorted(i for g, m in members.items() for i in rng.choice(m, quota[g], replace=False).tolist())
+
+
 def _train_qa(data: Dataset) -> list[dict]:
     """The training split's QA records (not bioS biographies or reach edge statements), one per
     distinct prompt: how many of the prompts it was trained on a model gets right."""
@@ -151,24 +171,40 @@ def group_scores(
     batch_size,
     train_sample: int,
     seed: int,
+    limit: int | None = None,
+    progress: bool = False,
 ) -> dict:
     """Per-group scores at recurrent step `depth` on every held-out prompt (the headline ones
-    already scored) and on a sample of training prompts; groups present in training only are named."""
+    already scored) and on a sample of training prompts; groups present in training only are named.
+    `limit`: at most that many of the other held-out prompts and of the training sample (`stratified`)."""
     key = TASKS[data.task].group_key
-    extra = _qa_items(data, [r for r in data.records("test") if not r.get("headline", True)])
+    rng = np.random.default_rng(seed)
+    extra = [r for r in data.records("test") if not r.get("headline", True)]
+    extra = _qa_items(data, [extra[i] for i in stratified([r.get(key) for r in extra], limit, rng)])
+    train = _sample_by_group(_train_qa(data), key, train_sample, rng)
+    train = _qa_items(data, [train[i] for i in stratified([r.get(key) for r in train], limit, rng)])
+
+    def scored(items, what: str) -> AnswerScores:
+        with closing(Progress(len(items[0]), enabled=progress, desc=f"eval {what}", unit="prompt")) as bar:
+            return score_answers(
+                model,
+                items[0],
+                items[1],
+                pad_id=data.pad_id,
+                device=device,
+                steps=depth,
+                batch_size=batch_size,
+                progress=bar,
+            )
+
     correct, loss, all_groups = scores.correct[depth - 1], scores.loss[depth - 1], list(groups)
     if extra[0]:
-        more = score_answers(
-            model, extra[0], extra[1], pad_id=data.pad_id, device=device, steps=depth, batch_size=batch_size
-        )
+        more = scored(extra, "other test prompts")
         correct, loss = np.concatenate([correct, more.correct[-1]]), np.concatenate([loss, more.loss[-1]])
         all_groups += extra[2]
     out = {"heldout": _group_stats(correct, loss, all_groups, key)}
-    train = _qa_items(data, _sample_by_group(_train_qa(data), key, train_sample, np.random.default_rng(seed)))
     if train[0]:
-        ts = score_answers(
-            model, train[0], train[1], pad_id=data.pad_id, device=device, steps=depth, batch_size=batch_size
-        )
+        ts = scored(train, "training prompts")
         out["train"] = _group_stats(ts.correct[-1], ts.loss[-1], train[2], key)
     return {
         "accuracy_per_group": _per_group(correct, all_groups),

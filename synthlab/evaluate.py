@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -42,9 +43,10 @@ import torch
 
 from synthlab.data import Dataset, load_dataset
 from synthlab.errors import SynthlabError
-from synthlab.eval_groups import group_scores, split_items
+from synthlab.eval_groups import group_scores, split_items, stratified
 from synthlab.files import atomic_write_text
 from synthlab.models import KV_STRATEGIES, parse_exit_rule
+from synthlab.progress import Progress
 from synthlab.runs import autocast, load_run, open_run, resolve_device, trained_data
 from synthlab.scoring import answer_batches, score_answers, score_sequences
 from synthlab_generators import TASKS
@@ -53,20 +55,29 @@ EXTRAPOLATION = 16  # the most recurrent steps evaluated, as a multiple of the t
 
 
 def biography_recall(
-    model, data: Dataset, *, device: torch.device, people: int = 500, steps: int | None = None, batch_size: int = 64
+    model,
+    data: Dataset,
+    *,
+    device: torch.device,
+    people: int = 500,
+    steps: int | None = None,
+    batch_size: int = 64,
+    progress: bool = False,
 ) -> dict[str, dict[str, float]]:
     """bioS: how well the training biographies themselves are recalled, per attribute: the fraction
     of values whose every token is the argmax given the biography before it, and the summed loss.
     (A model trained on biographies only has never seen a question; this is what it knows.)"""
     records = data.records("train")[:people]
-    losses, hits = score_sequences(
-        model,
-        [data.encode_text(r["text"]) for r in records],
-        pad_id=data.pad_id,
-        device=device,
-        steps=steps,
-        batch_size=batch_size,
-    )
+    with closing(Progress(len(records), enabled=progress, desc="eval training biographies", unit="text")) as bar:
+        losses, hits = score_sequences(
+            model,
+            [data.encode_text(r["text"]) for r in records],
+            pad_id=data.pad_id,
+            device=device,
+            steps=steps,
+            batch_size=batch_size,
+            progress=bar,
+        )
     exact: dict[str, list[bool]] = defaultdict(list)
     nats: dict[str, list[float]] = defaultdict(list)
     for record, loss, hit in zip(records, losses, hits):
@@ -97,10 +108,14 @@ def evaluate_run(
     device: str = "auto",
     train_sample: int = 500,
     seed: int = 0,
+    max_prompts: int | None = None,
+    progress: bool = False,
 ) -> dict:
     """Score a run on a test split; writes RUN_DIR/eval/<name>.json and returns the same dict.
 
-    train_sample: training prompts scored per group (drawn from `seed`)."""
+    train_sample: training prompts scored per group (drawn from `seed`). max_prompts: score at most
+    that many test prompts, and as many of each other set (`eval_groups.stratified`: each group its
+    even share, drawn from `seed`). progress: show each phase's progress (`synthlab.progress`)."""
     run_dir = Path(run_dir)
     if exit_rule is not None:
         parse_exit_rule(exit_rule)  # fail before any work on a malformed rule
@@ -115,8 +130,18 @@ def evaluate_run(
             f"--data {data.path}: vocabulary of {len(data.tokenizer)} tokens, the model was trained on {run.model.vocab_size}"
         )
     prompts, answers, groups = split_items(data, headline_only=True)
+    if max_prompts is not None:
+        kept = stratified(groups, max_prompts, np.random.default_rng(seed))
+        prompts, answers, groups = ([items[i] for i in kept] for items in (prompts, answers, groups))
     trained = run.model.loops
-    scores = score_answers(model, prompts, answers, pad_id=data.pad_id, device=dev, steps=steps, batch_size=batch_size)
+
+    def bar(what: str) -> Progress:
+        return Progress(len(prompts), enabled=progress, desc=f"eval {what}", unit="prompt")
+
+    with closing(bar("test prompts")) as shown:
+        scores = score_answers(
+            model, prompts, answers, pad_id=data.pad_id, device=dev, steps=steps, batch_size=batch_size, progress=shown
+        )
     n_steps = scores.correct.shape[0]
     depth = min(trained, n_steps)  # the model as trained (or the last step, evaluated to fewer)
     result = {
@@ -133,16 +158,26 @@ def evaluate_run(
         "group_key": TASKS[data.task].group_key,
         "groups_at_step": depth,
     }
-    result.update(group_scores(model, data, scores, groups, dev, depth, batch_size, train_sample, seed))
+    if max_prompts is not None:
+        result["max_prompts"] = max_prompts
+    result.update(
+        group_scores(model, data, scores, groups, dev, depth, batch_size, train_sample, seed, max_prompts, progress)
+    )
     if "spans" in data.records("train")[0]:  # texts with marked values (bioS): recall inside them
-        result["biography_recall"] = biography_recall(model, data, device=dev, steps=steps)
+        people = min(500, max_prompts or 500)
+        result["biography_recall"] = biography_recall(
+            model, data, device=dev, steps=steps, people=people, progress=progress
+        )
     name = f"steps{n_steps}" + (f"_data-{data.path.name}" if data_dir is not None else "")
     if exit_rule is not None:
-        result.update(_exit_eval(model, prompts, answers, data.pad_id, dev, exit_rule, steps, batch_size))
+        with closing(bar(f"exit {exit_rule}")) as shown:
+            result.update(_exit_eval(model, prompts, answers, data.pad_id, dev, exit_rule, steps, batch_size, shown))
         name += "_exit-" + exit_rule.replace(":", "")
     if kv is not None:
-        result.update(_kv_eval(model, prompts, answers, dev, kv, steps, batch_size))
+        with closing(bar(f"generation, kv {kv}")) as shown:
+            result.update(_kv_eval(model, prompts, answers, dev, kv, steps, batch_size, shown))
         name += "_kv-" + kv
+    name += f"_max{max_prompts}" if max_prompts is not None else ""
     result["file"] = f"eval/{name}.json"
     (run_dir / "eval").mkdir(exist_ok=True)
     atomic_write_text(run_dir / result["file"], json.dumps(result, indent=2) + "\n")
@@ -150,7 +185,7 @@ def evaluate_run(
 
 
 @torch.no_grad()
-def _exit_eval(model, prompts, answers, pad_id, device, exit_rule, steps, batch_size) -> dict:
+def _exit_eval(model, prompts, answers, pad_id, device, exit_rule, steps, batch_size, progress=None) -> dict:
     """Accuracy when every answer token is read at the step the exit rule picks for it (C6)."""
     correct = np.zeros(len(prompts), dtype=bool)
     exit_sum = exit_count = computed = 0
@@ -162,6 +197,8 @@ def _exit_eval(model, prompts, answers, pad_id, device, exit_rule, steps, batch_
         exit_sum += int(out.exit_step[mask].sum())
         exit_count += int(mask.sum())
         computed = max(computed, out.steps_computed)
+        if progress is not None:
+            progress.update(len(index))
     return {
         "exit_rule": exit_rule,
         "exit_accuracy": float(correct.mean()),
@@ -171,7 +208,7 @@ def _exit_eval(model, prompts, answers, pad_id, device, exit_rule, steps, batch_
 
 
 @torch.no_grad()
-def _kv_eval(model, prompts, answers, device, kv, steps, batch_size) -> dict:
+def _kv_eval(model, prompts, answers, device, kv, steps, batch_size, progress=None) -> dict:
     """Accuracy of real greedy generation with a decode-time KV strategy (C7); prompts of one
     length and answers of one length form a batch, so no padding enters the caches."""
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)
@@ -188,6 +225,8 @@ def _kv_eval(model, prompts, answers, device, kv, steps, batch_size) -> dict:
             generated = out.tokens[:, n_prompt:].cpu().numpy()
             correct[index] = (generated == np.array([answers[i] for i in index])).all(1)
             cache_bytes_per_sequence = max(cache_bytes_per_sequence, out.cache_bytes / len(index))
+            if progress is not None:
+                progress.update(len(index))
     return {
         "kv_strategy": kv,
         "kv_accuracy": float(correct.mean()),

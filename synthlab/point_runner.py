@@ -151,9 +151,16 @@ _OPERATIONAL = {
 }
 
 
-def check_same_run(run_dir: Path, wanted) -> None:
+def check_same_run(
+    run_dir: Path,
+    wanted,
+    *,
+    asked: str = "its point asks for",
+    remedy: str = "move the folder away to train the point again, or sweep into a new --out",
+) -> None:
     """Refuse to reuse or resume `run_dir` for a point whose configuration (`wanted`, a RunConfig) is
-    not the one the run was trained with: a changed default or definition keeps a point's id."""
+    not the one the run was trained with: a changed default or definition keeps a point's id.
+    `asked` and `remedy` word the error for the caller (a sweep's point, `train --resume auto`)."""
     from synthlab import serialize
     from synthlab.runs import load_run
 
@@ -170,10 +177,7 @@ def check_same_run(run_dir: Path, wanted) -> None:
         ]
     if changed:
         shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
-        raise SynthlabError(
-            f"{run_dir} was trained with another configuration than its point asks for ({shown}): "
-            f"move the folder away to train the point again, or sweep into a new --out"
-        )
+        raise SynthlabError(f"{run_dir} was trained with another configuration than {asked} ({shown}): {remedy}")
 
 
 # torchrun's launcher (`python -m torch.distributed.run`) made to end with the process that starts

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from synthlab.progress import Progress
 from synthlab.runs import autocast
 
 
@@ -48,8 +49,10 @@ def score_answers(
     device: torch.device,
     steps: int | None = None,
     batch_size: int = 256,
+    progress: Progress | None = None,
 ) -> AnswerScores:
-    """Teacher-forced exact match and loss of each answer at every recurrent step."""
+    """Teacher-forced exact match and loss of each answer at every recurrent step (`progress`
+    advances by each batch's answers)."""
     n = len(prompts)
     correct, loss, same = None, None, None
     for index, inputs, targets, answer_mask in answer_batches(prompts, answers, pad_id, device, batch_size):
@@ -69,6 +72,8 @@ def score_answers(
         # two steps agree when their predictions match at every answer position
         pairwise = (predicted.unsqueeze(0) == predicted.unsqueeze(1)) | ~answer_mask  # (T, T, B, S-1)
         same += pairwise.all(-1).sum(-1).cpu().numpy()
+        if progress is not None:
+            progress.update(len(index))
     return AnswerScores(correct, loss, same / max(n, 1))
 
 
@@ -81,6 +86,7 @@ def score_sequences(
     device: torch.device,
     steps: int | None = None,
     batch_size: int = 64,
+    progress: Progress | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Last-step (loss, argmax-correct) of every token given the ones before it, one pass per
     sequence: entry j - 1 of sequence i's arrays scores its token j."""
@@ -96,6 +102,8 @@ def score_sequences(
         hit = (logits.argmax(-1) == targets).cpu().numpy()
         for row, i in enumerate(index):
             losses[i], hits[i] = loss[row, : lengths[row] - 1], hit[row, : lengths[row] - 1]
+        if progress is not None:
+            progress.update(len(index))
     return losses, hits
 
 

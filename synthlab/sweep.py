@@ -42,6 +42,15 @@ from synthlab.runners import PointRunner, hook, parse_points
 from synthlab.sweep_info import record_invocation, store
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by a signal (Ctrl-C, SIGTERM): `finished` of its `total` points have their
+    rows in `results` (a rerun of the same command runs the rest, resuming a started training)."""
+
+    def __init__(self, finished: int, total: int, results: Path):
+        super().__init__(f"{finished} of {total} points finished")
+        self.finished, self.total, self.results = finished, total, results
+
+
 def finished_points(
     runner: PointRunner, experiment: Experiment, preset: str, points: list[Point], path: Path
 ) -> tuple[set[str], set[str]]:
@@ -158,6 +167,8 @@ def run_sweep(
 
     try:
         execute(units, on_done, executor=executor, jobs=jobs, gpus=gpus, ray_address=ray_address)
+    except KeyboardInterrupt:
+        raise SweepInterrupted(bar.n, len(points), results) from None
     finally:
         bar.close()
     return results

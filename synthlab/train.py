@@ -20,6 +20,10 @@ Each optimizer step is `synthlab.engine.step` (shared with the OUROBOROS trainer
 adds the lab's data, losses (per batch: `synthlab.objectives`), logging and run folder, in one
 loop (`_loop`).
 
+A finished run trains on to N steps with `train(run_dir, extend_to=N)` (`--resume RUN --steps N`):
+its schedule keeps the length it was laid out over, the steps past it run at the rate of its last
+step (config.json: derived.extension).
+
 Resuming a run stopped before its first checkpoint starts it again from step 0. Resuming replays
 nothing: the batcher's state is (epoch, cursor) and the torch RNG states are
 restored, so on CPU a resumed run produces the same losses as an uninterrupted one, bit for bit.
@@ -56,6 +60,7 @@ from synthlab.objectives import model_forward, step_losses, to_device
 from synthlab.optim import adamw, lr_factor
 from synthlab.progress import Progress
 from synthlab.runs import (
+    WEIGHTS,
     RunConfig,
     autocast,
     checkpoint_files,
@@ -86,11 +91,12 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
 
 
 def lr_schedule(cfg: TrainConfig, total_steps: int):
-    """The learning rate of a (0-based) step: the peak `lr` times the schedule's factor."""
+    """The learning rate of a (0-based) step: the peak `lr` times the schedule's factor; past
+    `total_steps` (an extended run) the rate of its last step, held constant."""
     return lambda step: (
         cfg.lr
         * lr_factor(
-            step,
+            min(step, total_steps - 1),
             warmup=cfg.warmup_steps,
             total=total_steps,
             min_ratio=cfg.min_lr_ratio,
@@ -98,6 +104,32 @@ def lr_schedule(cfg: TrainConfig, total_steps: int):
             decay_fraction=cfg.decay_fraction,
         )
     )
+
+
+def _extension(
+    run_dir: Path, cfg: TrainConfig, recorded: dict[str, Any], planned: int, steps: int | None
+) -> dict[str, Any]:
+    """The derived settings of a resumed run, lengthened to `steps` when given (`--resume RUN --steps N`).
+
+    The schedule keeps the length it was laid out over (`planned`, the configured run: steps
+    already trained keep their rates, so does a resume of the extension); every step past it runs
+    at the rate of its last step, constant. config.json records it under "extension"."""
+    total = recorded.get("total_steps", planned)
+    if steps is None or steps == total:
+        return {"total_steps": total, **({"extension": recorded["extension"]} if "extension" in recorded else {})}
+    if steps < total:
+        raise SynthlabError(f"--steps {steps}: the run in {run_dir} is already {total} steps long; extend it to more")
+    if (run_dir / "points").is_dir():
+        raise SynthlabError(
+            f"{run_dir} holds a sweep's points (points/): extending it would change the model their rows "
+            "measured; copy the folder without points/ and extend the copy"
+        )
+    rate = lr_schedule(cfg, planned)(planned - 1)
+    if rate <= 0:
+        raise SynthlabError(
+            f"the run's {cfg.schedule} schedule ends at lr 0: steps past it at that rate would not train"
+        )
+    return {"total_steps": steps, "extension": {"schedule_steps": planned, "after": "constant", "lr": rate}}
 
 
 class _StopOnSignal:
@@ -158,12 +190,20 @@ class TrainResult:
 
 
 def train(
-    run_dir: str | Path, run: RunConfig | None = None, *, progress: bool = True, data: str | Path | None = None
+    run_dir: str | Path,
+    run: RunConfig | None = None,
+    *,
+    progress: bool = True,
+    data: str | Path | None = None,
+    extend_to: int | None = None,
 ) -> TrainResult:
     """Start a run in `run_dir` from `run`, or resume the run already there when `run` is None
-    (from `data` when its dataset moved: the same dataset, checked by the recorded sha256s)."""
+    (from `data` when its dataset moved: the same dataset, checked by the recorded sha256s), to
+    `extend_to` steps when given (more than it was trained for: `_extension`)."""
     run_dir = Path(run_dir)
     resume = run is None
+    if extend_to is not None and not resume:
+        raise SynthlabError("extend_to lengthens a resumed run; a new run takes its length from train.steps")
     if resume:
         run, recorded = load_run(run_dir)
         run.train.data = str(trained_data(run_dir, run, recorded, moved_to=data))
@@ -174,6 +214,11 @@ def train(
         load_weights(build_model(run.model), run.train.init_from)
     data = load_dataset(run.train.data, run.train.task or None)
     derived, batcher = prepare_run(run, data)
+    planned = derived["total_steps"]  # the configured length: the schedule's
+    if resume:
+        length = _extension(run_dir, run.train, recorded, planned, extend_to)
+        derived.update(length)
+    extending = resume and derived["total_steps"] != recorded.get("total_steps", planned)
     cfg = run.train
     device = resolve_device(cfg.device)
     derived["device"] = device.type
@@ -189,9 +234,7 @@ def train(
         derived["processes"] = world.size  # of the run's start (a resumed run may use another number)
         if world.main and not resume:
             run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(
-                run_dir / "config.json", json.dumps({**serialize.to_dict(run), "derived": derived}, indent=2) + "\n"
-            )
+            _write_config(run_dir, run, derived)
         # Weights come from build_model's own seeded generator; torch's global RNG only drives dropout.
         # It is forked so that training can seed and checkpoint it without touching the caller's state.
         with (
@@ -199,7 +242,11 @@ def train(
             float32_matmul(device, cfg.tf32),
             folder_lock(run_dir, "training", world.main),
         ):
-            state = _start(run_dir, run, derived["total_steps"], batcher, device, world, ckpt if resume else None)
+            if world.main and extending:  # until the extension ends, the run reads as unfinished
+                _write_config(run_dir, run, {**recorded, **length})
+                for name in ("summary.json", WEIGHTS):
+                    (run_dir / name).unlink(missing_ok=True)
+            state = _start(run_dir, run, planned, batcher, device, world, ckpt if resume else None)
 
             def where() -> str:
                 return f"at step {state.step + 1}; {_kept(run_dir, cfg)} (continue with: synthlab train --resume {run_dir})"
@@ -224,6 +271,12 @@ def train(
                     )
             finally:
                 writer.settle()
+
+
+def _write_config(run_dir: Path, run: RunConfig, derived: dict[str, Any]) -> None:
+    atomic_write_text(
+        run_dir / "config.json", json.dumps({**serialize.to_dict(run), "derived": derived}, indent=2) + "\n"
+    )
 
 
 def _not_empty(run_dir: Path) -> bool:

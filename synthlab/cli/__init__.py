@@ -122,6 +122,10 @@ from synthlab.cli import ouroboros as _ouroboros  # noqa: E402
 
 app.add_typer(_ouroboros.app, name="ouroboros")
 
+from synthlab.cli import sample as _sample  # noqa: E402
+
+app.command("sample")(_sample.sample)
+
 from synthlab.cli import sweep as _sweep  # noqa: E402
 
 app.command("sweep")(_sweep.sweep)

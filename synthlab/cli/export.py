@@ -11,13 +11,19 @@ from synthlab.files import check_writable
 
 
 def export(
-    run_dir: Path = typer.Argument(..., help="Run directory of a trained loops = 1 model."),
+    run_dir: Path = typer.Argument(..., help="Run directory of a trained model (qwen2: a loops = 1 model)."),
     out: Path = typer.Option(
         ...,
         "--out",
         help="Checkpoint folder to write (an earlier export there is replaced; anything else only with --overwrite).",
     ),
-    fmt: str = typer.Option("qwen2", "--format", help="Checkpoint format: qwen2 (Qwen2ForCausalLM + tokenizer)."),
+    fmt: str = typer.Option(
+        "qwen2",
+        "--format",
+        help="Checkpoint format: qwen2 (Qwen2ForCausalLM + tokenizer: a loops = 1 model with Qwen2's block) or "
+        "remote (any model, the lab's model code in the folder: from_pretrained(DIR, trust_remote_code=True), "
+        "steps=N at load or per call; generate recomputes each token, no KV cache).",
+    ),
     data: Optional[Path] = typer.Option(
         None, help="The run's dataset at its new place, if it moved (its vocabulary becomes the tokenizer)."
     ),
@@ -29,10 +35,11 @@ def export(
         "folder holding either).",
     ),
 ) -> None:
-    """Write the model as a Qwen2ForCausalLM folder with its tokenizer and a model card (README.md):
+    """Write the model as a Hugging Face folder with its tokenizer and a model card (README.md):
     AutoModelForCausalLM and AutoTokenizer load it with the lab's logits and token ids."""
     from synthlab.ouroboros.export import export_run
 
     check_writable(out)
     path = export_run(run_dir, out, fmt, data, overwrite)
-    typer.echo(f"{run_dir} -> {path} ({fmt}: AutoModelForCausalLM / AutoTokenizer.from_pretrained)")
+    trust = ", trust_remote_code=True" if fmt == "remote" else ""
+    typer.echo(f"{run_dir} -> {path} ({fmt}: AutoModelForCausalLM / AutoTokenizer.from_pretrained(DIR{trust}))")

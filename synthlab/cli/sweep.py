@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -121,20 +122,31 @@ def sweep(
             f"({'--seeds' if seeds is not None else 'the preset'}; the cost above counts every seed)"
         )
         return
-    results = engine.run_sweep(
-        exp,
-        preset,
-        out,
-        runner=runner_module,
-        jobs=jobs,
-        executor=executor,
-        ray_address=ray_address,
-        cache_dir=cache,
-        runs_dir=runs,
-        threads=threads,
-        nproc_per_node=nproc_per_node if launcher == "torchrun" else 0,
-        reevaluate=reevaluate,
-    )
+    try:
+        results = engine.run_sweep(
+            exp,
+            preset,
+            out,
+            runner=runner_module,
+            jobs=jobs,
+            executor=executor,
+            ray_address=ray_address,
+            cache_dir=cache,
+            runs_dir=runs,
+            threads=threads,
+            nproc_per_node=nproc_per_node if launcher == "torchrun" else 0,
+            reevaluate=reevaluate,
+        )
+    except engine.SweepInterrupted as stop:
+        again = ["synthlab", "sweep", str(name), "--preset", preset, "--out", str(out)]
+        again += ["--seeds", str(seeds)] if seeds is not None else []
+        again += ["--runner", runner] if runner else []
+        typer.echo(
+            f"interrupted: {stop.finished} of {stop.total} points finished (their rows are in {stop.results}); "
+            f"resume with: {shlex.join(again)}",
+            err=True,
+        )
+        raise typer.Exit(code=130) from None
     if runner_module is point_runner:  # the lab's own columns: say what was measured
         from synthlab.report import summary_lines
 

@@ -82,11 +82,15 @@ def _train(**kwargs) -> None:
             model_flags, train_flags, out, config = {}, {}, None, None
     if resume is not None:
         moved = train_flags.pop("data", None)  # the run's dataset at a new place (checked by its sha256s)
+        longer = train_flags.pop("steps", None)  # a finished run extended to this many steps
         given = [*model_flags, *train_flags] + [k for k, v in {"out": out, "config": config}.items() if v is not None]
         if given:
-            raise SynthlabError(f"--resume continues a run as configured; drop --{given[0].replace('_', '-')}")
+            raise SynthlabError(
+                "--resume continues a run as configured (--steps N extends it, --data DIR finds its moved "
+                f"dataset); drop --{given[0].replace('_', '-')}"
+            )
         with unverified_data(not verify):
-            result = run_training(resume, None, progress=progress, data=moved)
+            result = run_training(resume, None, progress=progress, data=moved, extend_to=longer)
         run_dir = resume
     else:
         if out is None:
@@ -119,7 +123,12 @@ def _auto_resume(out: Path | None, config: Path | None, model_flags: dict, train
     if not (Path(out) / "config.json").is_file():
         return None
     file = serialize.load_dict(config) if config else {}
-    check_same_run(Path(out), resolve_run_config(file, model_flags, train_flags))
+    check_same_run(
+        Path(out),
+        resolve_run_config(file, model_flags, train_flags),
+        asked="these options describe",
+        remedy="train into a new --out, or continue it as it was with --resume RUN_DIR alone",
+    )
     return Path(out)
 
 
@@ -156,7 +165,8 @@ def _train_command():
             Optional[Path],
             None,
             "--resume",
-            "Continue the run in this directory from its checkpoint (no other run options); auto: "
+            "Continue the run in this directory from its checkpoint (no other run options but --steps N: "
+            "train a run on to N steps, the steps past its schedule at the rate of its last step); auto: "
             "with --out and the run's options, start the run there or continue it if it is there "
             "(the same command line for torchrun --max-restarts and a Slurm requeue; ./auto names a "
             "folder called auto).",
@@ -232,19 +242,40 @@ def evaluate(
     ),
     kv: Optional[str] = typer.Option(None, help="Decode with this KV-cache strategy: full, first, last or mean."),
     batch_size: int = typer.Option(128, help="Examples per forward pass."),
+    max_prompts: Optional[int] = typer.Option(
+        None,
+        "--max-prompts",
+        help="Score at most K test prompts, and at most K of the other test lengths and of the training "
+        "sample: each group (length, hops, attribute) its even share, drawn with seed 0, so the same K "
+        "every time (default: all; the file is named ..._maxK.json).",
+        metavar="K",
+    ),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    progress: bool = typer.Option(
+        True,
+        "--progress/--no-progress",
+        help="Show each phase's progress (a bar on a terminal, a line every 30 s off one).",
+    ),
     verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Exact-match accuracy (QA accuracy and loss per attribute for bios) at every recurrent step -> RUN_DIR/eval/*.json."""
     from synthlab.data import unverified_data
     from synthlab.evaluate import evaluate_run
 
-    _at_least_one(batch_size=batch_size)
+    _at_least_one(batch_size=batch_size, **({"max_prompts": max_prompts} if max_prompts is not None else {}))
     _set_threads(threads)
     with unverified_data(not verify):
         result = evaluate_run(
-            run_dir, data_dir=data, steps=steps, exit_rule=exit, kv=kv, batch_size=batch_size, device=device
+            run_dir,
+            data_dir=data,
+            steps=steps,
+            exit_rule=exit,
+            kv=kv,
+            batch_size=batch_size,
+            device=device,
+            max_prompts=max_prompts,
+            progress=progress,
         )
     per_step = " ".join(f"{a:.3f}" for a in result["accuracy_per_step"])
     typer.echo(

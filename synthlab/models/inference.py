@@ -1,5 +1,5 @@
 """Inference-time mechanisms of LoopedGPT (a mixin): per-token early exit (`forward_exit`) and
-greedy generation with per-(step, layer) KV caches (`generate`).
+generation (greedy, or sampled at a temperature) with per-(step, layer) KV caches (`generate`).
 
 Both run the same pieces as `forward` (model.py: `_embed_prelude`, `_core_step`, `_readout`,
 `head`); positions are absolute in decoding: the token at position `pos` gets RoPE tables
@@ -29,7 +29,7 @@ class ExitOutput:
 
 @dataclass
 class GenerationOutput:
-    tokens: torch.Tensor  # (B, S0 + max_new_tokens) prompt followed by the greedy continuation
+    tokens: torch.Tensor  # (B, S0 + max_new_tokens) prompt followed by the continuation
     cache_bytes: int  # bytes of every K and V tensor held in the caches at the end
 
 
@@ -94,8 +94,10 @@ class InferenceMixin:
         kv_strategy: str = "full",
         steps: int | None = None,
         generator: torch.Generator | None = None,
+        temperature: float = 0.0,
     ) -> GenerationOutput:
-        """Greedy decoding of `max_new_tokens` after the prompt idx (B, S0) (no padding).
+        """Decoding of `max_new_tokens` after the prompt idx (B, S0) (no padding): greedy at
+        temperature 0, else each token drawn from softmax(logits / temperature) by `generator`.
 
         Prefill runs the prompt through every step and keeps one KV cache per (step, core layer)
         (prelude and coda layers run once per token and have one cache each). Decoding one new
@@ -113,6 +115,8 @@ class InferenceMixin:
             raise SynthlabError(f"kv_strategy '{kv_strategy}': choose {', '.join(KV_STRATEGIES)}")
         if max_new_tokens < 1:
             raise SynthlabError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if not temperature >= 0 or temperature == float("inf"):
+            raise SynthlabError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature}")
         B, S0 = idx.shape
         if S0 + max_new_tokens > self.config.max_seq_len:
             raise SynthlabError(
@@ -135,7 +139,7 @@ class InferenceMixin:
         r, coda_kv = self._readout(h, rope)
         if kv_strategy != "full":  # collapse to one cache per core layer
             core_kv = [_combine([core_kv[t][i] for t in range(T)], kv_strategy) for i in range(len(self.core))]
-        tokens = [idx, self.head(r[:, -1:]).argmax(-1)]
+        tokens = [idx, _pick(self.head(r[:, -1:]), temperature, generator)]
 
         for pos in range(S0, S0 + max_new_tokens - 1):
             rope = self._rope(pos, 1)
@@ -155,11 +159,19 @@ class InferenceMixin:
                 core_kv = _append(core_kv, new)
             r, kvs = self._readout(h, rope, pasts=coda_kv)
             coda_kv = _append(coda_kv, kvs)
-            tokens.append(self.head(r).argmax(-1))
+            tokens.append(_pick(self.head(r), temperature, generator))
 
         held = [prelude_kv, coda_kv] + (core_kv if kv_strategy == "full" else [core_kv])
         cache_bytes = sum(t.numel() * t.element_size() for layer in held for kv in layer for t in kv)
         return GenerationOutput(torch.cat(tokens, dim=1), cache_bytes)
+
+
+def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    """(B, 1, V) logits -> (B, 1) next tokens: the argmax at temperature 0, else a draw."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits[:, -1].float() / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)
 
 
 def _append(caches, new):

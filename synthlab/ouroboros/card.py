@@ -54,8 +54,16 @@ def _evaluation(run_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def model_card(run_dir: str | Path, run: RunConfig, derived: dict[str, Any], data_dir: str | Path) -> str:
-    """README.md text for the export of the run in `run_dir` trained on the dataset `data_dir`."""
+def model_card(
+    run_dir: str | Path, run: RunConfig, derived: dict[str, Any], data_dir: str | Path, remote: bool = False
+) -> str:
+    """README.md text for the export of the run in `run_dir` trained on the dataset `data_dir`
+    (`remote`: exported with the lab's model code, `synthlab export --format remote`)."""
+    exported, trust = (
+        ("with its own model code (remote code)", ", trust_remote_code=True")
+        if remote
+        else ("as a Qwen2ForCausalLM", "")
+    )
     run_dir, data_dir = Path(run_dir), Path(data_dir)
     meta = _read_json(data_dir / "meta.json") or {}
     summary = _read_json(run_dir / "summary.json")
@@ -71,11 +79,11 @@ def model_card(run_dir: str | Path, run: RunConfig, derived: dict[str, Any], dat
             _FRONT_MATTER,
             f"# synthlab {task} model\n",
             f"A {run.model.n_layers}-layer, d_model {run.model.d_model} language model trained from scratch by synthlab "
-            f"on its synthetic `{task}` task, exported as a Qwen2ForCausalLM with the task's word vocabulary "
+            f"on its synthetic `{task}` task, exported {exported} with the task's word vocabulary "
             f"({run.model.vocab_size} tokens).\n",
             "## Use\n",
             "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
-            "tok = AutoTokenizer.from_pretrained(FOLDER)\nmodel = AutoModelForCausalLM.from_pretrained(FOLDER)\n"
+            f"tok = AutoTokenizer.from_pretrained(FOLDER)\nmodel = AutoModelForCausalLM.from_pretrained(FOLDER{trust})\n"
             "ids = tok(PROMPT, return_tensors='pt').input_ids  # PROMPT as in the dataset, '<bos> ... <ans>'\n```\n",
             "Every training sequence starts with `<bos>`; the tokenizer reads whitespace-separated words of the "
             "vocabulary, each written with the space before it, so a text that does not start with `<bos>` "

@@ -39,10 +39,11 @@ from synthlab.files import as_new_file, check_out, make_temp_sibling, replace_di
 from synthlab.models import ModelConfig
 from synthlab.ouroboros.card import model_card
 from synthlab.ouroboros.checkpoint import WORD_VOCAB, without_progress_bars
+from synthlab.ouroboros.remote import write_remote
 from synthlab.runs import load_run, open_run, trained_data
 from synthlab.tokenizer import WordTokenizer
 
-FORMATS = ("qwen2",)
+FORMATS = ("qwen2", "remote")
 RMS_EPS = 1e-5  # synthlab.models.layers.make_norm's
 MARKER = "synthlab_export.json"  # the files an export wrote: a rerun may replace exactly those
 
@@ -51,7 +52,10 @@ def qwen2_refusal(c: ModelConfig) -> str | None:
     """Why Qwen2 cannot express a model of config `c` (one line), or None when it can."""
     plain_sandwich = c.injection == "none" and c.state_init == "input"
     checks = [
-        (c.loops == 1, f"loops = {c.loops}: Qwen2 has no recurrence (export a loops = 1 model)"),
+        (
+            c.loops == 1,
+            f"loops = {c.loops}: Qwen2 has no recurrence (export a loops = 1 model, or use --format remote)",
+        ),
         (
             c.topology == "ouro" or plain_sandwich,
             f"a sandwich with injection = {c.injection}, state_init = {c.state_init} is not a plain layer stack",
@@ -65,7 +69,10 @@ def qwen2_refusal(c: ModelConfig) -> str | None:
         (not c.recurrence_gate and not c.step_norm, "a recurrence gate or step norm has no Qwen2 equivalent"),
         (not c.exit_gate, "exit_gate = true: Qwen2 has no exit gate"),
     ]
-    return next((f"Qwen2 cannot express this model: {why}" for ok, why in checks if not ok), None)
+    return next(
+        (f"Qwen2 cannot express this model: {why} (--format remote exports any model)" for ok, why in checks if not ok),
+        None,
+    )
 
 
 def qwen2_config(c: ModelConfig, tokenizer: WordTokenizer):
@@ -177,31 +184,46 @@ def finish_folder(tokenizer: WordTokenizer, folder: Path, card: str | None) -> N
 
 
 def export_model(
-    model, tokenizer: WordTokenizer, out: str | Path, overwrite: bool = False, card: str | None = None
+    model,
+    tokenizer: WordTokenizer,
+    out: str | Path,
+    overwrite: bool = False,
+    card: str | None = None,
+    fmt: str = "qwen2",
 ) -> Path:
-    """Write a synthlab `model` and its vocabulary to `out` as a Qwen2 checkpoint folder (written
-    beside `out` and swapped into place at the end), with `card` as its README.md; refuses a model
-    Qwen2 cannot express, and an `out` holding anything but an earlier export unless `overwrite`
-    (`check_out`)."""
-    from transformers import Qwen2ForCausalLM
+    """Write a synthlab `model` and its vocabulary to `out` as a Qwen2 checkpoint folder, or (`fmt`
+    remote) any model with the lab's code beside it (synthlab.ouroboros.remote); written beside
+    `out` and swapped into place at the end, with `card` as its README.md. Refuses a model Qwen2
+    cannot express, and an `out` holding anything but an earlier export unless `overwrite` (`check_out`)."""
+    if fmt == "remote":
+        specials = {f"{name}_token_id": tokenizer.id(f"<{name}>") for name in ("bos", "eos", "pad")}
 
-    why = qwen2_refusal(model.config)
-    if why is not None:
-        raise SynthlabError(why)
-    with torch.random.fork_rng(devices=[]):  # HF's init draws from the global generator: left as it was
-        hf = Qwen2ForCausalLM(qwen2_config(model.config, tokenizer))
-    missing, unexpected = hf.load_state_dict(qwen2_state(model), strict=False)
-    if unexpected or set(missing) - {"lm_head.weight"} or (missing and not model.config.tie_head):
-        raise SynthlabError(f"export: weights do not map onto Qwen2 (missing {missing}, unexpected {unexpected})")
+        def save(folder: Path) -> None:
+            write_remote(model, folder, specials)
+    else:
+        from transformers import Qwen2ForCausalLM
+
+        why = qwen2_refusal(model.config)
+        if why is not None:
+            raise SynthlabError(why)
+        with torch.random.fork_rng(devices=[]):  # HF's init draws from the global generator: left as it was
+            hf = Qwen2ForCausalLM(qwen2_config(model.config, tokenizer))
+        missing, unexpected = hf.load_state_dict(qwen2_state(model), strict=False)
+        if unexpected or set(missing) - {"lm_head.weight"} or (missing and not model.config.tie_head):
+            raise SynthlabError(f"export: weights do not map onto Qwen2 (missing {missing}, unexpected {unexpected})")
+
+        def save(folder: Path) -> None:
+            with without_progress_bars():
+                hf.eval().save_pretrained(folder)
+
     out = Path(out)
     check_out(out, overwrite, own=is_export)
     tmp = make_temp_sibling(out)
     try:
-        with without_progress_bars():
-            hf.eval().save_pretrained(tmp)
+        save(tmp)
         finish_folder(tokenizer, tmp, card)
         files = sorted(p.name for p in tmp.iterdir())  # what a later export may replace without --overwrite
-        (tmp / MARKER).write_text(json.dumps({"format": "qwen2", "files": files}, indent=1) + "\n")
+        (tmp / MARKER).write_text(json.dumps({"format": fmt, "files": files}, indent=1) + "\n")
         replace_dir(tmp, out)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -229,9 +251,9 @@ def export_run(
         raise SynthlabError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
     check_out(Path(out), overwrite, own=is_export, source=Path(run_dir))
     run, derived = load_run(run_dir)
-    why = qwen2_refusal(run.model)  # before reading any weights
+    why = qwen2_refusal(run.model) if fmt == "qwen2" else None  # before reading any weights
     if why is not None:
         raise SynthlabError(why)
     data_dir = trained_data(run_dir, run, derived, data)
-    card = model_card(run_dir, run, derived, data_dir)
-    return export_model(open_run(run_dir)[0], WordTokenizer.from_file(data_dir), out, overwrite, card)
+    card = model_card(run_dir, run, derived, data_dir, remote=fmt == "remote")
+    return export_model(open_run(run_dir)[0], WordTokenizer.from_file(data_dir), out, overwrite, card, fmt)
