@@ -20,6 +20,9 @@ printed beside Physics of LMs 3.3's figure at its exposures, labelled as the pap
 
     python benchmarks/gpu_capacity.py --out DIR                 # one GPU (benchmarks/gpu_all.sh)
     python benchmarks/gpu_capacity.py --dry-run --out DIR       # toy sizes on the CPU
+
+--dry-run: the same cases at toy sizes (N / 200, d = 16, exposures / 50) on the CPU, two at a
+time within 60 s: the path, not a measurement.
 """
 
 from __future__ import annotations
@@ -51,13 +54,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="the presets' training seed to run (default 0)")
     parser.add_argument("--jobs", type=int, default=None, help="cases at a time on the GPU (default 8; dry run 2)")
-    parser.add_argument("--budget-s", type=float, default=None, help="seconds for all cases (default 180; dry run 30)")
+    parser.add_argument("--budget-s", type=float, default=None, help="seconds for all cases (default 180; dry run 60)")
     parser.add_argument("--no-compile", action="store_true", help="train eagerly (default: torch.compile on CUDA)")
-    parser.add_argument("--case", type=Path, default=None, help=argparse.SUPPRESS)  # a child: run one case file
+    parser.add_argument(
+        "--case",
+        type=Path,
+        default=None,
+        help="run only the one case in this file (how the cases are started; default: all)",
+    )
     args = parser.parse_args(argv)
     args.presets = args.presets.split(",")
     args.jobs = args.jobs or (2 if args.dry_run else 8)
-    args.budget_s = args.budget_s or (30.0 if args.dry_run else 180.0)
+    args.budget_s = args.budget_s or (60.0 if args.dry_run else 180.0)
     return args
 
 
