@@ -1,123 +1,350 @@
-"""Knowledge capacity at 1000 exposures on one GPU: Physics-of-LMs-3.3-shaped models, plain and looped.
+"""Knowledge capacity on one GPU at the CPU calibration's grid: the peak bits/param of each model over N.
 
-Generates bioS(N), trains GPT-2-block models (the paper's GPT2-l-h: d = 64 h, l layers, h heads;
-tied head, 0.02 init) for 1000 exposures with the lab's trainer (packed rows, bf16 autocast and
-torch.compile on CUDA), once with 1 loop and once with 4 at the same unique parameters, estimates
-each model's bits (Definition 4.3, synthlab.capacity) and prints bits/param per model. The paper's
-figure is printed on its own labelled line as the reference, never as a result.
+The grid is the capacity experiment's presets, read, not restated (experiments/capacity.toml;
+default calib64, then calib1000-64): each point's width, depth, population N (the data ceilings
+of about 1.5, 3 and 6 bits/param), pool scale, exposures and recipe, so that a GPU run extends the
+CPU table point for point. To it are added: every model at each loop count of --loops (the same
+unique parameters), each arm at its own learning rate as the presets state it (one rate per loop
+count across them); and, for a model the presets train on several N, one larger N (--larger times
+its largest). Each case is the sweep's point run by the sweep's stages (synthlab.point_runner:
+train, then the capacity estimate), on CUDA with bf16 autocast, compiled unless --no-compile.
 
-The population must hold at least `--min-ratio` bits per parameter of the model: max_bits(N) / P
->= 3 is checked before any training, so a model at the paper's 2 bits/param fills at most two
-thirds of the data and the figure measures the model, not the data (`--dry-run` reports the ratio
-without requiring it).
+Cases run in the order above (the first preset's plain models first), --jobs at a time on the one
+GPU (the models are small: several processes share it), within --budget-s seconds: a case whose
+measured rate (another case of its model, or its own progress) says it would end after the
+budget is not started, or is stopped, and reported as not fitting, with its estimate. After every
+case OUT/gpu_capacity.json and OUT/gpu_capacity.md are rewritten: each case's bits/param, its
+data ceiling (max_bits / P) and whether it is data-limited (bits within 10% of max_bits: a lower
+bound, as the presets' rule reads it), and each model's PEAK bits/param over the N it finished,
+printed beside Physics of LMs 3.3's figure at its exposures, labelled as the paper's.
 
-    python benchmarks/gpu_capacity.py --out results/capacity/gpu      # one H200
-    python benchmarks/gpu_capacity.py --dry-run --out /tmp/gpu_cap     # tiny, on the CPU
+    python benchmarks/gpu_capacity.py --out DIR                 # one GPU (benchmarks/gpu_all.sh)
+    python benchmarks/gpu_capacity.py --dry-run --out DIR       # toy sizes on the CPU
 
-Default size (N = 40,000, GPT2-2-2 = d 128 x 2 layers, P about 0.75M with the used embedding rows:
-max_bits / P = 3.2): 2.3G training tokens per model, 1 + 4 passes of compute in all; the 8-minute
-budget needs about 25M tokens/s for the plain model, not yet measured on an H200.
+--dry-run: the same cases at toy sizes (N / 200, d = 16, exposures / 50) on the CPU, two at a
+time within 60 s: the path, not a measurement.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-PAPER_BITS_PER_PARAM = 2.0  # Physics of LMs 3.3 at 1000 exposures: the reference line, not a result
-
-FULL = dict(
-    n_people=40_000,
-    d_model=128,
-    n_layers=2,
-    n_heads=2,
-    exposures=1000,
-    batch_size=192,
-    seq_len=512,
-    lr=1e-3,
-    warmup_steps=1000,
-    device="auto",
-    compile=True,
-)
-TINY = dict(
-    n_people=40,
-    d_model=16,
-    n_layers=1,
-    n_heads=2,
-    exposures=2,
-    batch_size=8,
-    seq_len=128,
-    lr=3e-3,
-    warmup_steps=5,
-    device="cpu",
-    compile=False,
-)
+PAPER_BITS_PER_PARAM = {100: 1.0, 1000: 2.0}  # Physics of LMs 3.3 by exposures: reference lines, not results
+DATA_LIMITED = 0.9  # bits at or above this fraction of max_bits: the data, not the model, is the limit
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="new or empty folder for the data, runs and gpu_capacity.json")
-    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, ratio not required")
+    parser.add_argument("--out", required=True, help="new or empty folder for the data, runs and reports")
+    parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU (default: off)")
     parser.add_argument(
-        "--loops", default="1,4", help="loop counts to train at the same unique parameters (default 1,4)"
+        "--presets", default="calib64,calib1000-64", help="capacity presets, in order (default calib64,calib1000-64)"
     )
+    parser.add_argument("--loops", default="1,4", help="loop counts of every model (default 1,4)")
     parser.add_argument(
-        "--n-people", type=int, default=None, help=f"N (default {FULL['n_people']}; dry run {TINY['n_people']})"
+        "--larger", type=float, default=2.0, help="the added N, times a model's largest preset N (default 2.0; 0: none)"
     )
+    parser.add_argument("--seed", type=int, default=0, help="the presets' training seed to run (default 0)")
+    parser.add_argument("--jobs", type=int, default=None, help="cases at a time on the GPU (default 8; dry run 2)")
+    parser.add_argument("--budget-s", type=float, default=None, help="seconds for all cases (default 180; dry run 60)")
+    parser.add_argument("--no-compile", action="store_true", help="train eagerly (default: torch.compile on CUDA)")
     parser.add_argument(
-        "--min-ratio", type=float, default=3.0, help="required max_bits / P of the population (default 3.0)"
+        "--case",
+        type=Path,
+        default=None,
+        help="run only the one case in this file (how the cases are started; default: all)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the data and the weights (default 0)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.presets = args.presets.split(",")
+    args.jobs = args.jobs or (2 if args.dry_run else 8)
+    args.budget_s = args.budget_s or (60.0 if args.dry_run else 180.0)
+    return args
 
 
-def train_one(root: Path, data: Path, size: dict, loops: int, seed: int) -> Path:
-    from synthlab.cli.train import resolve_run_config
-    from synthlab.train import train
+def arm_rates(points) -> dict[int, float]:
+    """{loops: learning rate} as the presets' points state it; two rates for one arm is an error."""
+    from synthlab import SynthlabError
 
-    model = {
-        "d_model": size["d_model"],
-        "n_layers": size["n_layers"],
-        "n_heads": size["n_heads"],
-        "loops": loops,
-        "max_seq_len": size["seq_len"],
-        "tie_head": True,
-        "init_std": 0.02,
+    rates: dict[int, float] = {}
+    for p in points:
+        loops, lr = p.config["model"].get("loops", 1), p.config["train"]["lr"]
+        if rates.setdefault(loops, lr) != lr:
+            raise SynthlabError(f"the presets give loops {loops} two learning rates ({rates[loops]} and {lr})")
+    return rates
+
+
+def toy(config: dict) -> dict:
+    """The dry run's version of a case: the same structure at a size the CPU trains in seconds."""
+    config["data"]["n_people"] = max(20, config["data"]["n_people"] // 200)
+    config["model"].update(d_model=16, n_heads=2)
+    config["train"].update(
+        exposures=config["train"]["exposures"] / 50, checkpoints=2, keep_checkpoints=2, warmup_steps=2, log_every=2
+    )
+    return config
+
+
+def cases(args) -> list[dict]:
+    """The cases in the order they run: per preset its points at every loop count (plain first),
+    then, for a model trained on several N, the larger N."""
+    from synthlab import experiments
+
+    exp = experiments.load("capacity")
+    by_preset = {name: [p for p in exp.points(name) if p.factors.get("seed", 0) == args.seed] for name in args.presets}
+    rates = arm_rates([p for points in by_preset.values() for p in points])
+    loops = [int(t) for t in args.loops.split(",")]
+    out, seen = [], set()
+
+    def add(preset: str, config: dict, n_people: int, t: int) -> None:
+        config = copy.deepcopy(config)
+        config["data"]["n_people"] = n_people
+        config["model"]["loops"] = t
+        config["train"].update(lr=rates.get(t, rates.get(1)), device="auto", compile=not args.no_compile)
+        if args.dry_run:
+            config = toy(config)
+            config["train"].update(device="cpu", compile=False)
+        m, x = config["model"], config["train"]["exposures"]
+        model = f"d{m['d_model']}-L{m['n_layers']} loops {t} {x:g}x"
+        key = (model, config["data"]["n_people"])
+        if key not in seen:
+            seen.add(key)
+            out.append(
+                {"label": f"{model} N{config['data']['n_people']}", "model": model, "preset": preset, "config": config}
+            )
+
+    for name, points in by_preset.items():
+        for t in loops:
+            for p in points:
+                add(name, p.config, p.config["data"]["n_people"], t)
+        largest: dict[tuple, dict] = {}
+        for p in points:
+            shape = (p.config["model"]["d_model"], p.config["model"]["n_layers"])
+            ns = {
+                q.config["data"]["n_people"]
+                for q in points
+                if (q.config["model"]["d_model"], q.config["model"]["n_layers"]) == shape
+            }
+            if args.larger and len(ns) > 1 and p.config["data"]["n_people"] == max(ns):
+                largest[shape] = p.config
+        for t in loops:
+            for config in largest.values():
+                add(f"{name} (larger N)", config, round(args.larger * config["data"]["n_people"]), t)
+    return out
+
+
+def run_case(path: Path) -> None:
+    """A child: train the case's point and estimate its capacity; write the row beside the case file."""
+    from synthlab import point_runner
+
+    case = json.loads(path.read_text())
+    start = time.perf_counter()
+    row = point_runner.run_point(
+        point_runner.parse(case["config"]), Path(case["run_dir"]), cache_dir=Path(case["cache"])
+    )
+    row["seconds"] = time.perf_counter() - start
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(row, indent=1) + "\n")
+    tmp.replace(path.with_suffix(".row.json"))
+
+
+def progress(run_dir: Path) -> tuple[int, int] | None:
+    """(optimizer steps logged, total steps) of a training run in progress, or None before its first log."""
+    try:
+        total = json.loads((run_dir / "model" / "config.json").read_text())["derived"]["total_steps"]
+        lines = (run_dir / "model" / "metrics.jsonl").read_text().strip().splitlines()
+        return (json.loads(lines[-1])["step"], total) if lines else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+class Scheduler:
+    """Runs the cases --jobs at a time as child processes, within the budget, and reports as it goes."""
+
+    def __init__(self, args, out: Path, todo: list[dict]) -> None:
+        self.args, self.out, self.cases, self.todo = args, out, todo, list(todo)
+        self.deadline = time.monotonic() + args.budget_s
+        self.running: dict[str, dict] = {}
+        # model -> (start-up seconds, seconds per person-exposure) of its last finished case
+        self.rate: dict[str, tuple[float, float]] = {}
+        for case in todo:
+            case.update(
+                status="waiting", run_dir=str(out / "runs" / case["label"].replace(" ", "_")), cache=str(out / "cache")
+            )
+
+    def estimate(self, case: dict) -> float | None:
+        """Seconds the case would take at its model's measured rate (None before one of its model finished)."""
+        if case["model"] not in self.rate:
+            return None
+        startup, per_unit = self.rate[case["model"]]
+        return startup + per_unit * case["config"]["data"]["n_people"] * case["config"]["train"]["exposures"]
+
+    def start(self, case: dict) -> None:
+        path = self.out / "cases" / (Path(case["run_dir"]).name + ".json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(case, indent=1) + "\n")
+        log = open(path.with_suffix(".log"), "w")
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--out", str(self.out), "--case", str(path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stopping it stops its compile workers too
+        )
+        case.update(status="running")
+        self.running[case["label"]] = {"case": case, "proc": proc, "path": path, "log": log, "t0": time.monotonic()}
+
+    def stop(self, label: str, status: str, **extra) -> None:
+        job = self.running.pop(label)
+        if job["proc"].poll() is None:  # SIGKILL: on SIGTERM the trainer would stop early and the estimate run on it
+            os.killpg(job["proc"].pid, signal.SIGKILL)
+            job["proc"].wait()
+        job["log"].close()
+        job["case"].update(status=status, **extra)
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        for label, job in list(self.running.items()):
+            case, elapsed = job["case"], now - job["t0"]
+            if job["proc"].poll() is not None:
+                row = job["path"].with_suffix(".row.json")
+                if job["proc"].returncode == 0 and row.is_file():
+                    self.stop(label, "done", row=json.loads(row.read_text()), seconds=round(elapsed, 1))
+                    units = case["config"]["data"]["n_people"] * case["config"]["train"]["exposures"]
+                    startup = job.get("first", (elapsed, 0))[0]
+                    self.rate[case["model"]] = (startup, (elapsed - startup) / units)
+                else:
+                    log = job["path"].with_suffix(".log").name
+                    self.stop(label, f"failed (exit {job['proc'].returncode}: see {log})")
+                continue
+            done = progress(Path(case["run_dir"]))
+            if done and done[0] > 0:
+                job.setdefault("first", (elapsed, done[0]))  # start-up (data, compile) ends at the first log
+            first, projected = job.get("first"), None
+            if done and first and done[0] > first[1] and elapsed - first[0] >= 5:
+                # the steady rate since the first log, over the steps left
+                projected = elapsed + (done[1] - done[0]) * (elapsed - first[0]) / (done[0] - first[1])
+            if projected is not None and job["t0"] + projected > self.deadline:
+                self.stop(label, "stopped: projected past the budget", projected_s=round(projected, 1))
+            elif now > self.deadline:
+                self.stop(label, "stopped: budget spent")
+
+    def run(self, report) -> None:
+        """Until every case is done, failed, stopped or not run; `report()` after each change of a status."""
+        while self.todo or self.running:
+            before = [c["status"] for c in self.cases]
+            while self.todo and len(self.running) < self.args.jobs:
+                case = self.todo.pop(0)
+                estimate, left = self.estimate(case), self.deadline - time.monotonic()
+                if left <= 0:
+                    case.update(status="not run: budget spent")
+                    continue
+                if estimate is not None and estimate > left:
+                    case.update(status="not run: estimated past the budget", estimated_s=round(estimate, 1))
+                    continue
+                self.start(case)
+            self.poll()
+            if [c["status"] for c in self.cases] != before:
+                report()
+            time.sleep(0.5)
+
+    def stop_all(self) -> None:
+        for label in list(self.running):
+            self.stop(label, "stopped: interrupted")
+
+
+def summary(all_cases: list[dict]) -> tuple[list[dict], dict[str, dict]]:
+    """(a row per case, {model: its peak over the N it finished})."""
+    rows, peaks = [], {}
+    for case in all_cases:
+        row = {"label": case["label"], "model": case["model"], "preset": case["preset"], "status": case["status"]}
+        row.update({k: case[k] for k in ("seconds", "estimated_s", "projected_s") if k in case})
+        row.update(n_people=case["config"]["data"]["n_people"], exposures=case["config"]["train"]["exposures"])
+        row.update(lr=case["config"]["train"]["lr"], loops=case["config"]["model"]["loops"])
+        if case["status"] == "done":
+            r = case["row"]
+            row.update({k: r[k] for k in ("bits", "bits_per_param", "max_bits", "params_capacity", "fraction_of_max")})
+            row["ceiling"] = r["max_bits"] / r["params_capacity"]
+            row["data_limited"] = r["bits"] >= DATA_LIMITED * r["max_bits"]
+            best = peaks.get(case["model"])
+            if best is None or row["bits_per_param"] > best["bits_per_param"]:
+                peaks[case["model"]] = {
+                    k: row[k] for k in ("bits_per_param", "n_people", "ceiling", "data_limited", "exposures")
+                }
+        rows.append(row)
+    return rows, peaks
+
+
+def markdown(rows: list[dict], peaks: dict[str, dict]) -> str:
+    lines = [
+        "| case | status | ceiling (max_bits / P) | bits/param | of the data | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        measured = "ceiling" in r
+        seconds = r.get("seconds") or r.get("projected_s") or r.get("estimated_s")
+        lines.append(
+            f"| {r['label']} | {r['status']} | {r['ceiling']:.2f} | {r['bits_per_param']:.3f} | {r['fraction_of_max']:.1%} | {seconds} |"
+            if measured
+            else f"| {r['label']} | {r['status']} | | | | {'' if seconds is None else f'~{seconds:.0f}'} |"
+        )
+    lines += [
+        "",
+        "Peak bits/param per model (the best over the N it finished; the paper's figure beside it, not measured here):",
+        "",
+    ]
+    for model, p in peaks.items():
+        paper = PAPER_BITS_PER_PARAM.get(int(p["exposures"]))
+        beside = (
+            f"Physics of LMs 3.3 at {p['exposures']:g} exposures: about {paper:g} (paper)"
+            if paper
+            else "no paper figure"
+        )
+        lines.append(
+            f"- {model}: peak {p['bits_per_param']:.3f} bits/param at N {p['n_people']:,} (ceiling {p['ceiling']:.2f}"
+            f"{', data-limited: a lower bound' if p['data_limited'] else ''}); {beside}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(args, out: Path, all_cases: list[dict], started: float) -> None:
+    import torch
+
+    from synthlab.files import atomic_write_text
+
+    rows, peaks = summary(all_cases)
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() and not args.dry_run else "cpu"
+    report = {
+        "presets": args.presets,
+        "seed": args.seed,
+        "loops": args.loops,
+        "budget_s": args.budget_s,
+        "jobs": args.jobs,
+        "compile": not args.no_compile and not args.dry_run,
+        "dry_run": args.dry_run,
+        "device": device,
+        "torch": torch.__version__,
+        "wall_s": round(time.monotonic() - started, 1),
+        "paper_bits_per_param": PAPER_BITS_PER_PARAM,
+        "cases": rows,
+        "peaks": peaks,
+        "points": {c["label"]: c["config"] for c in all_cases},  # each case's full point config
     }
-    keys = ("exposures", "batch_size", "seq_len", "lr", "warmup_steps", "device", "compile")
-    run = resolve_run_config(
-        {},
-        model,
-        {
-            "data": str(data),
-            "seed": seed,
-            "weight_decay": 0.1,
-            "beta2": 0.98,
-            "eps": 1e-6,
-            "checkpoint_every": 10**9,
-            **{k: size[k] for k in keys},
-        },
-    )
-    run_dir = root / f"loops{loops}"
-    train(run_dir, run, progress=False)
-    return run_dir
+    atomic_write_text(out / "gpu_capacity.json", json.dumps(report, indent=1) + "\n")
+    atomic_write_text(out / "gpu_capacity.md", f"# Capacity on {device}\n\n" + markdown(rows, peaks))
 
 
 def main(argv=None) -> None:
     from synthlab import SynthlabError
-    from synthlab.capacity import estimate_capacity, max_bits, used_token_ids
-    from synthlab.data import load_dataset
-    from synthlab.files import atomic_write_text
-    from synthlab.models import ModelConfig, build_model, count_params
-    from synthlab_generators import TASKS, write_dataset
 
     args = parse_args(argv)
-    size = dict(TINY if args.dry_run else FULL)
-    size["n_people"] = args.n_people or size["n_people"]
-    loops = [int(t) for t in args.loops.split(",")]
+    if args.case is not None:
+        return run_case(args.case)
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise SynthlabError(f"--out {out} is not empty")
@@ -125,70 +352,21 @@ def main(argv=None) -> None:
 
     if not args.dry_run and not torch.cuda.is_available():
         raise SynthlabError("no CUDA device: run with --dry-run to check the path on the CPU")
-
-    data = out / "bios"
-    write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=size["n_people"]), args.seed, data)
-    used = used_token_ids(load_dataset(data, "bios"))
-    shape = ModelConfig(
-        vocab_size=max(used) + 1,
-        d_model=size["d_model"],
-        n_layers=size["n_layers"],
-        n_heads=size["n_heads"],
-        max_seq_len=size["seq_len"],
-        tie_head=True,
-    )
-    params = count_params(build_model(shape), used_token_ids=used)
-    ratio = max_bits(size["n_people"]) / params
+    out.mkdir(parents=True, exist_ok=True)
+    all_cases = cases(args)
+    started = time.monotonic()
     print(
-        f"bioS(N = {size['n_people']:,}): max {max_bits(size['n_people']):,.0f} bits; GPT2-{size['n_layers']}-"
-        f"{size['n_heads']} (d {size['d_model']}): P = {params:,} with the used embedding rows; max_bits / P = "
-        f"{ratio:.2f}; {size['exposures']} exposures"
+        f"{len(all_cases)} cases, {args.jobs} at a time, {args.budget_s:.0f} s: "
+        + "; ".join(c["label"] for c in all_cases)
     )
-    if ratio < args.min_ratio and not args.dry_run:
-        raise SynthlabError(f"the population holds {ratio:.2f} bits/param, below --min-ratio {args.min_ratio}")
-
-    rows = []
-    for t in loops:
-        start = time.perf_counter()
-        run_dir = train_one(out / "runs", data, size, t, args.seed)
-        seconds = time.perf_counter() - start
-        report = estimate_capacity(run_dir, device="cpu" if args.dry_run else "auto")
-        rows.append(
-            {
-                "loops": t,
-                "params": report["params"],
-                "bits": report["bits"],
-                "bits_per_param": report["bits_per_param"],
-                "fraction_of_max": report["fraction_of_max"],
-                "train_s": seconds,
-                "per_attribute": report["per_attribute"],
-            }
-        )
-        print(
-            f"loops {t}: {report['bits']:,.0f} bits, {report['bits_per_param']:.3f} bits/param "
-            f"({report['fraction_of_max']:.1%} of the data), trained in {seconds:.0f} s"
-        )
-    print(
-        f"reference: Physics of LMs 3.3 at 1000 exposures, about {PAPER_BITS_PER_PARAM:g} bits/param (paper, not measured here)"
-    )
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() and not args.dry_run else "cpu"
-    atomic_write_text(
-        out / "gpu_capacity.json",
-        json.dumps(
-            {
-                "size": size,
-                "max_bits": max_bits(size["n_people"]),
-                "params": params,
-                "ratio": ratio,
-                "device": device,
-                "dry_run": args.dry_run,
-                "torch": torch.__version__,
-                "models": rows,
-            },
-            indent=2,
-        )
-        + "\n",
-    )
+    scheduler = Scheduler(args, out, all_cases)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout's SIGTERM: stop the children, report
+    try:
+        scheduler.run(lambda: write_report(args, out, all_cases, started))
+    finally:
+        scheduler.stop_all()
+        write_report(args, out, all_cases, started)
+    print(markdown(*summary(all_cases)), end="")
 
 
 if __name__ == "__main__":

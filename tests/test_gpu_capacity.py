@@ -1,34 +1,60 @@
-"""benchmarks/gpu_capacity.py --dry-run: the GPU capacity benchmark's whole path (data, plain and
-looped training, the estimate, the report) at tiny sizes on the CPU."""
+"""benchmarks/gpu_capacity.py: its cases are the capacity presets' grid (widths, N per data
+ceiling, per-arm learning rates), read from experiments/capacity.toml, with the loop arms and the
+larger N added; and its refusals. The whole path runs in tests/test_gpu_all.py (the dry run)."""
 
-import json
+import copy
 import sys
 from pathlib import Path
 
 import pytest
 
-from synthlab import SynthlabError
-from synthlab.capacity import max_bits
+from synthlab import SynthlabError, experiments
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_capacity  # noqa: E402
 
 
-def test_dry_run_reports_each_model_beside_the_labelled_reference(tmp_path, capsys):
-    gpu_capacity.main(["--dry-run", "--out", str(tmp_path / "out")])
-    printed = capsys.readouterr().out
-    report = json.loads((tmp_path / "out" / "gpu_capacity.json").read_text())
-    assert [m["loops"] for m in report["models"]] == [1, 4]
-    assert {m["params"] for m in report["models"]} == {report["params"]}  # looping adds no unique parameter
-    assert report["ratio"] == pytest.approx(max_bits(40) / report["params"])
-    for model in report["models"]:
-        assert model["bits_per_param"] == pytest.approx(model["bits"] / report["params"])
-        assert f"loops {model['loops']}: {model['bits']:,.0f} bits, {model['bits_per_param']:.3f} bits/param" in printed
-    # the paper's figure appears once, on its own line, marked as the paper's
-    assert [line for line in printed.splitlines() if "Physics of LMs" in line] == [
-        "reference: Physics of LMs 3.3 at 1000 exposures, about 2 bits/param (paper, not measured here)"
+def preset(name):
+    return [p for p in experiments.load("capacity").points(name) if p.factors["seed"] == 0]
+
+
+def test_the_cases_are_the_presets_points_at_each_arm_then_a_larger_n():
+    cases = gpu_capacity.cases(gpu_capacity.parse_args(["--out", "x"]))
+    calib64, calib1000 = preset("calib64"), preset("calib1000-64")
+    grid = [(p.config["model"]["n_layers"], p.config["data"]["n_people"]) for p in calib64]
+    # calib64's points at loops 1, then the same points at loops 4 (the same unique parameters)
+    for i, loops in enumerate((1, 4)):
+        block = cases[i * len(grid) : (i + 1) * len(grid)]
+        assert [(c["config"]["model"]["n_layers"], c["config"]["data"]["n_people"]) for c in block] == grid
+        assert {c["config"]["model"]["loops"] for c in block} == {loops}
+        for case, point in zip(block, calib64):  # everything else as the preset says, on the GPU
+            expected = copy.deepcopy(point.config)
+            expected["model"]["loops"] = loops
+            expected["train"].update(device="auto", compile=True)
+            assert case["config"] == expected
+    # then each model's larger N (2 x its largest), both arms
+    larger = cases[2 * len(grid) : 2 * len(grid) + 4]
+    assert [
+        (c["config"]["model"]["n_layers"], c["config"]["data"]["n_people"], c["config"]["model"]["loops"])
+        for c in larger
+    ] == [(1, 2 * 14646, 1), (2, 2 * 23701, 1), (1, 2 * 14646, 4), (2, 2 * 23701, 4)]
+    # then calib1000-64's own two arms, at its exposures and rates
+    assert [c["config"] for c in cases[2 * len(grid) + 4 :]] == [
+        {**p.config, "train": {**p.config["train"], "device": "auto", "compile": True}} for p in calib1000
     ]
+    assert cases[0]["label"] == "d64-L1 loops 1 100x N3447" and cases[-1]["label"] == "d64-L1 loops 4 1000x N7109"
+    assert len({c["label"] for c in cases}) == len(cases)
+
+
+def test_each_arm_takes_its_rate_from_the_presets_and_two_rates_are_refused():
+    points = preset("calib1000-64")
+    assert gpu_capacity.arm_rates(points) == {1: 3e-3, 4: 3e-3}
+    looped = copy.deepcopy(points[1])
+    looped.config["train"]["lr"] = 1e-3
+    assert gpu_capacity.arm_rates([points[0], looped]) == {1: 3e-3, 4: 1e-3}
+    with pytest.raises(SynthlabError, match="loops 4 two learning rates"):
+        gpu_capacity.arm_rates([*points, looped])
 
 
 def test_refuses_a_full_run_without_cuda_and_a_used_out_folder(tmp_path):
