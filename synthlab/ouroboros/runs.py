@@ -76,9 +76,15 @@ def load_trainable(model: OuroborosLM, path: Path) -> None:
         raise SynthlabError(
             f"damaged weights {path} ({type(err).__name__}); train {path.parent.name} again (delete {path.parent})"
         ) from None
-    expected = set(model.trainable_state())
-    if set(state) != expected:
-        raise SynthlabError(f"{path}: parameters {sorted(set(state) ^ expected)} do not match this variant")
+    expected = model.trainable_state()
+    if set(state) != set(expected):
+        raise SynthlabError(f"{path}: parameters {sorted(set(state) ^ set(expected))} do not match this variant")
+    shapes = [k for k, v in state.items() if v.shape != expected[k].shape]
+    if shapes:
+        raise SynthlabError(
+            f"{path}: {shapes[0]} has shape {tuple(state[shapes[0]].shape)}, this variant's is "
+            f"{tuple(expected[shapes[0]].shape)} (trained with another config?); train {path.parent.name} again"
+        )
     model.load_state_dict(state, strict=False)
 
 
@@ -280,6 +286,10 @@ def eval_run(
     import pandas as pd
 
     run_dir = Path(run_dir)
+    if batch_size < 1:
+        raise SynthlabError(f"--batch-size must be >= 1, got {batch_size}")
+    if max_sequences is not None and max_sequences < 1:
+        raise SynthlabError(f"--max-sequences must be >= 1 (or left out: all), got {max_sequences}")
     if not (run_dir / "run.json").is_file():
         raise SynthlabError(f"run directory '{run_dir}' has no run.json (train into it first)")
     run = json.loads((run_dir / "run.json").read_text())
