@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from synthlab.data import Dataset, load_dataset
+from synthlab.data import Dataset, check_vocab, load_dataset
 from synthlab.errors import SynthlabError
 from synthlab.eval_groups import group_scores, split_items
 from synthlab.files import atomic_write_text
@@ -110,10 +110,7 @@ def evaluate_run(
     check_eval_steps(steps, load_run(run_dir)[0].model.loops)
     model, run, derived = open_run(run_dir, dev)
     data = load_dataset(data_dir or trained_data(run_dir, run, derived), run.train.task)
-    if len(data.tokenizer) != run.model.vocab_size:
-        raise SynthlabError(
-            f"--data {data.path}: vocabulary of {len(data.tokenizer)} tokens, the model was trained on {run.model.vocab_size}"
-        )
+    check_vocab(data, run.model.vocab_size, derived.get("data_sha256"))
     prompts, answers, groups = split_items(data, headline_only=True)
     trained = run.model.loops
     scores = score_answers(model, prompts, answers, pad_id=data.pad_id, device=dev, steps=steps, batch_size=batch_size)
