@@ -142,6 +142,8 @@ class TrainConfig:
                 raise SynthlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_every < 0:
             raise SynthlabError(f"train.eval_every must be >= 0 (0: off), got {self.eval_every}")
+        if self.seed < 0:  # numpy's generators take no negative seed
+            raise SynthlabError(f"train.seed (--seed) must be >= 0, got {self.seed}")
         if self.checkpoints < 0:
             raise SynthlabError(
                 f"train.checkpoints must be >= 0 (0: every train.checkpoint_every steps), got {self.checkpoints}"
@@ -323,6 +325,7 @@ class OuroborosConfig:
         for name in ("rank", "controller_hidden", "max_steps"):
             if getattr(self, name) < 1:
                 raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        _finite("", alpha=self.alpha, gate_bias=self.gate_bias)
         if self.alpha <= 0:
             raise SynthlabError(f"alpha must be > 0, got {self.alpha}")
 
@@ -367,8 +370,13 @@ class OuroborosTrainConfig:
             raise SynthlabError(f"depths must be positive integers, got {self.depths}")
         if not 0 < self.heldout_fraction < 1:
             raise SynthlabError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
-        if bad := [n for n in ("lr", "min_lr", "weight_decay", "grad_clip") if not math.isfinite(getattr(self, n))]:
-            raise SynthlabError(f"{bad[0]} must be a finite number, got {getattr(self, bad[0])}")
+        _finite("", lr=self.lr, min_lr=self.min_lr, weight_decay=self.weight_decay, grad_clip=self.grad_clip)
+        _finite("", **{f"betas[{i}]": b for i, b in enumerate(self.betas)})
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise SynthlabError(f"betas must be two numbers in [0, 1), got {self.betas}")
+        for name in ("weight_decay", "grad_clip", "checkpoint_every", "seed", "warmup_steps"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
+                raise SynthlabError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.lr <= 0:
             raise SynthlabError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.min_lr <= self.lr:

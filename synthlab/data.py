@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -37,18 +37,53 @@ from synthlab.tokenizer import WordTokenizer
 from synthlab_generators import TASKS
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """All records of a JSON Lines file; a malformed line is a SynthlabError naming file and line."""
+def read_jsonl(path: Path, check: Callable[[dict[str, Any], str], None] | None = None) -> list[dict[str, Any]]:
+    """All records of a JSON Lines file; a malformed line (not JSON, not UTF-8 text, not an object,
+    or refused by `check(record, "file:line")`) is a SynthlabError naming file and line."""
     records = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise SynthlabError(f"{path}:{number}: not UTF-8 text (byte {err.start + 1}; a binary file?)") from None
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise SynthlabError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+            if not isinstance(record, dict):
+                raise SynthlabError(f"{path}:{number}: not a record (a JSON object), got {type(record).__name__}")
+            if check is not None:
+                check(record, f"{path}:{number}")
+            records.append(record)
     return records
+
+
+def check_record(record: dict[str, Any], where: str) -> None:
+    """A train / test record the lab can encode: `text`, or a `prompt` (or `question`) with an
+    `answer`; each of them a string. A SynthlabError naming `where` (file:line) otherwise."""
+    for field in ("text", "prompt", "question", "answer"):
+        if field in record and not isinstance(record[field], str):
+            raise SynthlabError(f"{where}: '{field}' must be a string, got {type(record[field]).__name__}")
+    if "text" not in record and ("answer" not in record or not {"prompt", "question"} & set(record)):
+        raise SynthlabError(f"{where}: a record needs 'text', or a 'prompt' (or 'question') and an 'answer'")
+
+
+def check_vocab(data: Dataset, vocab_size: int, recorded: dict[str, str] | None) -> None:
+    """`data`'s vocabulary is the one a model was trained on: its size, and every word's id where
+    the run recorded its training vocab.json's sha256 (`recorded`, a run's data_sha256)."""
+    where = data.path / "vocab.json"
+    if len(data.tokenizer) != vocab_size:
+        raise SynthlabError(
+            f"--data {data.path}: vocabulary of {len(data.tokenizer)} tokens, the model was trained on {vocab_size}"
+        )
+    if recorded and "vocab.json" in recorded and sha256_file(where) != recorded["vocab.json"]:
+        raise SynthlabError(
+            f"--data {data.path}: {where} is not the vocabulary the model was trained on (the same "
+            f"{vocab_size} tokens in number, not the same ids): use a dataset with the run's vocab.json"
+        )
 
 
 VERIFIED = ".verified.json"  # {file: [size, mtime_ns, sha256]} of the files last found to match meta.json
@@ -112,6 +147,13 @@ class Dataset:
             )
         if task is not None and task != self.task:
             raise SynthlabError(f"--task {task} does not match the data in {self.path}, which is a {self.task} dataset")
+        files = self.meta.get("files", {})
+        outside = [n for n in files if not isinstance(n, str) or Path(n).name != n or n in (".", "..")]
+        if not isinstance(files, dict) or outside:
+            raise SynthlabError(
+                f"{self.path / 'meta.json'}: lists {outside[0] if outside else files!r}, not a file of the "
+                f"dataset folder (edited?): regenerate it with `synthlab gen`"
+            )
         for name in ("train.jsonl", "test.jsonl", *TASKS[self.task].extra_files):
             if not (self.path / name).is_file():
                 raise SynthlabError(f"{self.path} is incomplete: {name} is missing")
@@ -126,7 +168,8 @@ class Dataset:
     def records(self, name: str) -> list[dict[str, Any]]:
         """Records of `train`, `test`, `people` or `facts` (cached)."""
         if name not in self._cache:
-            self._cache[name] = read_jsonl(self.path / f"{name}.jsonl")
+            check = check_record if name in ("train", "test") else None
+            self._cache[name] = read_jsonl(self.path / f"{name}.jsonl", check)
         return self._cache[name]
 
     def encode(self, text: str) -> list[int]:

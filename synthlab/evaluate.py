@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from synthlab.data import Dataset, load_dataset
+from synthlab.data import Dataset, check_vocab, load_dataset
 from synthlab.errors import SynthlabError
 from synthlab.eval_groups import group_scores, split_items, stratified
 from synthlab.files import atomic_write_text
@@ -125,10 +125,7 @@ def evaluate_run(
     check_eval_steps(steps, load_run(run_dir)[0].model.loops)
     model, run, derived = open_run(run_dir, dev)
     data = load_dataset(data_dir or trained_data(run_dir, run, derived), run.train.task)
-    if len(data.tokenizer) != run.model.vocab_size:
-        raise SynthlabError(
-            f"--data {data.path}: vocabulary of {len(data.tokenizer)} tokens, the model was trained on {run.model.vocab_size}"
-        )
+    check_vocab(data, run.model.vocab_size, derived.get("data_sha256"))
     prompts, answers, groups = split_items(data, headline_only=True)
     if max_prompts is not None:
         kept = stratified(groups, max_prompts, np.random.default_rng(seed))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from synthlab import devices
+from synthlab.errors import SynthlabError
 from synthlab.experiments import Experiment, Point
 from synthlab.files import atomic_write_text, die_with_parent, file_lock
 from synthlab.results import factor_column, missing_columns
@@ -185,7 +186,17 @@ def execute(
 
     # spawn: a fresh interpreter per worker (fork would copy torch's thread pools and locks); each ends with the driver
     ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent) as pool:
-        futures = [pool.submit(run_unit, unit) for unit in units]
-        for future in concurrent.futures.as_completed(futures):
-            on_done(future.result())
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        with concurrent.futures.ProcessPoolExecutor(
+            max_workers=jobs, mp_context=ctx, initializer=die_with_parent
+        ) as pool:
+            futures = [pool.submit(run_unit, unit) for unit in units]
+            for future in concurrent.futures.as_completed(futures):
+                on_done(future.result())
+    except BrokenProcessPool:  # a worker killed (kill -9, out of memory): the others cannot go on
+        raise SynthlabError(
+            "a sweep worker ended abruptly (killed, or out of memory?); the finished points are in "
+            "results.csv: rerun the same command to resume the rest"
+        ) from None

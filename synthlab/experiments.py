@@ -67,6 +67,7 @@ import copy
 import dataclasses
 import importlib.resources
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ ALWAYS_SECTIONS = ("data", "model", "train", "eval")
 PRESETS = ("smoke", "cpu", "gpu")  # the presets every shipped definition carries
 _TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base", "presets", "verdicts", "laws"}
 # seed keys of a preset -> (factor name, the section.field each value sets)
+MAX_POINTS = 100_000  # a sweep's points at most: a larger grid is refused before any point is built
 SEED_KEYS = {"seeds": ("seed", "train.seed"), "data_seeds": ("data_seed", "data.seed")}
 _PRESET_KEYS = set(SECTIONS) | {"grid", "like"} | set(SEED_KEYS)
 
@@ -168,8 +170,8 @@ def seed_axes(spec: dict[str, Any], base: dict[str, dict[str, Any]]) -> list[tup
 def seed_list(value: Any, key: str) -> list[int]:
     """`seeds = 3` -> [0, 1, 2]; a list of distinct integers >= 0 as given."""
     if isinstance(value, int) and not isinstance(value, bool):
-        if value < 1:
-            raise SynthlabError(f"{key} must be >= 1, got {value}")
+        if not 1 <= value <= MAX_POINTS:
+            raise SynthlabError(f"{key} must be in 1..{MAX_POINTS:,}, got {value}")
         return list(range(value))
     if (
         not isinstance(value, list)
@@ -188,6 +190,7 @@ def with_seeds(experiment: Experiment, preset: str, seeds: Any) -> Experiment:
         raise SynthlabError(f"unknown preset '{preset}' for {experiment.name} (have {', '.join(experiment.presets)})")
     spec = {**experiment.presets[preset], "seeds": seeds}
     _check_seeds(spec, f"{experiment.name}: presets.{preset} with --seeds")
+    _check_size(spec, f"{experiment.name}: presets.{preset} with --seeds")
     return dataclasses.replace(experiment, presets={**experiment.presets, preset: spec})
 
 
@@ -285,6 +288,7 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
         _check_sections(spec, _PRESET_KEYS, f"{where}: presets.{name}")
         _check_grid(spec.get("grid", {}), f"{where}: presets.{name}.grid")
         _check_seeds(spec, f"{where}: presets.{name}")
+        _check_size(spec, f"{where}: presets.{name}")
     from synthlab.rules import parse_law_rules, parse_rules
 
     verdicts = parse_rules(raw.get("verdicts", []), where)
@@ -358,6 +362,17 @@ def _check_seeds(spec: dict[str, Any], where: str) -> None:
             sets = {axis} if "." in axis else {k for v in values if isinstance(v, dict) for k in v}
             if target in sets or axis == factor:
                 raise SynthlabError(f"{where}: grid axis '{axis}' sets {target}, which `{key}` sets; drop one")
+
+
+def _check_size(spec: dict[str, Any], where: str) -> None:
+    """A preset's points (seeds x data seeds x every axis), counted before any is built."""
+    counts = [len(v) for v in spec.get("grid", {}).values()]
+    counts += [len(seed_list(spec[key], key)) for key in SEED_KEYS if key in spec]
+    if math.prod(counts) > MAX_POINTS:
+        raise SynthlabError(
+            f"{where}: {' x '.join(map(str, counts))} = {math.prod(counts):,} points, more than the "
+            f"{MAX_POINTS:,} a sweep may hold: shrink the grid or the seeds"
+        )
 
 
 def _check_grid(grid: dict[str, Any], where: str) -> None:

@@ -8,7 +8,9 @@ Also: file locks (`filelock`), folders built once under a content-hash name (`ca
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -49,8 +51,45 @@ def _lab(task_function: Callable) -> Callable:
     return function
 
 
-check_out, check_writable = _lab(writer.check_out), _lab(writer.check_writable)
+check_writable = _lab(writer.check_writable)
 make_temp_sibling, replace_dir = _lab(writer.make_temp_sibling), _lab(writer.replace_dir)
+
+
+# What marks a folder as another command's output: (file, keys its JSON holds, what it is).
+_OUTPUTS = (
+    ("config.json", {"model", "train"}, "a training run"),
+    ("run.json", {"base", "corpus", "ouroboros", "train", "variants"}, "an OUROBOROS training run"),
+    ("summary.json", {"trainable_params", "split"}, "an OUROBOROS build"),
+    ("sweep.json", set(), "a sweep"),
+    ("meta.json", set(), "a dataset"),
+)
+
+
+def lab_output(folder: Path) -> str | None:
+    """What lab command's output `folder` holds (`a training run`, `a sweep`, ...), None for none."""
+    for name, keys, what in _OUTPUTS:
+        try:
+            found = json.loads((Path(folder) / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(found, dict) and keys <= set(found):
+            return what
+    return None
+
+
+def check_out(
+    out: Path, overwrite: bool, *, own: Callable[[Path], bool] | None = None, source: Path | None = None
+) -> None:
+    """Fail early (before any work) if the folder `out` cannot be (re)placed: the generators' rule
+    (never the working directory or `source`; a non-empty folder only with `overwrite` or when
+    `own(out)` says it is this command's earlier output), and never another command's output
+    (`lab_output`), even with `overwrite`."""
+    out = Path(out)
+    if out.is_dir() and not (own is not None and own(out)):
+        other = lab_output(out)
+        if other is not None:
+            raise SynthlabError(f"--out {out} holds {other}, not this command's output: choose a new folder")
+    _lab(writer.check_out)(out, overwrite, own=own, source=source)
 
 
 def warn(message: str) -> None:
@@ -136,13 +175,31 @@ def folder_lock(folder: Path, what: str, hold: bool = True) -> Iterator[None]:
         raise SynthlabError(f"{folder} is in use by PID {holder} ({what}); wait for it or stop it") from None
     try:
         for stale in folder.glob(".*.tmp*"):
-            if stale.is_file():
+            if stale.is_file() and _stale_temporary(stale.name):
                 stale.unlink(missing_ok=True)
         atomic_write_text(pid_file, f"{os.getpid()}\n")
         yield
     finally:
         pid_file.unlink(missing_ok=True)
         lock.release()
+
+
+_TEMPORARY = re.compile(r"\.[^/]+\.(\d+)\.tmp(\.[^./]*)?")  # atomic_write's: .STEM.PID.tmp[.SUFFIX]
+
+
+def _stale_temporary(name: str) -> bool:
+    """Whether `name` is a temporary file of `atomic_write` whose writer is gone: the exact pattern
+    and a process id no process has now (a user's `.notes.tmp.txt` is never one)."""
+    match = _TEMPORARY.fullmatch(name)
+    if match is None:
+        return False
+    try:
+        os.kill(int(match.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):
+        return False
+    return False
 
 
 def die_with_parent() -> None:

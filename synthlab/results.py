@@ -67,6 +67,34 @@ def read_rows(path: str | Path, *, warn_damaged: bool = True) -> list[dict[str, 
     return rows
 
 
+def sweep_rows(path: str | Path, *, warn_damaged: bool = True) -> list[dict[str, str]]:
+    """`read_rows` of a sweep's own table: a results.csv without a point_id column (a file the sweep
+    did not write) is a SynthlabError, before any point runs; the file is left as it is."""
+    path = Path(path)
+    if path.is_file():
+        header = _parse_csv(path.read_text(encoding="utf-8").split("\n", 1)[0] + "\n")
+        if not header or "point_id" not in header[0]:
+            raise SynthlabError(
+                f"{path} is not a sweep's results table (no point_id column): choose a new --out, or move the file"
+            )
+    return read_rows(path, warn_damaged=warn_damaged)
+
+
+def _check_repeats(rows: list[dict[str, str]], path: Path) -> None:
+    """A row whose point (its point_id; every cell in a table without one) is in the table twice,
+    copied by hand, would count as one more seed: a SynthlabError naming both lines."""
+    first: dict[tuple, int] = {}
+    for line, row in enumerate(rows, 2):
+        key = (row["point_id"],) if "point_id" in row else tuple(row.values())
+        if key in first:
+            what = f"point {row['point_id']}" if "point_id" in row else "the same row"
+            raise SynthlabError(
+                f"{path}: {what} is on rows {first[key]} and {line} (a repeated row would count as another "
+                f"seed): delete one of them"
+            )
+        first[key] = line
+
+
 def check_numbers(table, path: Path):
     """`table` (read from `path`), checked: a column of numbers with a cell that is not one (edited
     by hand, damaged) is a SynthlabError naming the cell; a column mostly of labels is left alone."""
@@ -92,6 +120,7 @@ def read_results(sweep_dir: str | Path):
     rows = read_rows(path)
     if not rows:
         raise SynthlabError(f"{path} has no whole row (run `synthlab sweep` again to finish it)")
+    _check_repeats(rows, path)
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
@@ -142,7 +171,7 @@ def append_rows(path: Path, rows: list[dict[str, Any]], replace: Collection[str]
     concurrent writers and kill -9 are safe.
     """
     with file_lock(path.with_name(path.name + ".lock")):
-        old = read_rows(path, warn_damaged=False)
+        old = sweep_rows(path, warn_damaged=False)
         seen = {r["point_id"] for r in old} - set(replace)
         new = [r for r in rows if r["point_id"] not in seen]
         if not new:

@@ -37,7 +37,7 @@ from synthlab.executor import execute, make_units
 from synthlab.experiments import Experiment, Point
 from synthlab.files import check_writable, warn
 from synthlab.progress import Progress
-from synthlab.results import RESULTS, append_rows, missing_columns, read_rows
+from synthlab.results import RESULTS, append_rows, missing_columns, sweep_rows
 from synthlab.runners import PointRunner, hook, parse_points
 from synthlab.sweep_info import record_invocation, store
 
@@ -57,7 +57,7 @@ def finished_points(
     """(ids of the points with a whole row in the table, ids of those whose row misses a column the
     runner's optional `columns(point)` names: they run again, with a warning, and their new row
     replaces the old one)."""
-    rows = {r["point_id"]: r for r in read_rows(path)}
+    rows = {r["point_id"]: r for r in sweep_rows(path)}
     columns = hook(runner, "columns")
     listed = [p for p in points if p.point_id in rows]
     stale = set()

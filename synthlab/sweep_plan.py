@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from synthlab.experiments import Experiment
-from synthlab.results import RESULTS, cell_number, factor_column, read_rows
+from synthlab.results import RESULTS, cell_number, factor_column, sweep_rows
 from synthlab.runners import PointRunner, hook, parse_points
 from synthlab.sweep_info import store
 
@@ -32,7 +32,7 @@ def plan(
     """
     out = Path(out)
     runs_dir = store(out, "runs", runs_dir)
-    done = {r["point_id"]: r for r in read_rows(out / RESULTS)}
+    done = {r["point_id"]: r for r in sweep_rows(out / RESULTS)}
     estimate = hook(runner, "estimate_seconds")
     gpu_cost = hook(runner, "gpu_cost") if gpu else None
     points = experiment.points(preset)

@@ -10,7 +10,7 @@ import typer
 
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
-from synthlab.files import check_writable
+from synthlab.files import check_out
 
 app = typer.Typer(
     help="OUROBOROS on a local Qwen2/Qwen2.5 checkpoint: a controller rewrites one recurrent layer per step.",
@@ -42,10 +42,12 @@ def _build(**kwargs) -> None:
     from synthlab.ouroboros.system import OuroborosLM, describe_split, resolve_split, summary
     from synthlab.runs import resolve_device
 
-    out, base, base_config, device = (kwargs.pop(k) for k in ("out", "base", "base_config", "device"))
+    out, base, base_config, device, overwrite = (
+        kwargs.pop(k) for k in ("out", "base", "base_config", "device", "overwrite")
+    )
     if (base is None) == (base_config is None):
         raise SynthlabError("give exactly one of --base PATH or --base-config CONFIG.json")
-    check_writable(out)
+    check_out(out, overwrite, own=_is_build)
     config = serialize.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
     resolve_split(base_layers(base or base_config), config)
     if base is not None:
@@ -63,12 +65,25 @@ def _build(**kwargs) -> None:
     )
 
 
+def _is_build(folder: Path) -> bool:
+    """Whether `folder` holds an earlier `build`'s summary.json and nothing else."""
+    from synthlab.files import lab_output
+
+    return lab_output(folder) == "an OUROBOROS build" and {p.name for p in folder.iterdir()} == {"summary.json"}
+
+
+_OVERWRITE_HELP = (
+    "Write into --out although it holds files this command did not write (never another command's output)."
+)
+
+
 def _build_command():
     """`synthlab ouroboros build`: every OuroborosConfig field is a flag (help from the field)."""
     from synthlab.configs import OuroborosConfig
 
     params = [
-        flags.option("out", Path, ..., "--out", "Folder to write summary.json into."),
+        flags.option("out", Path, ..., "--out", "Folder to write summary.json into (an earlier build's is replaced)."),
+        flags.option("overwrite", bool, False, "--overwrite", _OVERWRITE_HELP),
         flags.option("base", Optional[Path], None, "--base", "Local Qwen2 checkpoint folder (config.json + weights)."),
         flags.option(
             "base_config",
@@ -98,8 +113,9 @@ def _train(**kwargs) -> None:
     from synthlab.ouroboros.runs import train_run
     from synthlab.ouroboros.system import resolve_split
 
-    base, corpus, out, variants, config = (kwargs.pop(k) for k in ("base", "corpus", "out", "variants", "config"))
-    check_writable(out)
+    base, corpus, out, variants, config, overwrite = (
+        kwargs.pop(k) for k in ("base", "corpus", "out", "variants", "config", "overwrite")
+    )
     train_config = serialize.load(OuroborosTrainConfig, config) if config else OuroborosTrainConfig()
     train_config = serialize.merge(train_config, flags.given(kwargs, OuroborosTrainConfig))
     ouroboros = serialize.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
@@ -117,6 +133,7 @@ def _train(**kwargs) -> None:
         attn=kwargs["attn"],
         text_field=kwargs["text_field"],
         fsdp=kwargs["fsdp"],
+        overwrite=overwrite,
     )
     if not reporting():
         return
@@ -135,7 +152,10 @@ def _train_command():
     params = [
         flags.option("base", Path, ..., "--base", "Local Qwen2 checkpoint folder (with its tokenizer)."),
         flags.option("corpus", Path, ..., "--corpus", "Training text: .txt, .jsonl (field --text-field) or .parquet."),
-        flags.option("out", Path, ..., "--out", "Run folder: run.json, <variant>/trainable.safetensors, logs."),
+        flags.option(
+            "out", Path, ..., "--out", "Run folder: run.json, <variant>/trainable.safetensors, logs (a rerun resumes)."
+        ),
+        flags.option("overwrite", bool, False, "--overwrite", _OVERWRITE_HELP),
         flags.option(
             "variants", str, "controller,static,nogate", "--variants", "Looped variants to train, comma-separated."
         ),

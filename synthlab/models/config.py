@@ -25,6 +25,9 @@ from synthlab.errors import SynthlabError
 from synthlab.serialize import option, to_dict
 
 MLP_KINDS = ("gelu", "swiglu")
+# Explicit maxima, far above any run here, that stop an absurd config before memory does.
+MAX_DEPTH = 1024  # layers, loops, step-table rows
+MAX_PARAMS = 10**12
 # Decode-time KV-cache strategies of `generate` (one cache per (step, layer) at prefill).
 KV_STRATEGIES = ("full", "first", "last", "mean")
 NORM_PLACEMENTS = ("pre", "sandwich")
@@ -160,6 +163,13 @@ class ModelConfig:
                 name,
                 f"must be a positive integer, got {value!r}",
             )
+        for name in ("n_layers", "loops", "max_steps"):  # before any table or layer is built
+            value = getattr(self, name)
+            need(value is None or value <= MAX_DEPTH, name, f"must be <= {MAX_DEPTH:,}, got {value}")
+        weights = 12 * self.d_model**2 * self.n_layers + 2 * self.vocab_size * self.d_model  # about, in parameters
+        need(
+            weights <= MAX_PARAMS, "d_model", f"and n_layers give about {weights:.2g} parameters, over {MAX_PARAMS:.0e}"
+        )
         for field, options in (
             ("mlp", MLP_KINDS),
             ("norm", NORM_PLACEMENTS),

@@ -13,6 +13,22 @@ from synthlab.errors import SynthlabError
 PAD = -1  # padding of per-document rows: read as token 0 by the system, never a target of the loss
 
 
+def _read_text(path: Path) -> str:
+    """`path` as UTF-8 text; bytes that are not (a binary file, another encoding) are a
+    SynthlabError naming the line."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        bad = err.start
+    else:
+        bad = data.find(b"\0")
+        if bad < 0:
+            return text
+    line = data[:bad].count(b"\n") + 1
+    raise SynthlabError(f"corpus: {path} line {line} is not UTF-8 text (byte {bad + 1}; a binary file?)")
+
+
 def read_texts(path: str | Path, text_field: str = "text") -> list[str]:
     """Documents of a corpus file: .txt (blank-line separated), .jsonl (one object a line, field
     `text_field`) or .parquet (column `text_field`)."""
@@ -21,10 +37,10 @@ def read_texts(path: str | Path, text_field: str = "text") -> list[str]:
         raise SynthlabError(f"corpus: file not found: {path}")
     suffix = path.suffix.lower()
     if suffix in (".txt", ".text", ".md"):
-        docs = [block.strip() for block in path.read_text(encoding="utf-8").split("\n\n")]
+        docs = [block.strip() for block in _read_text(path).split("\n\n")]
     elif suffix in (".jsonl", ".json"):
         docs = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for number, line in enumerate(_read_text(path).splitlines(), start=1):
             if not line.strip():
                 continue
             try:
@@ -33,7 +49,9 @@ def read_texts(path: str | Path, text_field: str = "text") -> list[str]:
                 raise SynthlabError(f"corpus: {path} line {number} is not JSON: {err}") from None
             if not isinstance(record, dict) or text_field not in record:
                 raise SynthlabError(f"corpus: {path} line {number} has no '{text_field}' field")
-            docs.append(str(record[text_field]))
+            if not isinstance(record[text_field], str):
+                raise SynthlabError(f"corpus: {path} line {number}: '{text_field}' is not a string")
+            docs.append(record[text_field])
     elif suffix == ".parquet":
         import pandas as pd
 

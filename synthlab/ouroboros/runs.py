@@ -20,7 +20,7 @@ import torch
 
 from synthlab import distributed, serialize
 from synthlab.errors import SynthlabError
-from synthlab.files import atomic_write, warn
+from synthlab.files import atomic_write, check_out, lab_output, warn
 from synthlab.ouroboros.checkpoint import empty_base, load_base, load_tokenizer, resolve_dtype
 from synthlab.ouroboros.data import documents, pack, read_texts, split_heldout
 from synthlab.ouroboros.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
@@ -37,6 +37,11 @@ def corpus_rows(docs: list[str], tokenizer, config: OuroborosTrainConfig, max_se
     """The corpus as (N, seq_len) rows: one document per row with config.per_document, else packed."""
     layout = documents if config.per_document else pack
     return layout(docs, tokenizer, config.seq_len, max_sequences)
+
+
+def is_run(folder: Path) -> bool:
+    """Whether `folder` holds an OUROBOROS training run (its run.json): `train` resumes it."""
+    return lab_output(folder) == "an OUROBOROS training run" and (Path(folder) / "run.json").is_file()
 
 
 def build_variant(base, config: OuroborosConfig, variant: str, seed: int) -> OuroborosLM:
@@ -71,9 +76,15 @@ def load_trainable(model: OuroborosLM, path: Path) -> None:
         raise SynthlabError(
             f"damaged weights {path} ({type(err).__name__}); train {path.parent.name} again (delete {path.parent})"
         ) from None
-    expected = set(model.trainable_state())
-    if set(state) != expected:
-        raise SynthlabError(f"{path}: parameters {sorted(set(state) ^ expected)} do not match this variant")
+    expected = model.trainable_state()
+    if set(state) != set(expected):
+        raise SynthlabError(f"{path}: parameters {sorted(set(state) ^ set(expected))} do not match this variant")
+    shapes = [k for k, v in state.items() if v.shape != expected[k].shape]
+    if shapes:
+        raise SynthlabError(
+            f"{path}: {shapes[0]} has shape {tuple(state[shapes[0]].shape)}, this variant's is "
+            f"{tuple(expected[shapes[0]].shape)} (trained with another config?); train {path.parent.name} again"
+        )
     model.load_state_dict(state, strict=False)
 
 
@@ -149,6 +160,7 @@ def train_run(
     text_field: str = "text",
     progress: bool = True,
     fsdp: bool = False,
+    overwrite: bool = False,
 ) -> dict:
     """Train each looped variant in `variants` on `corpus` into `out` (a rerun resumes, skipping the
     finished ones); returns run.json's content and each variant's trainable parameter count.
@@ -156,7 +168,10 @@ def train_run(
     see synthlab.ouroboros.train.train. With `fsdp` (under torchrun) the frozen base is sharded by
     PyTorch's FSDP, 1/K of it on each process (`base_held` in the result: its parameters and the
     most one process holds), for a base that does not fit one device; the trainable parameters
-    stay whole on every process, so checkpoints and the training itself are the same."""
+    stay whole on every process, so checkpoints and the training itself are the same.
+    `out` is an earlier run of this command (resumed), a new or empty folder, or, with `overwrite`,
+    another folder (its run.json replaced); never the working directory or another command's output."""
+    check_out(Path(out), overwrite, own=is_run)
     bad = [v for v in variants if v not in LOOPED_VARIANTS]
     if bad or not variants:
         raise SynthlabError(f"variants must be among {', '.join(LOOPED_VARIANTS)}, got {variants}")
@@ -271,6 +286,10 @@ def eval_run(
     import pandas as pd
 
     run_dir = Path(run_dir)
+    if batch_size < 1:
+        raise SynthlabError(f"--batch-size must be >= 1, got {batch_size}")
+    if max_sequences is not None and max_sequences < 1:
+        raise SynthlabError(f"--max-sequences must be >= 1 (or left out: all), got {max_sequences}")
     if not (run_dir / "run.json").is_file():
         raise SynthlabError(f"run directory '{run_dir}' has no run.json (train into it first)")
     run = json.loads((run_dir / "run.json").read_text())

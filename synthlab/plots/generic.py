@@ -44,6 +44,8 @@ def plot_grid(table: pd.DataFrame, out: Path, name: str, factors: list[str], met
             f"the figure of {name} needs column '{metric}' in results.csv "
             f"(have {', '.join(c for c in table.columns if table[c].dtype.kind in 'if')})"
         )
+    if table[metric].isna().all():
+        raise SynthlabError(f"the figure of {name}: column '{metric}' of results.csv is empty in every row")
     varying = [f for f in factors if f in table and table[f].nunique(dropna=False) > 1]
     data = table.copy()
     x = varying[0] if varying else "runs"

@@ -50,8 +50,8 @@ class FitOptions:
     reach_rtol: float = 1e-4  # a start "reached" the optimum if its objective is this close
 
     def __post_init__(self) -> None:
-        if self.delta <= 0:
-            raise SynthlabError(f"delta must be > 0, got {self.delta}")
+        if not self.delta > 0 or not np.isfinite(self.delta):  # NaN compares false both ways
+            raise SynthlabError(f"delta (--delta, the Huber delta) must be a finite number > 0, got {self.delta}")
         if self.reduction not in ("sum", "mean"):
             raise SynthlabError(f"reduction must be 'sum' or 'mean', got '{self.reduction}'")
         tolerances = (self.ftol, self.gtol, self.tight_ftol, self.tight_gtol, self.reach_rtol)

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from synthlab.errors import SynthlabError
+from synthlab.files import warn
 from synthlab.scaling import uncertainty
 from synthlab.scaling.laws import Data, Law, get_law
 from synthlab.scaling.optimize import FitOptions, FitResult, fit
@@ -231,6 +232,17 @@ def read_fit_json(text: str) -> dict:
     return restore(json.loads(text))
 
 
+def _warn_constant(data: Data, title: str) -> None:
+    """One warning line where a variable of the law takes one value in every row: the law's term in
+    it is a constant the fit cannot tell from E, so its constants (and R^2) mean nothing."""
+    constant = [f"{data.labels.get(v, v)} = {x[0]:g}" for v, x in data.variables.items() if len(np.unique(x)) == 1]
+    if constant:
+        warn(
+            f"{title}: {', '.join(constant)} in every row: the law's term in it is not identified "
+            f"(vary it to fit the law; do not read these constants)"
+        )
+
+
 def fit_table(
     table: pd.DataFrame | str | Path,
     law: Law | str,
@@ -256,8 +268,8 @@ def fit_table(
     the same fit and bootstrap.
     """
     the_law = get_law(law) if isinstance(law, str) else law
-    if compute is not None and compute <= 0:
-        raise SynthlabError(f"--compute must be > 0, got {compute:g}")
+    if compute is not None and (not math.isfinite(compute) or compute <= 0):
+        raise SynthlabError(f"--compute must be a finite number > 0, got {compute:g}")
     options = FitOptions(delta=delta)
     if not isinstance(table, pd.DataFrame):
         name = name or Path(table).name
@@ -294,6 +306,7 @@ def fit_table(
     fits = []
     for title, part, tm_value in groups:
         result = fit(the_law, part, options)
+        _warn_constant(part, title)  # after the fit's own checks: a refused table is one error line
         boot = (
             uncertainty.bootstrap(
                 the_law,
