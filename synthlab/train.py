@@ -82,6 +82,7 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
         weight_decay=cfg.weight_decay,
         betas=(cfg.beta1, cfg.beta2),
         eps=cfg.eps,
+        impl=cfg.optimizer_impl,
     )
 
 

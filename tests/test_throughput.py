@@ -134,3 +134,27 @@ def test_bench_shapes_dry_run_compares_the_lab_with_the_reference(tmp_path, caps
     assert (
         set(results["multihop-1x2"]) == {"reference", "lab", "lab fused"} and results["multihop-1x2"]["reference"] == 1
     )
+
+
+@pytest.mark.parametrize(
+    "load,processes,threads", [(0.0, 1, 4), (0.0, 2, 2), (1.0, 2, 1), (1.4, 1, 2), (2.4, 1, 1), (3.6, 1, 1), (50.0, 1, 1)]
+)
+def test_default_threads_follow_the_idle_cores(monkeypatch, capsys, load, processes, threads):
+    import os
+
+    from synthlab.cli.train import _set_threads
+    from synthlab.devices import default_threads
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    assert default_threads(processes)[0] == threads
+    if processes == 1:
+        before = torch.get_num_threads()
+        try:
+            _set_threads(None)
+            assert torch.get_num_threads() == threads
+        finally:
+            torch.set_num_threads(before)
+        err = capsys.readouterr().err
+        assert err.count(f"torch thread{'s' * (threads > 1)} per process: load average {load:.1f} on 4 cores") == 1
+        assert "warning" not in err
