@@ -72,6 +72,11 @@ class TrainConfig:
         "torch AdamW's kernel: default (a loop per tensor on the CPU), foreach or fused (benchmarks/README.md "
         "has the measured factors; the same update up to rounding).",
     )
+    cpu_bf16: bool = option(
+        False,
+        "On the CPU, bf16 autocast in training (pays at d >= 128 on a CPU with bf16 units, costs at small d: "
+        "benchmarks/bench_shapes.py --bf16); off: float32, the committed presets' numerics.",
+    )
     loss: str = option(
         "last",
         "Objective: last (last step), mean (of steps), ouro (stage I, needs the exit gate) "

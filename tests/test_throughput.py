@@ -137,7 +137,8 @@ def test_bench_shapes_dry_run_compares_the_lab_with_the_reference(tmp_path, caps
 
 
 @pytest.mark.parametrize(
-    "load,processes,threads", [(0.0, 1, 4), (0.0, 2, 2), (1.0, 2, 1), (1.4, 1, 2), (2.4, 1, 1), (3.6, 1, 1), (50.0, 1, 1)]
+    "load,processes,threads",
+    [(0.0, 1, 4), (0.0, 2, 2), (1.0, 2, 1), (1.4, 1, 2), (2.4, 1, 1), (3.6, 1, 1), (50.0, 1, 1)],
 )
 def test_default_threads_follow_the_idle_cores(monkeypatch, capsys, load, processes, threads):
     import os
@@ -158,3 +159,16 @@ def test_default_threads_follow_the_idle_cores(monkeypatch, capsys, load, proces
         err = capsys.readouterr().err
         assert err.count(f"torch thread{'s' * (threads > 1)} per process: load average {load:.1f} on 4 cores") == 1
         assert "warning" not in err
+
+
+def test_cpu_bf16_autocast_is_opt_in():
+    from synthlab.runs import autocast
+
+    cpu = torch.device("cpu")
+    assert not TrainConfig(steps=1).cpu_bf16
+    with autocast(cpu):
+        assert not torch.is_autocast_enabled("cpu")
+    with autocast(cpu, cpu_bf16=True):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        out = build_model(CFG)(torch.zeros(2, 24, dtype=torch.long), doc_ids=doc_ids(2))
+    assert out.logits.dtype == torch.bfloat16
