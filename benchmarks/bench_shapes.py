@@ -15,6 +15,14 @@ lab / reference is printed with its min and max.
 Optional contenders: `--impl foreach fused` (train.optimizer_impl), `--bf16` (train.cpu_bf16: bf16
 autocast on the CPU), `--compile` (train.compile; the first compile is timed and excluded).
 
+Measured (`--impl foreach fused --bf16`, one thread, load average 8-10 on 2 cores, 9 rounds; ratios
+to the reference, the lab's default first): calib1000-small 1.11 / foreach 1.11 / fused 1.18 / bf16
+0.37; calib64-L1 1.07 / 1.03 / 0.97 / 0.18; calib64-L2 1.05 / 1.05 / 1.07 / 0.17; mano-3x1 1.05 /
+1.04 / 1.03 / 0.10; mano-1x3 0.96 / 0.93 / 1.01 / 0.10; reach-4x1 0.99 / 0.96 / 1.09 / 0.10;
+multihop-1x2 0.97 / 1.00 / 0.97 / 0.09. Per-round spreads were about +-20%, so the optimizer kernels
+are within noise of the default here; bf16 autocast is 3-11x slower on this CPU, which has no bf16
+units (no avx512_bf16 / amx in /proc/cpuinfo).
+
     .venv/bin/python benchmarks/bench_shapes.py [--shapes calib64-L1 ...] [--rounds 9]
         [--chunk 0.2] [--impl fused] [--bf16] [--compile] [--threads 1] [--dry-run]
 """

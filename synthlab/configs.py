@@ -74,8 +74,8 @@ class TrainConfig:
     )
     cpu_bf16: bool = option(
         False,
-        "On the CPU, bf16 autocast in training (pays at d >= 128 on a CPU with bf16 units, costs at small d: "
-        "benchmarks/bench_shapes.py --bf16); off: float32, the committed presets' numerics.",
+        "On the CPU, bf16 autocast in training (for CPUs with bf16 units; without them 3-6x slower at d 16-64: "
+        "benchmarks/bench_shapes.py --bf16 measures it); off: float32, the committed presets' numerics.",
     )
     loss: str = option(
         "last",
