@@ -90,7 +90,8 @@ class WordTokenizer:
     def encode(self, text: str) -> list[int]:
         """Ids of the whitespace-separated tokens of `text`. A dict lookup per word: the ids of
         the `tokenizers` backend (tests/test_tokenizer.py checks both on every task's data), which
-        costs 3-5x more a word through its Python binding, and training encodes every document."""
+        costs 5-8x more through its Python binding (every task's training texts, one thread), and
+        training encodes every document."""
         try:
             return [self._ids[tok] for tok in text.split()]
         except KeyError as err:
