@@ -23,7 +23,7 @@ from typing import Any
 from synthlab import serialize
 from synthlab.errors import SynthlabError
 from synthlab.models import KV_STRATEGIES, ModelConfig
-from synthlab.optim import SCHEDULES
+from synthlab.optim import OPTIMIZER_IMPLS, SCHEDULES
 from synthlab.serialize import option
 from synthlab_generators import TASKS
 
@@ -67,6 +67,16 @@ class TrainConfig:
     beta2: float = option(0.98, "AdamW beta2.")
     eps: float = option(1e-8, "AdamW epsilon.")
     grad_clip: float = option(1.0, "Gradient norm clip (0: off).")
+    optimizer_impl: str = option(
+        "default",
+        "torch AdamW's kernel: default (a loop per tensor on the CPU), foreach or fused (benchmarks/README.md "
+        "has the measured factors; the same update up to rounding).",
+    )
+    cpu_bf16: bool = option(
+        False,
+        "On the CPU, bf16 autocast in training (for CPUs with bf16 units; without them 3-6x slower at d 16-64: "
+        "benchmarks/bench_shapes.py --bf16 measures it); off: float32, the committed presets' numerics.",
+    )
     loss: str = option(
         "last",
         "Objective: last (last step), mean (of steps), ouro (stage I, needs the exit gate) "
@@ -162,6 +172,10 @@ class TrainConfig:
             raise SynthlabError("train.beta1 and train.beta2 must be in [0, 1), train.eps > 0")
         if self.weight_decay < 0 or self.grad_clip < 0 or self.entropy_beta < 0:
             raise SynthlabError("train.weight_decay, train.grad_clip and train.entropy_beta must be >= 0")
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise SynthlabError(
+                f"train.optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}, not {self.optimizer_impl!r}"
+            )
         if self.loss not in LOSSES:
             raise SynthlabError(f"train.loss must be one of {', '.join(LOSSES)}, not {self.loss!r}")
         if self.device not in ("auto", "cpu", "cuda"):

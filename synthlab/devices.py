@@ -98,6 +98,23 @@ def default_jobs(n_gpus: int) -> int:
     return max(1, n_gpus)
 
 
+def idle_cores() -> tuple[int, float]:
+    """(this process's usable cores, the 1-minute load average) of this machine."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores, os.getloadavg()[0]
+
+
+def default_threads(processes: int = 1) -> tuple[int, str]:
+    """Torch threads per process when none are asked, for `processes` processes starting now on
+    this machine: its idle cores (usable cores less the load average, rounded down) shared among them,
+    at least one, so a busy machine gets one thread a process (threads waiting for busy cores made
+    a small model 26x slower than one thread). Also the line that says why."""
+    cores, load = idle_cores()
+    threads = max(1, int(cores - load) // max(1, processes))
+    why = f"{threads} torch thread{'s' * (threads > 1)} per process: load average {load:.1f} on {cores} cores"
+    return threads, why + (f", shared by {processes} processes" if processes > 1 else "")
+
+
 def ray_gpus(demand: Demand, cluster_gpus: float, gpu_gib: float) -> float:
     """What a point asks Ray for: 0 on a cluster without GPUs (Ray then hides them: the point trains
     on the CPU), K whole GPUs for a torchrun point of K processes, else the share of one GPU its

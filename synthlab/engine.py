@@ -57,9 +57,15 @@ class TrainState:
     tokens_seen: int = 0
     trainable_only: bool = False
     global_rng: bool = False
+    _trainables: list[nn.Parameter] | None = field(default=None, init=False, repr=False)
 
     def trainables(self) -> list[nn.Parameter]:
-        return [p for p in self.model.parameters() if p.requires_grad]
+        """The parameters that train, in the model's order (the order clipping sums their norms
+        in); listed once, at the first step, since walking the model every step costs time at
+        small shapes. Which parameters train is set before training starts."""
+        if self._trainables is None:
+            self._trainables = [p for p in self.model.parameters() if p.requires_grad]
+        return self._trainables
 
     def weights_finite(self) -> bool:
         return bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all())

@@ -9,7 +9,7 @@ import torch
 from synthlab.configs import TrainConfig
 from synthlab.data import Rows
 from synthlab.models.layers import Block
-from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, token_losses
+from synthlab.models.losses import ouro_stage1_loss, ouro_stage2_loss, summed_loss, token_losses
 
 
 def to_device(rows: Rows, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -52,14 +52,19 @@ def step_losses(
     """(objective to minimise, masked mean loss per recurrent step (T,)) for one batch.
 
     `forward` comes from `model_forward`. With the `last` objective the other steps' read-outs
-    only serve the log, so they are computed on logging steps only (`all_steps`); per_step then
-    has one entry otherwise.
+    only serve the log, so they are computed on logging steps only (`all_steps`); off them per_step
+    has one entry, the objective, computed without the per-position losses (`summed_loss`: the
+    same gradients, the value within rounding of the logged form's).
     """
     all_steps = all_steps or cfg.loss != "last"
     step_logits, exit_probs, exit_lambdas = forward(inputs, doc_ids, generator, all_steps)
     # positions outside the mask (prompt tokens of Mano/QA, padding) get target -100: loss 0
-    losses = token_losses(step_logits, targets.masked_fill(~mask, -100))  # (T, B, S) fp32
-    per_step = losses.sum((1, 2)) / mask.sum().clamp_min(1)  # (T,) masked means
+    labels, count = targets.masked_fill(~mask, -100), mask.sum().clamp_min(1)
+    if not all_steps:  # `last` off the logging steps: only the sum, the same gradient
+        objective = summed_loss(step_logits[-1], labels) / count
+        return objective, objective[None]
+    losses = token_losses(step_logits, labels)  # (T, B, S) fp32
+    per_step = losses.sum((1, 2)) / count  # (T,) masked means
     if cfg.loss == "last":
         return per_step[-1], per_step
     if cfg.loss == "mean":

@@ -1,7 +1,8 @@
 """Optimizer and learning-rate schedules, shared by `synthlab train` and the OUROBOROS trainer.
 
 - `adamw(params, decay, ...)`: AdamW with weight decay on the parameters `decay` names and none on
-  the rest (nanoGPT's rule: matrices decay; biases, norm gains and small vectors do not).
+  the rest (nanoGPT's rule: matrices decay; biases, norm gains and small vectors do not), with
+  torch's default, foreach or fused kernel (`OPTIMIZER_IMPLS`).
 - `lr_factor(step, ...)`: the multiplier of the peak learning rate at an optimizer step, for the
   schedules `cosine` (linear warmup, cosine to `min_ratio`), `constant` (linear warmup, then flat)
   and `wsd` (warmup-stable-decay: linear warmup, flat, then a linear cooldown to `min_ratio` over
@@ -15,6 +16,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 SCHEDULES = ("cosine", "constant", "wsd")
+# torch AdamW's kernels: default leaves torch's choice (a per-tensor loop on the CPU); foreach
+# batches the tensors; fused is one kernel per group (CPU and CUDA). All three apply the same
+# update up to floating-point rounding.
+OPTIMIZER_IMPLS = ("default", "foreach", "fused")
 
 
 def adamw(
@@ -25,8 +30,10 @@ def adamw(
     weight_decay: float,
     betas: tuple[float, float],
     eps: float = 1e-8,
+    impl: str = "default",
 ):
-    """torch AdamW over the trainable `params`, weight decay only on those for which `decay(p)` holds."""
+    """torch AdamW over the trainable `params`, weight decay only on those for which `decay(p)`
+    holds, with the kernel `impl` (OPTIMIZER_IMPLS)."""
     import torch  # here, not at the top: the schedule names are read by torch-free config code
 
     params = [p for p in params if p.requires_grad]
@@ -34,7 +41,8 @@ def adamw(
         {"params": [p for p in params if decay(p)], "weight_decay": weight_decay},
         {"params": [p for p in params if not decay(p)], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas), eps=eps)
+    kernel = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}[impl]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas), eps=eps, **kernel)
 
 
 def lr_factor(

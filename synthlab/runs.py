@@ -58,10 +58,10 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def autocast(device: torch.device):
-    """bf16 autocast on CUDA; fp32 (no autocast) on CPU."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+def autocast(device: torch.device, cpu_bf16: bool = False):
+    """bf16 autocast on CUDA; on the CPU fp32 (no autocast) unless `cpu_bf16` (train.cpu_bf16)."""
+    if device.type == "cuda" or cpu_bf16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 

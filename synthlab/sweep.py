@@ -27,7 +27,7 @@ does the work. Executors (`synthlab.executor`): in process (`jobs=1`), a spawn p
 
 from __future__ import annotations
 
-import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,8 @@ def run_sweep(
     config: e.g. depth's 1 x 4 model is faithfulness's).
     jobs: local workers at once; default one per GPU (synthlab.devices), else 1. `gpus`: each GPU's
     GiB (default: those this process sees); more jobs than GPUs share them where memory allows.
-    threads: torch threads (and Ray CPUs) per run; default: cores / jobs locally, 1 on Ray.
+    threads: torch threads (and Ray CPUs) per run; default: the idle cores / jobs locally
+    (`devices.default_threads`), 1 on Ray.
     nproc_per_node: >= 1: each point's training runs as a torchrun job of that many processes
     (data-parallel; one GPU each on CUDA), started by the worker that runs the point (the runner's
     run_point gets nproc=K); 0: training runs in the worker.
@@ -141,8 +142,9 @@ def run_sweep(
     out.mkdir(parents=True, exist_ok=True)
     record_invocation(out, experiment, preset, cache_dir, runs_dir)
     results = out / RESULTS
-    if threads is None:  # share this machine's cores among local workers; one core per Ray task
-        threads = 1 if executor == "ray" else (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0)
+    if threads is None:  # share this machine's idle cores among local workers; one core per Ray task
+        threads, why = (1, "1 torch thread per Ray task") if executor == "ray" else devices.default_threads(jobs)
+        print(why, file=sys.stderr, flush=True)
     units = make_units(
         experiment,
         preset,

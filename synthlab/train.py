@@ -87,6 +87,7 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
         weight_decay=cfg.weight_decay,
         betas=(cfg.beta1, cfg.beta2),
         eps=cfg.eps,
+        impl=cfg.optimizer_impl,
     )
 
 
@@ -391,7 +392,7 @@ def _loop(
                 generator.set_state(draws)  # the model's draws (sampled depth) are the step's, in every micro-batch
                 part = distributed.share(mine, i, cfg.grad_accum)
                 inputs, targets, mask, doc_ids = to_device(part, device)
-                with autocast(device):
+                with autocast(device, cfg.cpu_bf16):
                     objective, per_step = step_losses(forward, inputs, targets, mask, doc_ids, cfg, generator, log_now)
                 weight = int(part.loss_mask.sum()) / targets_total
                 # DDP averages over the processes: the factor K undoes its 1/K

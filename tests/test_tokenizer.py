@@ -1,6 +1,7 @@
-"""The word tokenizer (on `tokenizers`) gives exactly the ids of the hand-written dictionary lookup
-it replaced, on every task's generated data and whole vocabulary: runs and results made with the
-old one stay valid."""
+"""The word tokenizer's encode and its `tokenizers` backend (the exported tokenizer) give exactly
+the ids of the lab's original dictionary lookup, on every task's generated data and whole
+vocabulary: runs and results made with the old one stay valid, and an exported model reads the
+ids it was trained on."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_ids_equal_the_old_tokenizers_on_every_tasks_data(task, task_datasets):
     ds, checked = Dataset(folder), 0
     for text in _texts(folder):
         ids = new.encode(text)
-        assert ids == old.encode(text), text
+        assert ids == old.encode(text) == new.backend.encode(text, add_special_tokens=False).ids, text
         assert new.decode(ids) == old.decode(ids) == " ".join(text.split())
         assert ds.encode_text(text) == [new.bos_id] * (ids[:1] != [new.bos_id]) + ids + [new.eos_id] * (
             ids[-1:] != [new.eos_id]
@@ -66,6 +67,8 @@ def test_unknown_words_and_ids_fail_with_one_line():
     assert tok.encode(" a\tb  a\n") == [3, 4, 3]
     with pytest.raises(SynthlabError, match="unknown token 'c'"):
         tok.encode("a c b")
+    with pytest.raises(Exception):  # the backend (the exported tokenizer) refuses it too
+        tok.backend.encode("a c b")
     with pytest.raises(SynthlabError, match="token id 5 is outside"):
         tok.decode([1, 5])
     with pytest.raises(SynthlabError, match="one non-empty word"):

@@ -35,7 +35,7 @@ def sweep(
         help="Ray cluster address (HOST:6379, or 'auto' on its head node); --executor ray needs one.",
     ),
     threads: Optional[int] = typer.Option(
-        None, "--threads", help="Torch threads (Ray: CPUs) per run (default: cores/jobs locally, 1 on Ray)."
+        None, "--threads", help="Torch threads (Ray: CPUs) per run (default: idle cores/jobs locally, 1 on Ray)."
     ),
     launcher: str = typer.Option(
         "process",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -13,6 +14,7 @@ import tomllib
 import typer
 
 from synthlab.cli import flags
+from synthlab.devices import default_threads, idle_cores
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
 
@@ -187,7 +189,8 @@ def _train_command():
             Optional[int],
             None,
             "--threads",
-            "torch CPU threads (default: torch's choice; a warning says when they exceed the idle cores).",
+            "torch CPU threads (default: the machine's idle cores, one when they are busy; a warning says when "
+            "more than the idle cores are asked).",
         ),
         flags.option("progress", bool, True, "--progress/--no-progress", "Show the progress bar."),
         flags.option("verify", bool, True, "--verify/--no-verify", VERIFY_HELP),
@@ -204,24 +207,28 @@ train = _train_command()
 
 
 def _set_threads(threads: int | None) -> None:
-    """--threads: torch's CPU threads for this process (None: torch's choice), with a warning when
-    this machine's processes of the run ask for more threads than it has idle cores."""
+    """--threads: torch's CPU threads for this process (None: the idle cores, `default_threads`,
+    the choice printed once), with a warning when this machine's processes of the run ask for more
+    threads than it has idle cores."""
     import torch
 
     from synthlab.distributed import reporting
 
-    if threads is not None:
-        if threads < 1:
-            raise SynthlabError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
-    wanted = torch.get_num_threads() * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun: per machine
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    idle = cores - os.getloadavg()[0]
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun: processes per machine
+    if threads is None:
+        threads, why = default_threads(local)
+        if reporting():
+            print(f"{why} (--threads sets them)", file=sys.stderr, flush=True)
+    if threads < 1:
+        raise SynthlabError(f"--threads must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
+    cores, load = idle_cores()
+    wanted, idle = threads * local, cores - load
     if wanted > max(1.0, idle) and reporting():
         warn(
             f"{wanted} torch threads but about {max(0.0, idle):.0f} of {cores} cores are idle (load average "
-            f"{os.getloadavg()[0]:.1f}): threads waiting for busy cores can make training several times slower; "
-            f"consider --threads {max(1, int(idle) // int(os.environ.get('LOCAL_WORLD_SIZE', '1')))}"
+            f"{load:.1f}): threads waiting for busy cores can make training several times slower; "
+            f"consider --threads {max(1, int(idle) // local)}"
         )
 
 
@@ -251,7 +258,9 @@ def evaluate(
         metavar="K",
     ),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    threads: Optional[int] = typer.Option(
+        None, help="torch CPU threads (default: the machine's idle cores, one when they are busy)."
+    ),
     progress: bool = typer.Option(
         True,
         "--progress/--no-progress",

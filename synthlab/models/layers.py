@@ -34,29 +34,34 @@ def make_norm(config: ModelConfig, dim: int | None = None) -> nn.Module:
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding (RoPE), rotate-half form, tables for every position up front."""
+    """Rotary position embedding (RoPE), rotate-half form, tables for every position up front.
+
+    x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1) for the halves x1, x2 of a head, is
+    computed as x cos + roll(x, Dh/2) sin_signed with sin_signed = (-sin, sin): the same products
+    (x2 (-s) and (-x2) s are the same float), without the neg and the cat of two slices, whose
+    backward fills zeros."""
 
     def __init__(self, head_dim: int, max_seq_len: int, base: float):
         super().__init__()
         inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)  # (S, Dh/2)
-        angles = torch.cat([angles, angles], dim=-1)  # (S, Dh): both halves share a frequency
         # Not persistent: derived from the config, so checkpoints stay free of them.
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.register_buffer("cos", torch.cat([angles.cos(), angles.cos()], dim=-1), persistent=False)  # (S, Dh)
+        self.register_buffer("sin", torch.cat([-angles.sin(), angles.sin()], dim=-1), persistent=False)  # signed
 
     def tables(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin for positions [start, start + length), each (length, Dh)."""
+        """cos, sin_signed for positions [start, start + length), each (length, Dh)."""
         if start + length > self.cos.shape[0]:
             raise SynthlabError(f"sequence of {start + length} positions exceeds max_seq_len={self.cos.shape[0]}")
         return self.cos[start : start + length], self.sin[start : start + length]
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (B, H, S, Dh) rotated by position: x cos + rotate_half(x) sin."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+    """x (B, S, ..., Dh) rotated by position: x cos + roll(x, Dh/2) sin_signed (`Rotary`'s tables,
+    each (S, Dh), broadcast over the dimensions between S and Dh: heads, or q and k and heads)."""
+    shape = (cos.shape[0],) + (1,) * (x.dim() - 3) + (cos.shape[1],)
+    cos, sin = cos.view(shape).to(x.dtype), sin.view(shape).to(x.dtype)
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
 def attention_mask(doc_ids: torch.Tensor | None) -> torch.Tensor | None:
@@ -84,13 +89,21 @@ def document_block_mask(doc_ids: torch.Tensor) -> BlockMask:
     return create_block_mask(same_document_causal, B, None, S, S, device=doc_ids.device)
 
 
-def packed_mask(doc_ids: torch.Tensor | None, kind: str = "sdpa") -> torch.Tensor | BlockMask | None:
+def packed_mask(
+    doc_ids: torch.Tensor | None, kind: str = "sdpa", dtype: torch.dtype = torch.float32
+) -> torch.Tensor | BlockMask | None:
     """The mask of packed rows for ModelConfig.attention `kind`: None (one document per row),
-    the dense `attention_mask` (sdpa), or the `document_block_mask` (flex: on CUDA, and on the
-    CPU without gradients; torch has no flex_attention backward on the CPU, where training keeps
-    the dense mask)."""
-    flex = kind == "flex" and doc_ids is not None and (doc_ids.is_cuda or not torch.is_grad_enabled())
-    return document_block_mask(doc_ids) if flex else attention_mask(doc_ids)
+    the `document_block_mask` (flex: on CUDA, and on the CPU without gradients; torch has no
+    flex_attention backward on the CPU, where training keeps the dense mask), or for sdpa the
+    `attention_mask` as the additive mask (0 where allowed, -inf elsewhere) in `dtype`, the dtype
+    of the queries: what SDPA turns a boolean mask into in every call, built once for all layers
+    (the same floats, so the same outputs)."""
+    if kind == "flex" and doc_ids is not None and (doc_ids.is_cuda or not torch.is_grad_enabled()):
+        return document_block_mask(doc_ids)
+    allowed = attention_mask(doc_ids)
+    if allowed is None:
+        return None
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
 
 
 class Attention(nn.Module):
@@ -111,13 +124,19 @@ class Attention(nn.Module):
         S must be 1 (one decoded token attends to every cached position and itself).
         """
         B, S, D = x.shape
-        q, k, v = self.qkv(x).split(D, dim=-1)
-        if mod is not None:
-            q, k, v = mod("q", x, q), mod("k", x, k), mod("v", x, v)
-        q, k, v = (t.view(B, S, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        if rope is not None:  # None: positions learned (added at the input) or none
-            cos, sin = rope
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        qkv = self.qkv(x)
+        if mod is None:  # q and k rotated together, in one pass over both
+            qkv = qkv.view(B, S, 3, self.n_heads, self.head_dim)
+            qk = apply_rotary(qkv[:, :, :2], *rope) if rope is not None else qkv[:, :, :2]
+            (q, k), v = qk.unbind(2), qkv[:, :, 2]
+        else:
+            q, k, v = qkv.split(D, dim=-1)
+            q, k, v = (
+                t.view(B, S, self.n_heads, self.head_dim) for t in (mod("q", x, q), mod("k", x, k), mod("v", x, v))
+            )
+            if rope is not None:  # None: positions learned (added at the input) or none
+                q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, S, Dh)
         new_kv = (k, v)
         if past is not None:
             if S != 1:

@@ -23,6 +23,15 @@ def token_losses(step_logits: torch.Tensor, targets: torch.Tensor, ignore_index:
     return losses.view(T, B, S)
 
 
+def summed_loss(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    """(B, S, V), (B, S) -> the sum of `token_losses` over the positions, without materialising
+    them: the same gradient as token_losses(...).sum() (the same grad_output reaches every counted
+    position), the value equal up to the rounding of the sum's order."""
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=ignore_index, reduction="sum"
+    )
+
+
 def masked_mean(values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean of values (..., B, S) over the masked positions (and over any leading dims)."""
     if mask is None:

@@ -183,6 +183,12 @@ class LoopedGPT(InferenceMixin, PretrainedMixin, nn.Module):
             kvs.append(kv)
         return self.final_norm(h), kvs
 
+    def _query_dtype(self, device: torch.device) -> torch.dtype:
+        """The dtype attention's queries will have: autocast's where it is on, else the weights'."""
+        if torch.is_autocast_enabled(device.type):
+            return torch.get_autocast_dtype(device.type)
+        return self.embed.weight.dtype
+
     def head(self, r: torch.Tensor) -> torch.Tensor:
         """(..., D) -> (..., V): the LM head, tied to the token embedding unless tie_head=false."""
         return F.linear(r, self.embed.weight if self.lm_head is None else self.lm_head.weight)
@@ -232,7 +238,7 @@ class LoopedGPT(InferenceMixin, PretrainedMixin, nn.Module):
         """
         B, S = idx.shape
         T = self._resolve_steps(steps, generator)
-        rope, mask = self._rope(0, S), packed_mask(doc_ids, self.config.attention)
+        rope, mask = self._rope(0, S), packed_mask(doc_ids, self.config.attention, self._query_dtype(idx.device))
         e, _ = self._embed_prelude(idx, rope, mask)
         h = initial_state(self.config.state_init, e, self.config.state_init_std, generator)
         k = self.config.backprop_last_k
