@@ -37,6 +37,7 @@ _HIDDEN = {
     "experiment",
     "preset",
     "run_dir",
+    "outcomes",
     "data_dir",
     "loss",
     "train_flops",
@@ -142,7 +143,7 @@ def _verdict_lines(
     lines = [
         f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}**{' (exploratory: rule changed after the data)' if v.exploratory else ''}"
         f" ({v.rule.condition()}; rule fixed: {v.fixed})"
-        + "".join(f"; {extra}" for extra in (v.per_cell(), v.per_replicate()) if extra)
+        + "".join(f"; {extra}" for extra in (v.per_cell(), v.per_replicate(), v.statistics) if extra)
         + (
             f"; seeds for a decisive interval at the observed effect and spread: {v.seeds_needed()}"
             if v.seeds_needed()
@@ -328,7 +329,9 @@ CLAIMS_HEADER = (
     "generated from its fields. The interval is the pair of one-sided bounds at the rule's level (95%: a 90% two-sided "
     "interval); for an accuracy or agreement it is taken on the logit scale of the statistic's range, so it stays "
     "inside it, and it adds the test set's binomial noise, which every seed shares, to the seeds' spread "
-    "(`synthlab.intervals`). A rule that speaks of each cell (`each`: each L, diameter, fraction, model) is decided "
+    "(`synthlab.intervals`); where the compared rows have per-prompt outcomes that noise is measured from them "
+    "instead, by a seed x prompt bootstrap that pairs two read-outs of one model prompt by prompt, and each "
+    "verdict line says which (`synthlab.paired`). A rule that speaks of each cell (`each`: each L, diameter, fraction, model) is decided "
     "per cell: reproduced only if every cell is, contradicted if any is; the line under the verdict gives each cell "
     "and the cell that decided it. Multiplicity is controlled within a rule: Holm's adjustment over its cells keeps "
     "the chance of any false per-cell statement at 5%; the rows are separate claims, each at its own level, not "
