@@ -58,6 +58,38 @@ AGREE = re.compile(r"^agree_(\d+)_(\d+)$")
 STEP = re.compile(r"^acc_step_(\d+)$")
 
 
+def locate_runs(table, folder: Path):
+    """The table with each row's run_dir where its outcomes file is: as recorded, under
+    folder/runs/<name> (a moved sweep) or folder/outcomes/<name> (a report's copy, `copy_outcomes`)."""
+    if "outcomes" not in table or "run_dir" not in table:
+        return table
+
+    def where(run_dir, outcomes):
+        if isinstance(run_dir, str) and isinstance(outcomes, str) and outcomes:
+            name = Path(run_dir).name
+            for candidate in (Path(run_dir), folder / "runs" / name, folder / "outcomes" / name):
+                if (candidate / outcomes).is_file():
+                    return str(candidate)
+        return run_dir
+
+    return table.assign(run_dir=[where(r, o) for r, o in zip(table["run_dir"], table["outcomes"])])
+
+
+def copy_outcomes(table, to: Path) -> None:
+    """Each row's outcomes file (run_dir as `locate_runs` left it) to to/outcomes/<run name>/<path>,
+    so that a page folder with its results.csv decides its rules paired as the sweep did."""
+    import shutil
+
+    if "outcomes" not in table or "run_dir" not in table:
+        return
+    for run_dir, outcomes in zip(table["run_dir"], table["outcomes"]):
+        if isinstance(run_dir, str) and isinstance(outcomes, str) and (Path(run_dir) / outcomes).is_file():
+            target = to / "outcomes" / Path(run_dir).name / outcomes
+            if target.resolve() != (Path(run_dir) / outcomes).resolve():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(Path(run_dir) / outcomes, target)
+
+
 @functools.lru_cache(maxsize=256)
 def _read(path: str) -> dict[str, np.ndarray] | None:
     """An outcomes CSV as {column: values} (None when absent)."""

@@ -2,7 +2,8 @@
 
 `write_report([DIR, ...], OUT.md)` draws each sweep's figures next to OUT.md (in
 `<experiment>/`), writes a section per sweep and, with `copy_results`, copies the sweep's
-results.csv there too (run_dir made relative), so a folder like `results/` is self-contained
+results.csv there too (run_dir made relative, with the per-prompt outcome files its verdicts
+read under `outcomes/<run>/`), so a folder like `results/` is self-contained
 and committable without any run directory or checkpoint. Verdicts come from the rules written in
 each experiment's definition (`[[verdicts]]`, synthlab.verdicts), decided over seeds: a claims
 table at the top and a line per rule in each section. A person's reading of the numbers (it
@@ -21,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import tomllib
 
-from synthlab import experiments, law_verdicts, verdicts
+from synthlab import experiments, law_verdicts, paired, verdicts
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.plots.generic import figures_of
@@ -169,7 +170,7 @@ def _section(
     sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool, folder: str
 ) -> tuple[str, list[verdicts.Verdict]]:
     info = read_info(sweep_dir)
-    table = read_results(sweep_dir)
+    table = paired.locate_runs(read_results(sweep_dir), sweep_dir)
     name = info["experiment"]
     figure_dir = out_dir / folder
     order, factors, point_factors, rules, laws = _grid(info)
@@ -214,6 +215,7 @@ def _section(
     lines += ["", markdown_table(table[shown] if means is None else means), ""]
     if copy_results:
         figure_dir.mkdir(parents=True, exist_ok=True)
+        paired.copy_outcomes(table, figure_dir)  # the per-prompt outcomes the verdicts read, under outcomes/
         portable = table.assign(run_dir=[Path(p).name for p in table["run_dir"]]) if "run_dir" in table else table
         atomic_write_text(figure_dir / "results.csv", portable.to_csv(index=False))
         portable_info = {

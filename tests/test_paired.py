@@ -20,7 +20,9 @@ exclude the truth, per one-sided 95% bound, at or above 95% less three Monte Car
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,6 +31,7 @@ from scipy import special
 
 from synthlab import paired, rule_data, rules, verdicts
 from synthlab.intervals import SeedEstimate, p_values
+from synthlab.report import write_report
 
 EXPERIMENTS, PROMPTS, LEVEL = 1000, 500, 0.95
 MC_ERROR = 3 * math.sqrt(LEVEL * (1 - LEVEL) / EXPERIMENTS)
@@ -216,3 +219,20 @@ def test_read_outs_that_agree_on_every_prompt_seen_keep_a_floor():
         est = paired.estimate(np.zeros((3, prompts)), BOUNDS)
         inside, _ = p_values(est, "within", 0.0, 0.02)
         assert (inside <= 1 - LEVEL) == decided
+
+
+def test_a_report_copies_the_outcomes_so_its_folder_decides_paired_as_the_sweep_did(tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    _kv_table(tmp_path / "runs").assign(point_id=[f"p{i}" for i in range(6)]).to_csv(sweep / "results.csv", index=False)
+    definition = str(Path(__file__).resolve().parents[1] / "experiments" / "kvcache.toml")
+    info = {"experiment": "kvcache", "preset": "cpu", "claim": "C7", "title": "t", "definition": definition}
+    (sweep / "sweep.json").write_text(json.dumps(info))
+    write_report([sweep], tmp_path / "pages" / "README.md", copy_results=True)
+    write_report([tmp_path / "pages" / "kvcache"], tmp_path / "again" / "README.md")
+    lines = [
+        [line for line in (folder / "README.md").read_text().splitlines() if line.startswith("- C7")]
+        for folder in (tmp_path / "pages", tmp_path / "again")
+    ]
+    assert len(lines[0]) == 2 and lines[0] == lines[1] and "; paired: seed x prompt bootstrap" in lines[0][0]
+    assert len(list((tmp_path / "pages" / "kvcache" / "outcomes").rglob("*.csv"))) == 6
