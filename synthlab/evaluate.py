@@ -24,6 +24,10 @@ forward pass (`synthlab.scoring`). Reported per step t = 1..T (and past the trai
 - bioS also: recall of each attribute inside the training biographies (`biography_recall`), since
   a model trained on biographies alone has never seen a question.
 
+Beside the JSON, `eval/<name>.outcomes.csv` holds each headline prompt's outcome per read-out
+(right or not at every step, which step's answer each step repeats, the exit rule's or KV
+strategy's): comparisons of two read-outs of one model are then paired (`synthlab.paired`).
+
 Options that need the model's inference machinery:
 - `exit_rule` (`static:T`, `q:0.8`, `diff:0.01`, `kl:0.001`): accuracy when each token exits at
   the step the rule picks, and the mean exit step (C6);
@@ -111,7 +115,8 @@ def evaluate_run(
     max_prompts: int | None = None,
     progress: bool = False,
 ) -> dict:
-    """Score a run on a test split; writes RUN_DIR/eval/<name>.json and returns the same dict.
+    """Score a run on a test split; writes RUN_DIR/eval/<name>.json (and its per-prompt
+    <name>.outcomes.csv, `write_outcomes`) and returns the same dict.
 
     train_sample: training prompts scored per group (drawn from `seed`). max_prompts: score at most
     that many test prompts, and as many of each other set (`eval_groups.stratified`: each group its
@@ -166,24 +171,48 @@ def evaluate_run(
             model, data, device=dev, steps=steps, people=people, progress=progress
         )
     name = f"steps{n_steps}" + (f"_data-{data.path.name}" if data_dir is not None else "")
+    outcomes = {"group": groups}
+    outcomes.update({f"step_{t}": c for t, c in enumerate(scores.correct, 1)})
+    outcomes.update({f"answer_{t}": c for t, c in enumerate(scores.answer_class, 1)})
     if exit_rule is not None:
         with closing(bar(f"exit {exit_rule}")) as shown:
-            result.update(_exit_eval(model, prompts, answers, data.pad_id, dev, exit_rule, steps, batch_size, shown))
+            summary, outcomes["exit"] = _exit_eval(
+                model, prompts, answers, data.pad_id, dev, exit_rule, steps, batch_size, shown
+            )
+        result.update(summary)
         name += "_exit-" + exit_rule.replace(":", "")
     if kv is not None:
         with closing(bar(f"generation, kv {kv}")) as shown:
-            result.update(_kv_eval(model, prompts, answers, dev, kv, steps, batch_size, shown))
+            summary, outcomes["kv"] = _kv_eval(model, prompts, answers, dev, kv, steps, batch_size, shown)
+        result.update(summary)
         name += "_kv-" + kv
     name += f"_max{max_prompts}" if max_prompts is not None else ""
     result["file"] = f"eval/{name}.json"
     (run_dir / "eval").mkdir(exist_ok=True)
+    result["outcomes"] = write_outcomes(run_dir / "eval" / f"{name}.outcomes.csv", outcomes, run_dir)
     atomic_write_text(run_dir / result["file"], json.dumps(result, indent=2) + "\n")
     return result
 
 
+def write_outcomes(path: Path, columns: dict, run_dir: Path) -> str:
+    """Per-prompt outcomes beside an eval JSON, one CSV row per scored prompt (`prompt`: its place
+    among the scored test records, in file order): `group`, and per read-out whether the answer was
+    right (1/0) or, for `answer_<t>`, which step's answer step t repeats. Two read-outs of one model
+    are then compared prompt by prompt (`synthlab.paired`). Returns the path relative to run_dir."""
+    names = list(columns)
+    rows = zip(*(columns[c] for c in names))
+    cell = lambda v: str(int(v)) if isinstance(v, (bool, np.bool_, np.integer)) else "" if v is None else str(v)  # noqa: E731
+    lines = [",".join(["prompt", *names])] + [",".join([str(i), *map(cell, row)]) for i, row in enumerate(rows)]
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path.relative_to(run_dir).as_posix()
+
+
 @torch.no_grad()
-def _exit_eval(model, prompts, answers, pad_id, device, exit_rule, steps, batch_size, progress=None) -> dict:
-    """Accuracy when every answer token is read at the step the exit rule picks for it (C6)."""
+def _exit_eval(
+    model, prompts, answers, pad_id, device, exit_rule, steps, batch_size, progress=None
+) -> tuple[dict, np.ndarray]:
+    """Accuracy when every answer token is read at the step the exit rule picks for it (C6), and
+    whether each prompt was answered right."""
     correct = np.zeros(len(prompts), dtype=bool)
     exit_sum = exit_count = computed = 0
     for index, inputs, targets, mask in answer_batches(prompts, answers, pad_id, device, batch_size):
@@ -196,18 +225,20 @@ def _exit_eval(model, prompts, answers, pad_id, device, exit_rule, steps, batch_
         computed = max(computed, out.steps_computed)
         if progress is not None:
             progress.update(len(index))
-    return {
+    summary = {
         "exit_rule": exit_rule,
         "exit_accuracy": float(correct.mean()),
         "mean_exit_step": exit_sum / max(exit_count, 1),
         "max_steps_computed": computed,
     }
+    return summary, correct
 
 
 @torch.no_grad()
-def _kv_eval(model, prompts, answers, device, kv, steps, batch_size, progress=None) -> dict:
-    """Accuracy of real greedy generation with a decode-time KV strategy (C7); prompts of one
-    length and answers of one length form a batch, so no padding enters the caches."""
+def _kv_eval(model, prompts, answers, device, kv, steps, batch_size, progress=None) -> tuple[dict, np.ndarray]:
+    """Accuracy of real greedy generation with a decode-time KV strategy (C7), and whether each
+    prompt was answered right; prompts of one length and answers of one length form a batch, so no
+    padding enters the caches."""
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)
     for i, (p, a) in enumerate(zip(prompts, answers)):
         groups[(len(p), len(a))].append(i)
@@ -224,11 +255,12 @@ def _kv_eval(model, prompts, answers, device, kv, steps, batch_size, progress=No
             cache_bytes_per_sequence = max(cache_bytes_per_sequence, out.cache_bytes / len(index))
             if progress is not None:
                 progress.update(len(index))
-    return {
+    summary = {
         "kv_strategy": kv,
         "kv_accuracy": float(correct.mean()),
         "kv_cache_bytes_per_sequence": cache_bytes_per_sequence,
     }
+    return summary, correct
 
 
 def biography_generation(
@@ -249,17 +281,24 @@ def biography_generation(
     dev = resolve_device(device)
     model, run, derived = open_run(run_dir, dev)
     data = load_dataset(trained_data(run_dir, run, derived), "bios")
-    prompts, answers = [], []
+    prompts, answers, attributes = [], [], []
     for record in data.records("train")[:people]:
         ids = data.encode_text(record["text"])  # <bos> first: token j of the text is ids[j + 1]
         for attribute, (start, end) in record["spans"].items():
             if attribute != "name":
                 prompts.append(ids[: start + 1])
                 answers.append(ids[start + 1 : end + 1])
-    result = _kv_eval(model, prompts, answers, dev, kv, steps, batch_size)
+                attributes.append(attribute)
+    result, correct = _kv_eval(model, prompts, answers, dev, kv, steps, batch_size)
+    run_dir = Path(run_dir)
+    (run_dir / "eval").mkdir(exist_ok=True)
+    name = f"generate_people{people}" + (f"_steps{steps}" if steps is not None else "") + f"_kv-{kv}"
     return {
         "kv": kv,
         "accuracy": result["kv_accuracy"],
         "kv_bytes": result["kv_cache_bytes_per_sequence"],
         "n_answers": len(prompts),
+        "outcomes": write_outcomes(
+            run_dir / "eval" / f"{name}.outcomes.csv", {"group": attributes, "kv": correct}, run_dir
+        ),
     }

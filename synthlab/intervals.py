@@ -21,9 +21,11 @@ method. That binomial term bounds the part of the test set's noise the seeds sha
 the prompts' own difficulty over N): it is reached only when every seed answers each prompt alike,
 so the interval errs wide. With it, 1,000 simulated experiments (3 seeds, 500 shared prompts of
 spread-out difficulty) cover the truth with each one-sided 95% bound 98-100% of the time and call
-no effect "reproduced" in 1%; without it, 93-97% and 6%, above the 5% a rule at 95% promises. A two-level bootstrap (seeds, then prompts) was the alternative; it needs per-prompt
-answers, which results.csv does not keep, and with three seeds a bootstrap over seeds has ten
-distinct resamples and covers far below its level. The degrees of freedom stay n - 1 (the added
+no effect "reproduced" in 1%; without it, 93-97% and 6%, above the 5% a rule at 95% promises. The bound is what is left when results.csv is all there is; where
+the rows name per-prompt outcomes, `synthlab.paired` measures the shared noise from them instead
+(a seed x prompt bootstrap, which pairs two read-outs of one model prompt by prompt) and hands the
+same estimate its variance. A bootstrap over seeds alone has ten distinct resamples at three
+seeds and covers far below its level, so the seeds stay a Student-t. The degrees of freedom stay n - 1 (the added
 variance is known, so this errs on the wide side). A statistic without a known range (a loss, a
 relative difference) keeps the plain Student-t interval.
 

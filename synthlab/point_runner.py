@@ -285,6 +285,11 @@ class Work:
         """The device the model trained on: every later stage runs there (a GPU's run on the GPU)."""
         return json.loads((self.model_dir / "config.json").read_text())["derived"].get("device", "cpu")
 
+    def beside_run(self, path: str) -> str:
+        """A file of the model's (relative to model_dir) relative to the point's run_dir, the folder
+        results.csv names (the gate stage's model lies in a subfolder of it)."""
+        return (self.model_dir / path).relative_to(self.run_dir).as_posix()
+
 
 def _train(work: Work) -> dict[str, Any]:
     metrics = train_model(work.point, work.data_dir, work.model_dir, work.nproc)
@@ -308,7 +313,7 @@ def _eval(work: Work) -> dict[str, Any]:
         batch_size=options.batch_size,
         device=work.device,
     )
-    return eval_metrics(result, options)
+    return eval_metrics(result, options) | {"outcomes": work.beside_run(result["outcomes"])}
 
 
 def _heldout(work: Work) -> dict[str, Any]:
@@ -318,9 +323,10 @@ def _heldout(work: Work) -> dict[str, Any]:
 def _generate(work: Work) -> dict[str, Any]:
     from synthlab.evaluate import biography_generation
 
-    return biography_generation(
+    result = biography_generation(
         work.model_dir, kv=work.point.eval.kv or "full", steps=work.point.eval.steps, device=work.device
     )
+    return result | {"outcomes": work.beside_run(result["outcomes"])}
 
 
 def _capacity(work: Work) -> dict[str, Any]:

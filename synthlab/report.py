@@ -2,7 +2,8 @@
 
 `write_report([DIR, ...], OUT.md)` draws each sweep's figures next to OUT.md (in
 `<experiment>/`), writes a section per sweep and, with `copy_results`, copies the sweep's
-results.csv there too (run_dir made relative), so a folder like `results/` is self-contained
+results.csv there too (run_dir made relative, with the per-prompt outcome files its verdicts
+read under `outcomes/<run>/`), so a folder like `results/` is self-contained
 and committable without any run directory or checkpoint. Verdicts come from the rules written in
 each experiment's definition (`[[verdicts]]`, synthlab.verdicts), decided over seeds: a claims
 table at the top and a line per rule in each section. A person's reading of the numbers (it
@@ -21,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import tomllib
 
-from synthlab import experiments, law_verdicts, verdicts
+from synthlab import experiments, law_verdicts, paired, verdicts
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.plots.generic import figures_of
@@ -37,6 +38,7 @@ _HIDDEN = {
     "experiment",
     "preset",
     "run_dir",
+    "outcomes",
     "data_dir",
     "loss",
     "train_flops",
@@ -142,7 +144,7 @@ def _verdict_lines(
     lines = [
         f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}**{' (exploratory: rule changed after the data)' if v.exploratory else ''}"
         f" ({v.rule.condition()}; rule fixed: {v.fixed})"
-        + "".join(f"; {extra}" for extra in (v.per_cell(), v.per_replicate()) if extra)
+        + "".join(f"; {extra}" for extra in (v.per_cell(), v.per_replicate(), v.statistics) if extra)
         + (
             f"; seeds for a decisive interval at the observed effect and spread: {v.seeds_needed()}"
             if v.seeds_needed()
@@ -168,7 +170,7 @@ def _section(
     sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool, folder: str
 ) -> tuple[str, list[verdicts.Verdict]]:
     info = read_info(sweep_dir)
-    table = read_results(sweep_dir)
+    table = paired.locate_runs(read_results(sweep_dir), sweep_dir)
     name = info["experiment"]
     figure_dir = out_dir / folder
     order, factors, point_factors, rules, laws = _grid(info)
@@ -213,6 +215,7 @@ def _section(
     lines += ["", markdown_table(table[shown] if means is None else means), ""]
     if copy_results:
         figure_dir.mkdir(parents=True, exist_ok=True)
+        paired.copy_outcomes(table, figure_dir)  # the per-prompt outcomes the verdicts read, under outcomes/
         portable = table.assign(run_dir=[Path(p).name for p in table["run_dir"]]) if "run_dir" in table else table
         atomic_write_text(figure_dir / "results.csv", portable.to_csv(index=False))
         portable_info = {
@@ -328,7 +331,9 @@ CLAIMS_HEADER = (
     "generated from its fields. The interval is the pair of one-sided bounds at the rule's level (95%: a 90% two-sided "
     "interval); for an accuracy or agreement it is taken on the logit scale of the statistic's range, so it stays "
     "inside it, and it adds the test set's binomial noise, which every seed shares, to the seeds' spread "
-    "(`synthlab.intervals`). A rule that speaks of each cell (`each`: each L, diameter, fraction, model) is decided "
+    "(`synthlab.intervals`); where the compared rows have per-prompt outcomes that noise is measured from them "
+    "instead, by a seed x prompt bootstrap that pairs two read-outs of one model prompt by prompt, and each "
+    "verdict line says which (`synthlab.paired`). A rule that speaks of each cell (`each`: each L, diameter, fraction, model) is decided "
     "per cell: reproduced only if every cell is, contradicted if any is; the line under the verdict gives each cell "
     "and the cell that decided it. Multiplicity is controlled within a rule: Holm's adjustment over its cells keeps "
     "the chance of any false per-cell statement at 5%; the rows are separate claims, each at its own level, not "

@@ -5,7 +5,9 @@ The rule itself (`synthlab.rules.Rule`) says which rows are compared and how; th
 reads rows. A bounded statistic (accuracies, agreements: columns named `accuracy*`, `acc_*`,
 `agree_*`, `train_acc_*`) carries, per seed, the test set's binomial variance p (1 - p) / N of
 each compared column (N from the row's `n_test`, `n_answers` or, for `acc_X`, `n_X`), summed over
-the statistic's columns and arms (`synthlab.intervals` says why and how it is used).
+the statistic's columns and arms (`synthlab.intervals` says why and how it is used); where the
+rows name per-prompt outcomes (column `outcomes`), also the statistic per test prompt and each
+arm's accuracy, for the paired interval and the learned / stuck count (`synthlab.paired`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class SeedValue:
     value: float  # the statistic at this seed
     test_var: float  # the test set's binomial variance of it (NaN: not a share, or no count column)
     prompts: float  # the fewest test prompts behind it (NaN: unknown)
+    per_prompt: Any = None  # the statistic per test prompt (None: no per-prompt outcomes; synthlab.paired)
+    arms: tuple[float, ...] = ()  # each arm's accuracy at this seed (a, then b): learned or stuck
 
 
 def bounds(rule: Rule) -> tuple[float, float] | None:
@@ -116,6 +120,8 @@ def seed_values(rule: Rule, table, factors: list[str]) -> list[SeedValue]:
     import numpy as np
     import pandas as pd
 
+    from synthlab import paired
+
     table = where(rule, table)
     if table is None:
         return []
@@ -149,11 +155,17 @@ def seed_values(rule: Rule, table, factors: list[str]) -> list[SeedValue]:
         a_unit = a_rows[a_rows["_unit"] == unit]
         if rule.b is None:
             out.append(
-                SeedValue(float(a_unit["_value"].mean()), float(a_unit["_var"].mean()), float(a_unit["_prompts"].min()))
+                SeedValue(
+                    float(a_unit["_value"].mean()),
+                    float(a_unit["_var"].mean()),
+                    float(a_unit["_prompts"].min()),
+                    paired.mean_vector(a_unit, rule.metric),
+                    (_accuracy(a_unit, rule),),
+                )
             )
             continue
         b_unit = b_rows[b_rows["_unit"] == unit]
-        diffs, variances, fewest = [], [], []
+        diffs, variances, fewest, vectors = [], [], [], []
         groups = a_unit.groupby(match, dropna=False) if match else [((), a_unit)]
         for key, a_cell in groups:
             key = key if isinstance(key, tuple) else (key,)
@@ -174,9 +186,12 @@ def seed_values(rule: Rule, table, factors: list[str]) -> list[SeedValue]:
                 a_vals = a_cell["_value"].to_numpy(float)[inside]
                 diff, ref = float(np.mean(a_vals - base)), float(np.mean(base))
                 a_cell = a_cell[inside]
+                vector = _per_prompt_curve(rule, a_cell, b_cell, xs[inside])
             else:
                 ref = float(b_cell["_value"].mean())
                 diff = float(a_cell["_value"].mean()) - ref
+                a_vec, b_vec = paired.mean_vector(a_cell, rule.metric), paired.mean_vector(b_cell, rule.metric)
+                vector = None if a_vec is None or b_vec is None or len(a_vec) != len(b_vec) else a_vec - b_vec
             if rule.relative:
                 if ref == 0:
                     continue
@@ -185,9 +200,41 @@ def seed_values(rule: Rule, table, factors: list[str]) -> list[SeedValue]:
             diffs.append(diff)
             variances.append(float(a_cell["_var"].mean() + b_cell["_var"].mean()))
             fewest.append(min(a_cell["_prompts"].min(), b_cell["_prompts"].min()))
+            vectors.append(None if rule.relative else vector)
         if diffs:
-            out.append(SeedValue(float(np.mean(diffs)), float(np.mean(variances)), float(np.min(fewest))))
+            out.append(
+                SeedValue(
+                    float(np.mean(diffs)),
+                    float(np.mean(variances)),
+                    float(np.min(fewest)),
+                    paired.mean_of(vectors),
+                    (_accuracy(a_unit, rule), _accuracy(b_unit, rule)),
+                )
+            )
     return out
+
+
+def _per_prompt_curve(rule: Rule, a_cell, b_cell, xs):
+    """Per prompt: each a row minus b's curve read at its x, averaged over the a rows (None
+    without per-prompt outcomes)."""
+    import numpy as np
+
+    from synthlab import paired
+
+    a_vecs = [paired.prompt_vector(row, rule.metric) for _, row in a_cell.iterrows()]
+    base = paired.curve_vectors(b_cell, rule.x, rule.metric, xs)
+    if base is None or any(v is None or len(v) != base.shape[1] for v in a_vecs):
+        return None
+    return (np.stack(a_vecs) - base).mean(0)
+
+
+def _accuracy(rows, rule: Rule) -> float:
+    """An arm's accuracy at a seed, to tell learned seeds from stuck ones: the model's at its trained
+    depth where the table has it, else the rule's (first) column if it is an accuracy (NaN otherwise)."""
+    column = rule.metric.split(" - ")[0]
+    column = "accuracy_at_trained_depth" if "accuracy_at_trained_depth" in rows else column
+    share = BOUNDED.match(column) and not column.startswith("agree_")
+    return float(rows[column].astype(float).mean()) if share and column in rows else math.nan
 
 
 def unmet_requirements(rule: Rule, table) -> str:

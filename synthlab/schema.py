@@ -121,6 +121,7 @@ SCHEMA: tuple[Family, ...] = (
         "eval, generate",
         ("kv", "str", "the KV-cache strategy of the accuracy"),
         ("kv_bytes", "float", "KV-cache bytes per sequence under that strategy"),
+        ("outcomes", "str", "per-prompt outcomes (CSV beside the eval JSON), relative to run_dir"),
     ),
     *_families("generate", ("n_answers", "int", "bioS attribute answers generated")),
     *_families(

@@ -37,6 +37,8 @@ class AnswerScores:
     correct: np.ndarray  # (T, n) bool
     loss: np.ndarray  # (T, n) nats summed over the answer tokens
     agreement: np.ndarray  # (T, T) fraction of examples predicting the same answer at steps i and j
+    answer_class: np.ndarray  # (T, n) the first step whose predicted answer equals step t's (0-based):
+    # steps i and j agree on an example exactly when their classes are equal (per-prompt agreement)
 
 
 @torch.no_grad()
@@ -54,7 +56,7 @@ def score_answers(
     """Teacher-forced exact match and loss of each answer at every recurrent step (`progress`
     advances by each batch's answers)."""
     n = len(prompts)
-    correct, loss, same = None, None, None
+    correct, loss, same, classes = None, None, None, None
     for index, inputs, targets, answer_mask in answer_batches(prompts, answers, pad_id, device, batch_size):
         with autocast(device):
             step_logits = model(inputs, steps=steps).step_logits  # (T, B, S, V)
@@ -64,6 +66,7 @@ def score_answers(
             correct = np.zeros((n_steps, n), dtype=bool)
             loss = np.zeros((n_steps, n))
             same = np.zeros((n_steps, n_steps))
+            classes = np.zeros((n_steps, n), dtype=np.int64)
         target_logp = logp.gather(-1, targets.expand(n_steps, -1, -1).unsqueeze(-1)).squeeze(-1)  # (T, B, S)
         loss[:, index] = -(target_logp * answer_mask).sum(-1).cpu().numpy()
         predicted = logp.argmax(-1)  # (T, B, S-1)
@@ -71,10 +74,12 @@ def score_answers(
         correct[:, index] = hit.all(-1).cpu().numpy()
         # two steps agree when their predictions match at every answer position
         pairwise = (predicted.unsqueeze(0) == predicted.unsqueeze(1)) | ~answer_mask  # (T, T, B, S-1)
-        same += pairwise.all(-1).sum(-1).cpu().numpy()
+        agree = pairwise.all(-1).cpu().numpy()  # (T, T, B)
+        same += agree.sum(-1)
+        classes[:, index] = agree.argmax(1)  # the first step agreeing with step t (t itself at the latest)
         if progress is not None:
             progress.update(len(index))
-    return AnswerScores(correct, loss, same / max(n, 1))
+    return AnswerScores(correct, loss, same / max(n, 1), classes)
 
 
 @torch.no_grad()

@@ -53,6 +53,7 @@ class Cell:
     p: float  # Holm-adjusted p of the test that decided it (the claim's, or its opposite's if contradicted)
     replicates: tuple[float, ...] = ()
     seeds_needed: int | None = 0  # for a decisive interval at the observed effect (None: no number)
+    statistics: str = ""  # paired or not; learned / stuck seeds per arm (synthlab.paired)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Verdict:
     decided_by: str = ""  # the deciding cell's label ("" without `each`)
     fixed: str = ""  # when the rule was fixed (`frozen`)
     exploratory: bool = False  # the rule was not fixed before its data
+    statistics: str = ""  # the deciding cell's: paired or not, learned / stuck seeds per arm
 
     def per_replicate(self, most: int = 12) -> str:
         """ "per replicate: -0.27, -0.19, -0.03" (empty for one replicate, a law, or more than `most`)."""
@@ -119,7 +121,10 @@ class Verdict:
         if isinstance(self.rule, LawRule):
             return f"{self.outcome} ({self.why}), n = {self.n} rows"
         if self.outcome == "too few seeds":
-            return f"too few seeds (n = {self.n} < {self.rule.min_seeds}): estimate {self.estimate:+.4g}"
+            bimodal = self.statistics.split("; ")[0] if self.statistics.startswith("bimodal") else ""
+            return (
+                f"too few seeds ({bimodal or f'n = {self.n} < {self.rule.min_seeds}'}): estimate {self.estimate:+.4g}"
+            )
         return f"{self.outcome}: {self.estimate:+.4g} [{self.low:.4g}, {self.high:.4g}], n = {self.n}"
 
 
@@ -137,10 +142,12 @@ def _cell(rule: Rule, label: str, values: list, family: int) -> tuple[Cell, Any]
 
     stats = np.array([v.value for v in values])
     estimate, replicates = float(stats.mean()), tuple(float(s) for s in stats)
-    if len(values) < rule.min_seeds:
-        return Cell(label, "too few seeds", estimate, math.nan, math.nan, len(values), math.nan, replicates), None
     test_var = float(np.nanmean([v.test_var for v in values])) if any(v.test_var == v.test_var for v in values) else 0.0
     prompts = float(np.nanmin([v.prompts for v in values])) if any(v.prompts == v.prompts for v in values) else 1000.0
+    test_var, prompts, statistics, asked = _paired(rule, values, test_var, prompts)
+    if len(values) < rule.min_seeds:
+        too_few = Cell(label, "too few seeds", estimate, math.nan, math.nan, len(values), math.nan, replicates)
+        return dataclasses.replace(too_few, statistics=statistics), None
     est = intervals.SeedEstimate.of(stats, test_var, bounds(rule), prompts)
     low, high = float(est.bound(rule.level, "low")), float(est.bound(rule.level, "high"))
     needed = intervals.seeds_needed(
@@ -153,7 +160,30 @@ def _cell(rule: Rule, label: str, values: list, family: int) -> tuple[Cell, Any]
         (1 - rule.level) / family,
         prompts=prompts,
     )  # Bonferroni over the cells
-    return Cell(label, "", estimate, low, high, len(values), math.nan, replicates, needed), est
+    if asked > len(values):
+        from synthlab.paired import too_few_note
+
+        note = f"{too_few_note(len(values), asked, needed)}; {statistics}"
+        return Cell(
+            label, "too few seeds", estimate, math.nan, math.nan, len(values), math.nan, replicates, needed, note
+        ), None
+    return Cell(label, "", estimate, low, high, len(values), math.nan, replicates, needed, statistics), est
+
+
+def _paired(rule: Rule, values: list, test_var: float, prompts: float) -> tuple[float, float, str, int]:
+    """(the shared test set's variance, its prompts, how the interval was made, the seeds a bimodal
+    arm asks for): the variance measured from per-prompt outcomes where every seed has them
+    (`synthlab.paired`), else the binomial bound as given; with each arm's learned / stuck seeds."""
+    from synthlab import paired
+    from synthlab.rule_data import bounds
+
+    shared = paired.shared_variance(values, bounds(rule) is not None)
+    how = "" if bounds(rule) is None else paired.UNPAIRED
+    if shared is not None:
+        test_var, prompts, how = shared
+    labels = (str(rule.a), str(rule.b)) if rule.column else ("",)
+    modes, asked = paired.modes_note([v.arms for v in values if v.arms], labels, rule.level)
+    return test_var, prompts, "; ".join(p for p in (how, modes) if p), asked
 
 
 def decide(rule: Rule, by_cell: dict[str, list]) -> Verdict:
@@ -194,6 +224,7 @@ def decide(rule: Rule, by_cell: dict[str, list]) -> Verdict:
         replicates=decider.replicates,
         cells=tuple(cells),
         decided_by=decider.label,
+        statistics=decider.statistics,
     )
 
 

@@ -50,6 +50,7 @@ FLOORS = [
     ("synthlab.rules", 6),
     ("synthlab.rule_data", 6),
     ("synthlab.intervals", 6),
+    ("synthlab.paired", 6),
     ("synthlab.law_verdicts", 6),
     ("synthlab.plots", 7),
     ("synthlab.report", 7),

@@ -6,9 +6,11 @@ import json
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
+from synthlab import paired
 from synthlab.cli.train import resolve_run_config
 from synthlab.data import load_dataset
 from synthlab.eval_groups import GroupProbe, group_label, split_items
@@ -76,6 +78,8 @@ def test_accuracy_per_step_and_agreement_match_independent_answers(mano_data):
     even = float((values % 2 == 0).mean())
     assert scores.correct.mean(1).tolist() == pytest.approx([even, 1.0])
     assert np.allclose(scores.agreement, [[1.0, even], [even, 1.0]])
+    # per prompt: step 2 repeats step 1's answer (class 0) exactly on the even values
+    assert scores.answer_class.tolist() == [[0] * len(values), [0 if v % 2 == 0 else 1 for v in values]]
     # a right guess (logit 10, every other logit 0) costs log(e^10 + V - 1) - 10 nats
     V = len(data.tokenizer)
     assert scores.loss[1] == pytest.approx(np.full(len(values), np.log(np.exp(10) + V - 1) - 10), rel=1e-3)
@@ -123,6 +127,25 @@ def test_eval_options_agree_with_each_other(mano_run):
     assert written["groups"]["heldout"]["l3"]["accuracy"] == static["accuracy"]
     diag = np.diag(np.array(deep["agreement"]))
     assert (diag == 1).all()
+
+
+def test_per_prompt_outcomes_beside_the_eval_json_give_back_its_numbers(mano_run):
+    """eval/<name>.outcomes.csv: one row per headline prompt; its columns' means are the JSON's
+    accuracies and agreements, and `synthlab.paired` reads results columns from it."""
+    deep = evaluate_run(mano_run, steps=4, kv="full", device="cpu")
+    static = evaluate_run(mano_run, exit_rule="static:1", device="cpu")
+    assert static["outcomes"] == "eval/steps2_exit-static1.outcomes.csv"
+    table = pd.read_csv(mano_run / deep["outcomes"])
+    assert table["prompt"].tolist() == list(range(60)) and set(table["group"]) == {3}
+    assert [table[f"step_{t}"].mean() for t in range(1, 5)] == pytest.approx(deep["accuracy_per_step"])
+    assert table["kv"].mean() == pytest.approx(deep["kv_accuracy"])
+    agree = [[(table[f"answer_{i}"] == table[f"answer_{j}"]).mean() for j in range(1, 5)] for i in range(1, 5)]
+    assert np.allclose(agree, deep["agreement"])
+    row = {"run_dir": str(mano_run), "outcomes": static["outcomes"], "groups_at_step": 2}
+    assert paired.prompt_vector(row, "accuracy").mean() == pytest.approx(static["exit_accuracy"])
+    at_depth = paired.prompt_vector(row, "accuracy_all_steps - accuracy")
+    assert at_depth.mean() == pytest.approx(static["accuracy"] - static["exit_accuracy"])
+    assert paired.prompt_vector(row, "acc_l3") is None and paired.prompt_vector({"run_dir": "x"}, "accuracy") is None
 
 
 def test_group_probe_matches_independent_answers(mano_data):

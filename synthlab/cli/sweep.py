@@ -275,7 +275,9 @@ def report(
     sweep_dirs: list[Path] = typer.Argument(..., help="Sweep directories (each with results.csv)."),
     out: Path = typer.Option(Path("report.md"), "--out", "-o", help="Markdown file to write; figures go beside it."),
     copy_results: bool = typer.Option(
-        False, "--copy/--no-copy", help="Copy each results.csv beside the report (for results/)."
+        False,
+        "--copy/--no-copy",
+        help="Copy each results.csv (and the per-prompt outcomes its verdicts read) beside the report (for results/).",
     ),
     notes: Optional[Path] = typer.Option(
         None,
