@@ -51,6 +51,7 @@ FLOORS = [
     ("synthlab.rule_data", 6),
     ("synthlab.intervals", 6),
     ("synthlab.law_verdicts", 6),
+    ("synthlab.prereg", 6),
     ("synthlab.plots", 7),
     ("synthlab.report", 7),
     ("synthlab.results_index", 7),

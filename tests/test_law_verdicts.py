@@ -295,6 +295,8 @@ def test_the_report_puts_a_law_in_the_claims_table(saved_fit, tmp_path):
     result = CliRunner().invoke(app, ["report", str(tmp_path), "--out", str(out), "--copy"])
     assert result.exit_code == 0, result.output
     text = out.read_text()
-    assert "| C5 | lawful | the law holds: fit_looplm.json: " in text and "| 64 | not recorded |" in text
+    assert (
+        "| C5 | lawful | the law holds: fit_looplm.json: " in text and "| 64 | exploratory (rule not committed" in text
+    )
     assert "test R^2 >= 0.8 | reproduced (" in text
     assert (out.parent / "lawful" / "fit_looplm.json").is_file()  # --copy takes the saved fit along

@@ -122,6 +122,10 @@ from synthlab.cli import ouroboros as _ouroboros  # noqa: E402
 
 app.add_typer(_ouroboros.app, name="ouroboros")
 
+from synthlab.cli import prereg as _prereg  # noqa: E402
+
+app.add_typer(_prereg.app, name="prereg")
+
 from synthlab.cli import sweep as _sweep  # noqa: E402
 
 app.command("sweep")(_sweep.sweep)
