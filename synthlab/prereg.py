@@ -58,12 +58,17 @@ class Status:
         return "confirmatory" if self.confirmatory else "exploratory"
 
     def summary(self) -> str:
-        """ "confirmatory: rule 2e408f1 2026-12-02 01:40, preset 6c51abd 2026-12-02 21:19, first run
-        2026-12-02 21:19" or "exploratory (why): ..." (the report's column)."""
+        """ "confirmatory: first run 2026-12-02 21:19; rule 2e408f1 2026-12-02 01:40; preset 6c51abd
+        2026-12-02 21:19", "exploratory: first run 2026-11-30 19:57 at the latest (not recorded);
+        rule 4e42516 2026-12-03 10:39, later; ..." (the report's column)."""
         start = "not recorded" if self.start is None else self.start[:16].replace("T", " ")
         start += "" if self.start_recorded or self.start is None else " at the latest (not recorded)"
-        facts = f"rule {self.rule_commit or 'not committed'}, preset {self.preset_commit or 'not committed'}, first run {start}"
-        return f"confirmatory: {facts}" if self.confirmatory else f"exploratory ({self.why}): {facts}"
+
+        def commit(c: Commit | None) -> str:
+            late = c is not None and self.start is not None and when(c.date) >= when(self.start)
+            return "not committed" if c is None else f"{c}, later" if late else str(c)
+
+        return f"{self.status}: first run {start}; rule {commit(self.rule_commit)}; preset {commit(self.preset_commit)}"
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -79,17 +84,18 @@ def repository(path: Path) -> Path | None:
 
 
 def history(root: Path, path: Path) -> list[tuple[Commit, str]]:
-    """(commit, the file's path then) for each commit of `path`, oldest first, following renames."""
+    """(commit, the file's path then) for each commit of `path`, oldest first, following renames;
+    merges included (`-m`: a merge's resolution may be the first commit of a rule's text)."""
     relative = path.resolve().relative_to(root.resolve()).as_posix()
-    out = _git(root, "log", "--follow", "--format=@%H %cI", "--name-only", "--", relative) or ""
-    found, head = [], None
+    out = _git(root, "log", "--follow", "-m", "--format=@%H %cI", "--name-only", "--", relative) or ""
+    found, head = {}, None
     for line in out.splitlines():
         if line.startswith("@"):
             head = Commit(*line[1:].split())
         elif line.strip() and head:
-            found.append((head, line.strip()))
+            found.setdefault(head, line.strip())  # a merge is listed once per parent
             head = None
-    return found[::-1]
+    return list(found.items())[::-1]
 
 
 @functools.lru_cache(maxsize=4096)  # a commit's file never changes; a report reads each many times
@@ -201,10 +207,6 @@ def check(results_dir: Path) -> list[Status]:
 
 
 def lines(statuses: list[Status]) -> list[str]:
-    """`synthlab prereg check`'s output: one line per rule."""
-    return [
-        f"{s.rule.claim} {fingerprint(s.rule)} {s.status}: rule {s.rule_commit or 'not committed'}; preset "
-        f"{s.preset_commit or 'not committed'}; first run {s.start_source if s.start is None else s.start[:16]}"
-        f"{'' if s.start_recorded else ' (not recorded: a bound)'}{f' ({s.why})' if s.why else ''}; {s.rule.says}"
-        for s in statuses
-    ]
+    """`synthlab prereg check`'s output: one line per rule, and where the start comes from."""
+    out = [f"{s.rule.claim} {fingerprint(s.rule)} {s.summary()}; {s.rule.says}" for s in statuses]
+    return out + ([f"first run: {statuses[0].start_source}"] if statuses else [])

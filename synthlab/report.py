@@ -136,7 +136,7 @@ def _verdict_lines(
     found = preregistered(found, sweep_dir)
     rules = [*rules, *laws]
     lines = [
-        f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}**{' (exploratory)' if v.exploratory else ''}"
+        f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}**"
         f" ({v.rule.condition()}; {v.fixed})"
         + "".join(f"; {extra}" for extra in (v.equivalence(), v.per_cell(), v.per_replicate()) if extra)
         + (

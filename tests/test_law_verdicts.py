@@ -296,7 +296,8 @@ def test_the_report_puts_a_law_in_the_claims_table(saved_fit, tmp_path):
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert (
-        "| C5 | lawful | the law holds: fit_looplm.json: " in text and "| 64 | exploratory (rule not committed" in text
+        "| C5 | lawful | the law holds: fit_looplm.json: " in text
+        and "| 64 | exploratory: first run not recorded; rule not committed" in text
     )
     assert "test R^2 >= 0.8 | reproduced (" in text
     assert (out.parent / "lawful" / "fit_looplm.json").is_file()  # --copy takes the saved fit along

@@ -50,7 +50,7 @@ def test_a_rule_committed_before_the_recorded_start_is_confirmatory_and_one_afte
     (status,) = prereg.check(results)
     assert status.confirmatory and status.start_recorded and status.why == ""
     assert status.rule_commit.date.startswith("2026-01-01") and status.preset_commit.date.startswith("2026-01-01")
-    assert status.summary().startswith("confirmatory: rule ") and "first run 2026-01-02 10:00" in status.summary()
+    assert status.summary().startswith("confirmatory: first run 2026-01-02 10:00; rule ")
     # the rule rewritten after the data (a threshold): its new text was first committed after the start
     definition = repo / "experiments" / "fake.toml"
     definition.write_text(definition.read_text().replace('expect = "above"', 'expect = "above"\nthreshold = 0.1'))
@@ -58,6 +58,7 @@ def test_a_rule_committed_before_the_recorded_start_is_confirmatory_and_one_afte
     (status,) = prereg.check(results)
     assert not status.confirmatory and status.rule_commit.date.startswith("2026-01-04")
     assert "rule committed" in status.why and "after the first run started" in status.why
+    assert "-04 10:00, later; preset " in status.summary()
     # a preset changed after the start makes it exploratory too, the rule's own commit aside
     definition.write_text(definition.read_text().replace('"data.size" = [10, 20]', '"data.size" = [10, 30]', 1))
     _commit(repo, "2026-01-05T10:00:00+00:00", "preset")
@@ -90,6 +91,7 @@ def test_the_command_prints_each_rule_and_refuses_a_folder_without_sweep_json(tm
     out = CliRunner().invoke(app, ["prereg", "check", str(results)])
     assert out.exit_code == 0, out.output
     fingerprint = rules.fingerprint(prereg.check(results)[0].rule)
-    assert f"C0 {fingerprint} confirmatory: rule " in out.output and "first run 2026-01-02T10:00" in out.output
+    assert f"C0 {fingerprint} confirmatory: first run 2026-01-02 10:00; rule " in out.output
+    assert "first run: recorded by the sweep when its first point started" in out.output
     bad = CliRunner().invoke(app, ["prereg", "check", str(tmp_path)])
     assert bad.exit_code == 2 and "error: " in bad.output and "no sweep.json" in bad.output

@@ -251,9 +251,9 @@ def test_report_prints_the_claims_table_and_means_over_seeds(tmp_path):
     condition = "accuracy[model=loop] - accuracy[model=base]: one-sided 95% lower bound above 0"
     assert f"| C2 | paired | loop beats base: {condition} | reproduced (exploratory) | +0.1033 |" in claims
     # outside git and without a recorded start: exploratory (`synthlab.prereg`)
-    assert "| 3 | exploratory (rule not committed; preset not committed): rule not committed," in claims
+    assert "| 3 | exploratory: first run not recorded; rule not committed; preset not committed |" in claims
     assert "- C2, loop beats base: **reproduced: +0.1033" in text
-    assert "first run not recorded); per replicate: +0.1, +0.12, +0.09" in text  # in seed order
+    assert "preset not committed); per replicate: +0.1, +0.12, +0.09" in text  # in seed order
     # one row per (model, L) cell: the mean and standard error over the three seeds, and n
     cell = table[(table["model"] == "base") & (table["L"] == 2)]["accuracy"]
     assert f"| {cell.mean():.4g} ± {cell.std(ddof=1) / math.sqrt(3):.4g} |" in text
