@@ -4,7 +4,8 @@ committed before the first run of its data started; otherwise exploratory.
 - The rule: the first commit whose experiment definition (followed through renames) holds a rule
   with the rule's fingerprint (`rules.fingerprint`: every field but its wording), from `git log`.
 - The preset: the first commit whose definition expands the preset to the same grid as now (every
-  resolved field of every point, seeds and screened choices included: `Point.config`).
+  resolved field of every point, seeds and screened choices included: `Point.config`); seeds
+  given on the command line instead (`synthlab sweep --seeds`) were not committed.
 - The first run's start: as the sweep recorded it in its own sweep.json when its first point
   started (`data_began`, written by `synthlab sweep`; an earlier committed version of that file is
   read where a later one lost it). Where no run recorded its start, the latest it can have been is
@@ -68,7 +69,10 @@ class Status:
             late = c is not None and self.start is not None and when(c.date) >= when(self.start)
             return "not committed" if c is None else f"{c}, later" if late else str(c)
 
-        return f"{self.status}: first run {start}; rule {commit(self.rule_commit)}; preset {commit(self.preset_commit)}"
+        said = ("after the first run started", "not committed", "not recorded")  # shown by the facts
+        other = [w for w in self.why.split("; ") if w and not any(x in w for x in said)]
+        facts = f"first run {start}; rule {commit(self.rule_commit)}; preset {commit(self.preset_commit)}"
+        return f"{self.status}: {facts}" + "".join(f"; {w}" for w in other)
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -199,6 +203,8 @@ def check(results_dir: Path) -> list[Status]:
             for what, c in (("rule", commit), ("preset", preset))
             if c is None or (start is not None and when(c.date) >= when(start))
         ]
+        if "seeds" in info and info["seeds"] != experiment.presets[info["preset"]].get("seeds", 1):
+            late.append(f"seeds {info['seeds']} given by `synthlab sweep --seeds`, not in the committed preset")
         if not recorded and not late:
             late = ["the first run's start was not recorded"]
         why = "; ".join(late)

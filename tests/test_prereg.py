@@ -63,6 +63,13 @@ def test_a_rule_committed_before_the_recorded_start_is_confirmatory_and_one_afte
     definition.write_text(definition.read_text().replace('"data.size" = [10, 20]', '"data.size" = [10, 30]', 1))
     _commit(repo, "2026-01-05T10:00:00+00:00", "preset")
     assert "preset committed" in prereg.check(results)[0].why
+    info = json.loads((results / "sweep.json").read_text())
+    (results / "sweep.json").write_text(json.dumps({**info, "seeds": 5}))  # `synthlab sweep --seeds 5`
+    assert (
+        prereg.check(results)[0]
+        .summary()
+        .endswith("; seeds 5 given by `synthlab sweep --seeds`, not in the committed preset")
+    )
     uncommitted = definition.read_text().replace("threshold = 0.1", "threshold = 0.2")
     definition.write_text(uncommitted)
     assert "rule not committed" in prereg.check(results)[0].why
