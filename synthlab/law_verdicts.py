@@ -11,15 +11,18 @@ and decided from the fit `synthlab fit ... --save` wrote beside the results tabl
     min_holdout_r2 = 0.8                 # every identified hold-out split's test R^2
     holdout = "size"                     # the hold-out the fit must carry ("" for none)
 
-- "contradicted" first if the fit's lack-of-fit test (`scaling.lack_of_fit`: the law's best
-  least-squares fit against the scatter of replicated design points, i.e. seeds; its p over runs
-  where the fit has one, else the F test's) rejects the law's form at `lack_of_fit_level` (default
-  0.05; 0 turns it off; the step-wise law's k fits each at level / k, so that together they keep
-  the level): no constants of the law fit these data within seed noise, so whether they are
-  identified does not matter;
-- "not identified": the fit did not converge, a constant is implausible (`scaling.implausible`),
-  the bootstrap gave no interval (fewer than 90% of refits converged, or none were run), or every
-  hold-out split left too few levels to fit on: the data cannot decide the law either way;
+- a degenerate fit decides nothing: one that did not converge, or has a constant infinite or
+  implausible (`scaling.implausible`: what `synthlab fit` prints as "degenerate fit"), sits at a
+  boundary of its parameter space, so neither its constants nor a lack-of-fit test against them
+  say anything about the law (the test is reported beside); it makes the rule "not identified";
+- "contradicted" if a converged, plausible fit's lack-of-fit test (`scaling.lack_of_fit`: the
+  law's best least-squares fit against the scatter of replicated design points, i.e. seeds; its p
+  over runs where the fit has one, else the F test's) rejects the law's form at
+  `lack_of_fit_level` (default 0.05; 0 turns it off; the step-wise law's k fits each at level / k,
+  so that together they keep the level): no constants of the law fit these data within seed noise;
+- "not identified": the bootstrap gave no interval (fewer than 90% of refits converged, or none
+  were run), or every hold-out split left too few levels to fit on: the data cannot decide the law
+  either way;
 - "reproduced": identified, R^2 >= min_r2 and every identified hold-out's test R^2 >= min_holdout_r2;
 - "contradicted": identified, but one of them falls short;
 - "no data": no saved fit, or one of other numbers than the table holds now (its digest differs).
@@ -78,9 +81,8 @@ def decide_law(rule: LawRule, saved: dict | None, digest_now: str | None) -> Ver
             if lof
             else []
         )
-        rejected[name] = form[:1] if lof and p < level else []
-        problems = [] if part["converged"] else ["not converged"]
-        problems += [f"{k} = {part[k]:.3g}" for k in part.get("implausible", [])]
+        problems = degenerate(part)
+        rejected[name] = form[:1] if lof and p < level and not problems else []
         if not part.get("bootstrap"):
             problems.append("no bootstrap")
         elif part.get("bootstrap_refused"):
@@ -117,6 +119,15 @@ def decide_law(rule: LawRule, saved: dict | None, digest_now: str | None) -> Ver
         n,
         _per_fit(short if failed else said),
     )
+
+
+def degenerate(part: dict) -> list[str]:
+    """Why a saved fit sits at a boundary (not converged, a constant infinite or implausible; the
+    saved record writes an infinity as the string "inf"), or [] for a converged, plausible one."""
+    problems = [] if part["converged"] else ["not converged"]
+    flagged = list(part.get("implausible", []))
+    flagged += [k for k, v in part.items() if isinstance(v, str) and v in ("inf", "-inf", "nan") and k not in flagged]
+    return problems + [f"{k} = {float(part[k]):.3g}" if k in part else k for k in flagged]
 
 
 def _per_fit(found: dict[str, list[str]]) -> str:

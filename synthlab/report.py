@@ -22,12 +22,12 @@ from pathlib import Path
 import pandas as pd
 import tomllib
 
-from synthlab import experiments, law_verdicts, paired, verdicts
+from synthlab import experiments, law_verdicts, paired, prereg, verdicts
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.plots.generic import figures_of
 from synthlab.results import factor_column, read_results
-from synthlab.rules import LawRule, frozen
+from synthlab.rules import LawRule, fingerprint
 from synthlab.schema import ACC_STEP, AGREE, DESCRIPTORS
 from synthlab.sweep_info import read_info
 
@@ -79,8 +79,8 @@ def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
     return [c for c in columns if c not in steps] + steps[:_MAX_STEP_COLUMNS]
 
 
-def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple, tuple]:
-    """(point ids of the preset's grid in order, its factor columns (seeds included), each point's
+def _grid(info: dict) -> tuple[list, list[str], dict[str, dict], tuple, tuple]:
+    """(the preset's grid points in order, its factor columns (seeds included), each point's
     factors, the definition's verdict rules, its law rules), from the sweep's definition."""
     try:
         experiment = experiments.load_recorded(info["definition"])
@@ -89,7 +89,7 @@ def _grid(info: dict) -> tuple[list[str], list[str], dict[str, dict], tuple, tup
         points = experiment.points(info["preset"])
         factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
         axes = [factor_column(a) for a in points[0].factors] if points else []
-        return [p.point_id for p in points], axes, factors, experiment.verdicts, experiment.laws
+        return points, axes, factors, experiment.verdicts, experiment.laws
     except (SynthlabError, KeyError):  # the definition moved or changed: just don't say
         return [], [], {}, (), ()
 
@@ -135,16 +135,12 @@ def _verdict_lines(
     preset = info["preset"]
     found = verdicts.evaluate([r for r in rules if r.applies_to(preset)], table, factors)
     found += [law_verdict(r, sweep_dir) for r in laws if r.applies_to(preset)]
-    found = [
-        dataclasses.replace(v, fixed=fixed, exploratory=changed)
-        for v in found
-        for fixed, changed in [frozen(info, v.rule)]
-    ]
+    found = preregistered(found, sweep_dir)
     rules = [*rules, *laws]
     lines = [
-        f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}**{' (exploratory: rule changed after the data)' if v.exploratory else ''}"
-        f" ({v.rule.condition()}; rule fixed: {v.fixed})"
-        + "".join(f"; {extra}" for extra in (v.per_cell(), v.per_replicate(), v.statistics) if extra)
+        f"- {v.rule.claim}, {v.rule.says}: **{v.summary()}**"
+        f" ({v.rule.condition()}; {v.fixed})"
+        + "".join(f"; {extra}" for extra in (v.equivalence(), v.per_cell(), v.per_replicate(), v.statistics) if extra)
         + (
             f"; seeds for a decisive interval at the observed effect and spread: {v.seeds_needed()}"
             if v.seeds_needed()
@@ -166,6 +162,41 @@ def _verdict_lines(
     ), found
 
 
+def preregistered(found: list[verdicts.Verdict], sweep_dir: Path) -> list[verdicts.Verdict]:
+    """The verdicts marked confirmatory or exploratory by `synthlab.prereg` (the rule's and the
+    preset's commits against the first run's recorded start)."""
+    try:
+        status, unknown = {fingerprint(s.rule): s for s in prereg.check(sweep_dir)}, "rule not in the definition"
+    except (SynthlabError, KeyError, OSError) as err:  # no sweep.json, or its definition is gone
+        status, unknown = {}, f"not checked: {err}"
+    return [
+        dataclasses.replace(v, fixed=s.summary(), exploratory=not s.confirmatory)
+        if (s := status.get(fingerprint(v.rule)))
+        else dataclasses.replace(v, fixed=f"exploratory ({unknown})", exploratory=True)
+        for v in found
+    ]
+
+
+def regime_columns(table: pd.DataFrame, rules, points: list) -> pd.DataFrame:
+    """The table with each preset setting a rule's regime names ("1 in ouroboros.depths") that it
+    lacks as a column, read from each row's grid point (the setting's value, e.g. [2, 4, 8])."""
+    from synthlab.rule_data import CONTAINS, DISTINCT, REQUIREMENT
+
+    named = {
+        (form.match(c).group(2) if form is CONTAINS else form.match(c).group(1))
+        for r in rules
+        for c in getattr(r, "regime", ())
+        for form in (REQUIREMENT, DISTINCT, CONTAINS)
+        if form.match(c)
+    }
+    for name in sorted(n for n in named if n not in table and "." in n):
+        section, key = name.split(".", 1)
+        configs = {p.point_id: p.config.get(section, {}) for p in points}
+        if any(key in c for c in configs.values()):
+            table = table.assign(**{name: table["point_id"].map(lambda i: configs.get(i, {}).get(key))})
+    return table
+
+
 def _section(
     sweep_dir: Path, out_dir: Path, notes: dict[str, str], copy_results: bool, folder: str
 ) -> tuple[str, list[verdicts.Verdict]]:
@@ -173,7 +204,8 @@ def _section(
     table = paired.locate_runs(read_results(sweep_dir), sweep_dir)
     name = info["experiment"]
     figure_dir = out_dir / folder
-    order, factors, point_factors, rules, laws = _grid(info)
+    points, factors, point_factors, rules, laws = _grid(info)
+    order = [p.point_id for p in points]
     for factor in factors:  # the grid's value wherever a row is in it (an axis added after a run included)
         known = table["point_id"].map(lambda i: point_factors.get(i, {}).get(factor))
         table[factor] = known.where(known.notna(), table[factor]) if factor in table else known
@@ -192,7 +224,8 @@ def _section(
         lines += ["", " ".join(info["notes"].split())]
     if info.get("commands"):
         lines += ["", "Commands:", "", "```", *dict.fromkeys(info["commands"]), "```"]
-    verdict_lines, found = _verdict_lines(rules, laws, table, factors, info, sweep_dir)
+    judged = regime_columns(table, rules, points)
+    verdict_lines, found = _verdict_lines(rules, laws, judged, factors, info, sweep_dir)
     lines += verdict_lines
     reading = notes.get(folder, notes.get(name) if Path(folder).name == name else None)
     if reading:
@@ -339,10 +372,12 @@ CLAIMS_HEADER = (
     "the chance of any false per-cell statement at 5%; the rows are separate claims, each at its own level, not "
     "corrected against each other (with 30 rows, one or two false calls are to be expected if no claim held). With "
     "fewer seeds than the rule needs it says so instead of guessing, and where a compared model has not learned what "
-    'the claim builds on (the rule\'s `requires`) it says "not tested" and shows the estimate anyway. "rule fixed" '
-    "is when the rule's exact fields were first recorded (by `synthlab sweep` when the first point starts, or for "
-    "sweeps that predate that record from the git history, `scripts/rule_dates.py`); a rule fixed after its runs "
-    "began is marked exploratory. A law (`[[laws]]`) is decided from its saved fit: the estimate is its R^2, n the "
+    'the claim builds on (the rule\'s `requires`) it says "not tested" and shows the estimate anyway; a table outside '
+    'the conditions under which the claim applies (its `regime`) reads "not tested: out of regime" and names the '
+    "preset that reaches it. A rule follows its claim's direction (one-sided bounds; an equivalence band only where "
+    'the claim says "the same"). "preregistration" (`synthlab prereg check`): confirmatory only if the rule\'s exact '
+    "fields and the preset's every field were committed (git) before the first run started as the sweep recorded it; "
+    "otherwise, or where no run recorded its start, exploratory. A law (`[[laws]]`) is decided from its saved fit: the estimate is its R^2, n the "
     'rows fitted, "contradicted" first where a lack-of-fit test over runs says the law\'s form departs from the '
     'data by more than seed noise, and "not identified" means the data cannot decide it.'
 )
@@ -355,8 +390,8 @@ def claims_table(found: list) -> str:
 
     def verdict(v) -> str:
         text = v.outcome + (f" ({v.why})" if v.why else "")
-        text += " (exploratory: rule changed after the data)" if v.exploratory else ""
-        return text + (f"<br>{v.per_cell()}" if v.per_cell() else "")
+        text += " (exploratory)" if v.exploratory else ""
+        return text + "".join(f"<br>{extra}" for extra in (v.equivalence(), v.per_cell()) if extra)
 
     rows = [
         (
@@ -372,7 +407,8 @@ def claims_table(found: list) -> str:
         for name, v in sorted(found, key=lambda f: _claim_key(f[1].rule.claim))
     ]
     table = pd.DataFrame(
-        rows, columns=["claim", "experiment", "claim as tested", "verdict", "estimate", "interval", "n", "rule fixed"]
+        rows,
+        columns=["claim", "experiment", "claim as tested", "verdict", "estimate", "interval", "n", "preregistration"],
     )
     return "## Claims\n\n" + CLAIMS_HEADER + "\n\n" + markdown_table(table)
 

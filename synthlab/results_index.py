@@ -85,8 +85,9 @@ def claims_lines(found: list, scales: dict[str, str], claim_key) -> list[str]:
             shown = ("" if math.isnan(v.estimate) else f" {v.estimate:+.3g}") + (
                 "" if math.isnan(v.low) else f" [{v.low:.3g}, {v.high:.3g}]"
             )
-        verdict = f"**{v.outcome}**{shown}" + (" (exploratory: rule changed after the data)" if v.exploratory else "")
-        verdict += (f"; rule fixed {v.fixed}" if v.fixed else "") + (f"<br>{v.per_cell()}" if v.per_cell() else "")
+        why = f" ({v.why})" if v.outcome == "not tested" and v.why else ""  # out of regime, or what was not learned
+        verdict = f"**{v.outcome}**{why}{shown}" + (f"; {v.fixed}" if v.fixed else "")
+        verdict += "".join(f"<br>{extra}" for extra in (v.equivalence(), v.per_cell()) if extra)
         said = f"{v.rule.says}: {v.rule.condition()}".replace("|", "\\|")
         lines.append(
             f"| {v.rule.claim} | {said} | {verdict} | {scales.get(folder, '')} | [{folder}]({folder}/README.md) |"

@@ -24,7 +24,11 @@ SEED_COLUMNS = ("seed", "data_seed")
 BOUNDED = re.compile(r"^(accuracy\w*|acc_\w+|agree_\w+|train_acc_\w+)$")  # shares of answers, in [0, 1]
 COUNTS = ("n_test", "n_answers")  # the test prompts behind a row's accuracies
 COMPARE = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
-REQUIREMENT = re.compile(r"^\s*([\w.]+)\s*(>=|<=|>|<)\s*([-+]?[\d.]+(?:[eE][-+]?\d+)?)\s*$")
+NUMBER = r"([-+]?[\d.]+(?:[eE][-+]?\d+)?)"
+REQUIREMENT = re.compile(rf"^\s*([\w.]+)\s*(>=|<=|>|<)\s*{NUMBER}\s*$")
+DISTINCT = re.compile(rf"^\s*distinct\(\s*([\w.]+)\s*\)\s*(>=|<=|>|<)\s*{NUMBER}\s*$")
+CONTAINS = re.compile(r"^\s*([-+\w.]+)\s+in\s+([\w.]+)\s*$")
+REGIME = (REQUIREMENT, DISTINCT, CONTAINS)  # the forms of a rule's `regime` entries
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,30 +241,83 @@ def _accuracy(rows, rule: Rule) -> float:
     return float(rows[column].astype(float).mean()) if share and column in rows else math.nan
 
 
-def unmet_requirements(rule: Rule, table) -> str:
-    """What the rule's compared rows fail of its `requires` ("" when every row meets every one)."""
-    import pandas as pd
-
+def _compared(rule: Rule, table):
+    """The rows the rule compares: its `where`, then arms a and b (None when `where` cannot apply)."""
     table = where(rule, table)
     if table is None:
-        return ""
+        return None
     if rule.column is not None and rule.column in table:
         arms = _same(table[rule.column], rule.a)
         if rule.b is not None:
             arms |= _same(table[rule.column], rule.b)
         table = table[arms]
-    failed = []
-    for requirement in rule.requires:
-        column, op, number = REQUIREMENT.match(requirement).groups()
+    return table
+
+
+def _every_row(condition: str, table) -> str:
+    """'' when every row meets "column OP number", else what fails."""
+    import pandas as pd
+
+    column, op, number = REQUIREMENT.match(condition).groups()
+    if column not in table:
+        return f"{condition}: results.csv has no {column}"
+    values = pd.to_numeric(table[column], errors="coerce")
+    bad = ~values.map(lambda v: COMPARE[op](v, float(number)) if v == v else False)
+    if not bad.any():
+        return ""
+    worst = values[bad].min() if op in (">=", ">") else values[bad].max()
+    return (
+        f"{condition}: {int(bad.sum())} of {len(values)} compared rows fail, "
+        f"{'lowest' if op in ('>=', '>') else 'highest'} {worst:.4g}"
+    )
+
+
+def _regime_condition(condition: str, table) -> str:
+    """'' when the compared rows meet one `regime` entry (`REGIME`), else what fails."""
+    import ast
+
+    if REQUIREMENT.match(condition):
+        return _every_row(condition, table)
+    if found := DISTINCT.match(condition):
+        column, op, number = found.groups()
         if column not in table:
-            failed.append(f"requires {requirement}: results.csv has no {column}")
-            continue
-        values = pd.to_numeric(table[column], errors="coerce")
-        bad = ~values.map(lambda v: COMPARE[op](v, float(number)) if v == v else False)
-        if bad.any():
-            worst = values[bad].min() if op in (">=", ">") else values[bad].max()
-            failed.append(
-                f"requires {requirement}: {int(bad.sum())} of {len(values)} compared rows fail, "
-                f"{'lowest' if op in ('>=', '>') else 'highest'} {worst:.4g}"
-            )
+            return f"{condition}: results.csv has no {column}"
+        count = table[column].astype(str).nunique()
+        return "" if COMPARE[op](count, float(number)) else f"{condition}: {count} value(s) of {column}"
+    value, column = CONTAINS.match(condition).groups()
+    if column not in table:
+        return f"{condition}: neither results.csv nor the preset has {column}"
+
+    def holds(cell) -> bool:
+        items = ast.literal_eval(cell) if isinstance(cell, str) else cell
+        items = items if isinstance(items, (list, tuple)) else [items]
+        return any(str(v) == value or (isinstance(v, (int, float)) and _number(value) == v) for v in items)
+
+    bad = int((~table[column].map(holds)).sum())
+    return f"{condition}: {bad} of {len(table)} compared rows fail" if bad else ""
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def out_of_regime(rule: Rule, table) -> str:
+    """What the rule's compared rows fail of its `regime` ("" inside it, or with no rows to judge)."""
+    table = _compared(rule, table)
+    if table is None or table.empty:
+        return ""
+    failed = [f for f in (_regime_condition(c, table) for c in rule.regime) if f]
+    if failed and rule.regime_preset:
+        failed.append(f"preset `{rule.regime_preset}` reaches it")
     return "; ".join(failed)
+
+
+def unmet_requirements(rule: Rule, table) -> str:
+    """What the rule's compared rows fail of its `requires` ("" when every row meets every one)."""
+    table = _compared(rule, table)
+    if table is None:
+        return ""
+    return "; ".join(f"requires {f}" for f in (_every_row(r, table) for r in rule.requires) if f)

@@ -1,7 +1,6 @@
 """A claim's stated rule: the `[[verdicts]]` tables of an experiment definition (fields: `Rule`) and
-its `[[laws]]` tables (fields: `LawRule`), parsed and checked; each rule's fingerprint and when it
-was fixed (recorded in sweep.json), so that a report can tell a rule fixed before its data from one
-changed after it. How a rule is decided: `synthlab.verdicts` (and `synthlab.law_verdicts` for laws).
+its `[[laws]]` tables (fields: `LawRule`), parsed and checked; each rule's fingerprint (what
+`synthlab.prereg` dates from git to tell a rule committed before its data from one written after). How a rule is decided: `synthlab.verdicts` (and `synthlab.law_verdicts` for laws).
 
 A `[[verdicts]]` table, e.g.
 
@@ -16,7 +15,18 @@ A `[[verdicts]]` table, e.g.
     expect = "above"                     # above / below threshold, or within threshold +- margin
     presets = ["gpu"]                    # optional: only these presets' grids test it
     requires = ["train_acc_l1 >= 0.99"]  # optional: what every compared row must have learned
+    regime = ["L >= 2"]                  # optional: where the claim applies (below)
+    regime_preset = "gpu"                # optional: the preset whose grid reaches that regime
     units = ["d_model"]                  # optional: also replicate over these columns
+
+`expect` follows the claim's direction: "beats" is `above` (a lower bound), "does not add" is
+`below` (an upper bound), and `within` (an equivalence band, two one-sided tests) only where the
+claim says "the same"; `equivalence = m` reports beside a one-sided rule whether its two bounds lie
+inside 0 +- m, without deciding it. `regime` states where the claim applies, checked before
+anything is decided (`rule_data.REGIME`): "exposures >= 1000" (every compared row),
+"distinct(diameter) >= 2" (the compared rows span that many values), "1 in ouroboros.depths"
+(every compared row's list holds the value; a preset setting the report reads from the grid); a
+table outside it reads "not tested: out of regime (...)", naming `regime_preset` where one is given.
 
 The row's text is generated from these fields (`Rule.condition`) after its one-line `says`, and a
 `says` that speaks of "each" cell without `each` is refused, so the words and the test agree.
@@ -34,7 +44,7 @@ import re
 from typing import Any
 
 from synthlab.errors import SynthlabError
-from synthlab.rule_data import REQUIREMENT
+from synthlab.rule_data import REGIME, REQUIREMENT
 
 EXPECT = ("above", "below", "within")
 EACH_WORDS = re.compile(r"\beach\b|\bat l = L\b")  # a `says` with these claims a result per cell
@@ -88,6 +98,10 @@ class Rule:
     # report lists the rule as untested under any other preset instead of deciding it
     requires: tuple[str, ...] = ()  # "column >= number" (or <=, >, <) every compared row must meet,
     # e.g. "train_acc_l1 >= 0.99": what the models must have learned for the claim to be tested
+    regime: tuple[str, ...] = ()  # where the claim applies (`rule_data.REGIME`): outside it the row reads
+    # "not tested: out of regime", never reproduced or contradicted
+    regime_preset: str = ""  # the preset whose grid reaches the regime, where this one does not
+    equivalence: float = 0.0  # > 0: also report whether both bounds lie inside 0 +- this (deciding nothing)
     units: tuple[str, ...] = ()  # columns whose values are further independent replicates (the
     # statistic once per seed and value): independent training runs that are not seeds
     each: tuple[str, ...] = ()  # the claim holds in every cell of these columns: decided per cell
@@ -107,6 +121,14 @@ class Rule:
         bad = [r for r in self.requires if not REQUIREMENT.match(r)]
         if bad:
             raise SynthlabError(f"verdict '{self.says}': `requires` entries look like 'column >= 0.99', got {bad}")
+        bad = [r for r in self.regime if not any(form.match(r) for form in REGIME)]
+        if bad:
+            raise SynthlabError(
+                f"verdict '{self.says}': `regime` entries look like 'exposures >= 1000', "
+                f"'distinct(diameter) >= 2' or '1 in ouroboros.depths', got {bad}"
+            )
+        if self.equivalence < 0 or (self.equivalence and self.expect == "within"):
+            raise SynthlabError(f"verdict '{self.says}': `equivalence` is a margin > 0 beside a one-sided rule")
         if self.min_seeds < 2 or not 0 < self.level < 1 or self.margin < 0:
             raise SynthlabError(f"verdict '{self.says}': need min_seeds >= 2, 0 < level < 1, margin >= 0")
         if EACH_WORDS.search(self.says) and not self.each:
@@ -138,14 +160,16 @@ class Rule:
             else f"one-sided {level} {'lower' if self.expect == 'above' else 'upper'} bound {self.expect} {self.threshold:g}"
         )
         needs = f"; every compared row {' and '.join(self.requires)}" if self.requires else ""
-        return f"{stat}: {bound}{needs}"
+        regime = f"; regime {' and '.join(self.regime)}" if self.regime else ""
+        beside = f"; equivalence within 0 +- {self.equivalence:g} reported beside" if self.equivalence else ""
+        return f"{stat}: {bound}{needs}{regime}{beside}"
 
 
 def record_rules(info: dict, experiment, preset: str, starting: bool) -> None:
     """Into a sweep.json dict: the seeds run (a preset's `seeds`, or `--seeds`), the time the first
-    point starts (`data_began`, when `starting`: points to run and no results yet) and each rule's
-    fingerprint with the time it was first seen (`rules`), so that a report can tell a rule fixed
-    before the data from one changed after it."""
+    point starts (`data_began`, when `starting`: points to run and no results yet: the first run's
+    start that `synthlab.prereg` compares with the commits of the rules and the preset) and each
+    rule's fingerprint with the time it was first seen (`rules`)."""
     import datetime
 
     if "seeds" in experiment.presets[preset] or "seeds" in info:
@@ -156,24 +180,6 @@ def record_rules(info: dict, experiment, preset: str, starting: bool) -> None:
         info.setdefault("data_began", now)
     for rule in (*experiment.verdicts, *experiment.laws):
         info.setdefault("rules", {}).setdefault(fingerprint(rule), now)
-
-
-def frozen(info: dict, rule) -> tuple[str, bool]:
-    """(the date the rule was fixed, whether it changed after its data began) from a sweep.json:
-    its `data_began` and the time each rule fingerprint was first seen (`rules`, recorded by the
-    sweep, or dated from git with `rules_from`: there a rule first committed with the data counts
-    as after it, since runs come before their commit)."""
-    import datetime
-
-    began, seen = info.get("data_began"), info.get("rules")
-    if not began or seen is None:
-        return "not recorded", False
-    fixed = seen.get(fingerprint(rule))
-    if fixed is None:
-        return "after the data", True
-    when = datetime.datetime.fromisoformat
-    after = when(fixed) >= when(began) if info.get("rules_from") else when(fixed) > when(began)
-    return fixed[:10], after
 
 
 def parse_rules(raw: Any, where: str) -> tuple[Rule, ...]:

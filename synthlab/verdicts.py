@@ -20,9 +20,14 @@ The rule is "reproduced" only if every cell is, "contradicted" if any cell is, e
 "inconclusive"; the cell that decided it is named. Also:
 - "too few seeds": a cell has n < min_seeds (the estimate is shown, no interval is claimed);
 - "no data": no row (or no pair) the rule can use;
+- "not tested: out of regime (...)": the compared rows lie outside the rule's `regime`, the
+  conditions under which the claim applies (1000 exposures for a capacity, the paper's training
+  fractions, two diameters for a growth with D, trained depths only); checked first;
 - "not tested": a compared row fails a `requires` condition: the models did not learn what the
   claim builds on (e.g. the single operations, the attribute values), so neither "reproduced" nor
   "contradicted" would mean anything; the estimate and interval are still shown.
+With `equivalence`, `Verdict.equivalence` says beside the outcome whether both bounds lie inside
+0 +- that margin (an equivalence the claim does not make, reported, never deciding).
 
 A `[[laws]]` claim (`synthlab.rules.LawRule`) gets its `Verdict` from the saved fit
 (`synthlab.law_verdicts`).
@@ -34,7 +39,7 @@ import dataclasses
 import math
 from typing import Any
 
-from synthlab.rule_data import SEED_COLUMNS, cells, seed_values, unmet_requirements
+from synthlab.rule_data import SEED_COLUMNS, cells, out_of_regime, seed_values, unmet_requirements
 from synthlab.rules import LawRule, Rule
 
 OUTCOMES = ("reproduced", "contradicted", "inconclusive", "too few seeds", "no data", "not tested", "not identified")
@@ -90,6 +95,20 @@ class Verdict:
             for c in self.cells
         ]
         return "; ".join(parts) + f"; decided by {self.decided_by}"
+
+    def equivalence(self) -> str:
+        """For a rule with `equivalence` m: "equivalent within +-0.1" (both bounds inside 0 +- m),
+        "not equivalent within +-0.1" (a bound wholly outside), "equivalence within +-0.1 undecided";
+        empty without the field or an interval."""
+        margin = getattr(self.rule, "equivalence", 0.0)
+        if not margin or math.isnan(self.low):
+            return ""
+        band = f"within +-{margin:g}"
+        if -margin < self.low and self.high < margin:
+            return f"equivalent {band}"
+        if self.low >= margin or self.high <= -margin:
+            return f"not equivalent {band}"
+        return f"equivalence {band} undecided"
 
     def seeds_needed(self) -> str:
         """The seeds the observed spread says a decisive interval at the observed effect needs, per
@@ -241,7 +260,8 @@ def evaluate(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) ->
             missing = [c for c in dict.fromkeys(needed) if c is not None and c not in table]
             why = f"results.csv has no {', '.join(missing)}" if missing else "no row or pair the rule can use"
             verdict = dataclasses.replace(verdict, why=why)
-        unmet = unmet_requirements(rule, table)
+        unmet = out_of_regime(rule, table)
+        unmet = f"out of regime ({unmet})" if unmet else unmet_requirements(rule, table)
         if unmet and verdict.outcome != "no data":
             verdict = dataclasses.replace(verdict, outcome="not tested", why=unmet)
         out.append(verdict)

@@ -52,6 +52,7 @@ FLOORS = [
     ("synthlab.intervals", 6),
     ("synthlab.paired", 6),
     ("synthlab.law_verdicts", 6),
+    ("synthlab.prereg", 6),
     ("synthlab.plots", 7),
     ("synthlab.report", 7),
     ("synthlab.results_index", 7),

@@ -170,7 +170,7 @@ def test_an_unidentified_fit_says_why():
     assert verdict.outcome == "not identified" and "every hold-out split leaves too few levels" in verdict.why
 
 
-def test_a_law_whose_form_the_seeds_reject_is_contradicted_even_unidentified():
+def test_a_law_whose_form_the_seeds_reject_is_contradicted_unless_its_fit_is_degenerate():
     lof = {
         "rows": 192,
         "cells": 64,
@@ -182,9 +182,9 @@ def test_a_law_whose_form_the_seeds_reject_is_contradicted_even_unidentified():
         "r2_ceiling": 0.88,
     }
     part = {
-        "converged": False,
-        "implausible": ["A"],
-        "A": float("inf"),
+        "converged": True,
+        "implausible": [],
+        "A": 3.0,
         "bootstrap": 0,
         "r2": 0.81,
         "n_rows": 192,
@@ -198,6 +198,14 @@ def test_a_law_whose_form_the_seeds_reject_is_contradicted_even_unidentified():
     assert (
         verdict.why == "the law's form departs from the data beyond seed noise (lack of fit F = 3.9, p = 1e-09 < 0.05)"
     )
+    # the C5 LoopLM fit's shape: not converged, A = inf, alpha = 668, gamma = -5.3, lack of fit rejected
+    degenerate = {**part, "converged": False, "implausible": ["A", "alpha", "gamma"], "A": "inf", "alpha": 667.6}
+    verdict = law_verdicts.decide_law(_rule(holdout=""), {**degenerate, "gamma": -5.32}, "x")
+    assert verdict.outcome == "not identified", verdict.why
+    assert verdict.why.startswith("not converged, A = inf, alpha = 668, gamma = -5.32, no bootstrap")
+    assert "lack of fit F = 3.9, p = 1e-09" in verdict.why  # reported beside, deciding nothing
+    at_bound = law_verdicts.decide_law(_rule(holdout=""), {**part, "C": "-inf"}, "x")  # unflagged infinity
+    assert at_bound.outcome == "not identified" and "C = -inf" in at_bound.why
     off = law_verdicts.decide_law(_rule(holdout="", lack_of_fit_level=0), part, "x")
     assert off.outcome == "not identified" and "lack of fit F = 3.9, p = 1e-09, R^2 ceiling 0.880" in off.why
     within = law_verdicts.decide_law(_rule(holdout=""), {**part, "lack_of_fit": {**lof, "p": 0.055}}, "x")
@@ -219,8 +227,29 @@ def test_a_law_whose_form_the_seeds_reject_is_contradicted_even_unidentified():
         and verdict.why.startswith("Tm = 2: the law's form departs")
         and "< 0.025" in verdict.why
     )
+    steps["fits"][0] = {**steps["fits"][0], **degenerate}  # the rejecting fit degenerate: it decides nothing
+    assert law_verdicts.decide_law(_rule(holdout=""), steps, "x").outcome == "not identified"
     with pytest.raises(SynthlabError, match="lack_of_fit_level"):
         _rule(lack_of_fit_level=1.0)
+
+
+def test_a_degenerate_fit_of_a_synthetic_table_is_not_identified(tmp_path):
+    """A table the law cannot describe (the loss flat in N and D, rising with Tm): `synthlab fit
+    --save` writes a fit that does not converge, and its law rule reads "not identified"."""
+    n, d, t = (
+        a.ravel()
+        for a in np.meshgrid(
+            [1.58e4, 5.6e4, 1.21e5, 2.11e5], [4.5e5, 9e5, 1.8e6, 3.6e6], [1.0, 2.0, 3.0, 4.0], indexing="ij"
+        )
+    )
+    loss = 2.0 * np.exp(np.random.default_rng(0).normal(0, 0.02, n.shape)) * (1 + 0.05 * (t > 2))
+    pd.DataFrame({"params": n, "tokens": d, "loops": t, "loss": loss}).to_csv(tmp_path / "results.csv", index=False)
+    out = run("looplm", tmp_path / "results.csv", "--bootstrap", "0", "--save", tmp_path / "fit_looplm.json")
+    assert out.exit_code == 0, out.output
+    saved = scaling.read_fit_json((tmp_path / "fit_looplm.json").read_text())
+    assert law_verdicts.degenerate(saved)  # the fitter itself says it did not converge
+    verdict = law_verdict(_rule(holdout=""), tmp_path)
+    assert verdict.outcome == "not identified" and verdict.why.startswith("not converged"), verdict.why
 
 
 def test_law_rules_parse_from_a_definition_and_bad_ones_are_one_line_errors():
@@ -266,6 +295,9 @@ def test_the_report_puts_a_law_in_the_claims_table(saved_fit, tmp_path):
     result = CliRunner().invoke(app, ["report", str(tmp_path), "--out", str(out), "--copy"])
     assert result.exit_code == 0, result.output
     text = out.read_text()
-    assert "| C5 | lawful | the law holds: fit_looplm.json: " in text and "| 64 | not recorded |" in text
+    assert (
+        "| C5 | lawful | the law holds: fit_looplm.json: " in text
+        and "| 64 | exploratory: first run not recorded; rule not committed" in text
+    )
     assert "test R^2 >= 0.8 | reproduced (" in text
     assert (out.parent / "lawful" / "fit_looplm.json").is_file()  # --copy takes the saved fit along

@@ -126,6 +126,10 @@ from synthlab.cli import sample as _sample  # noqa: E402
 
 app.command("sample")(_sample.sample)
 
+from synthlab.cli import prereg as _prereg  # noqa: E402
+
+app.add_typer(_prereg.app, name="prereg")
+
 from synthlab.cli import sweep as _sweep  # noqa: E402
 
 app.command("sweep")(_sweep.sweep)
