@@ -155,9 +155,9 @@ def _run(data, loss, **train):
 
 
 def test_every_objective_evaluation_exit_and_generation_under_the_policy(tmp_path, mano_data, monkeypatch):
-    monkeypatch.setattr(train_module, "autocast", lambda device: cuda_autocast_policy())
-    monkeypatch.setattr(evaluate_module, "autocast", lambda device: cuda_autocast_policy())
-    monkeypatch.setattr(scoring_module, "autocast", lambda device: cuda_autocast_policy())
+    monkeypatch.setattr(train_module, "autocast", lambda device, *_: cuda_autocast_policy())
+    monkeypatch.setattr(evaluate_module, "autocast", lambda device, *_: cuda_autocast_policy())
+    monkeypatch.setattr(scoring_module, "autocast", lambda device, *_: cuda_autocast_policy())
     for loss in ("last", "mean", "ouro"):
         assert math.isfinite(train(tmp_path / loss, _run(mano_data, loss), progress=False).final_loss), loss
     checkpointed = _run(mano_data, "mean", activation_checkpointing=True)  # steps recomputed under autocast
