@@ -62,7 +62,7 @@ def test_a_preset_that_sets_the_train_seed_keeps_it_for_that_seed():
 @pytest.mark.parametrize(
     "preset, message",
     [
-        ({"seeds": 0}, "seeds must be >= 1"),
+        ({"seeds": 0}, "seeds must be in 1..100,000"),
         ({"seeds": [1, 1]}, "distinct integers"),
         ({"seeds": [-1]}, "distinct integers"),
         ({"data_seeds": "two"}, "data_seeds"),

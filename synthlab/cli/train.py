@@ -208,7 +208,7 @@ train = _train_command()
 
 def _set_threads(threads: int | None) -> None:
     """--threads: torch's CPU threads for this process (None: the idle cores, `default_threads`,
-    the choice printed once), with a warning when this machine's processes of the run ask for more
+    the choice printed once on a terminal), with a warning when this machine's processes of the run ask for more
     threads than it has idle cores."""
     import torch
 
@@ -217,7 +217,8 @@ def _set_threads(threads: int | None) -> None:
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun: processes per machine
     if threads is None:
         threads, why = default_threads(local)
-        if reporting():
+        # On a terminal only: off one, the first line a script reads stays the result or the error.
+        if reporting() and sys.stderr.isatty():
             print(f"{why} (--threads sets them)", file=sys.stderr, flush=True)
     if threads < 1:
         raise SynthlabError(f"--threads must be >= 1, got {threads}")
