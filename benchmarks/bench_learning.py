@@ -3,14 +3,14 @@
 What it measures
     Both models train on exactly the same batches, in the same order: a dataset of `--task`
     (mano, multihop or bios) is generated with the library (`synthlab_generators.write_dataset`)
-    into a temporary folder, read with `synthlab.data.load_dataset` and cut into batches by
-    `synthlab.data.Batcher` (packed with document ids for bioS, one example per row otherwise, as
+    into a temporary folder, read with `synthlab.data.datasets.load_dataset` and cut into batches by
+    `synthlab.data.datasets.Batcher` (packed with document ids for bioS, one example per row otherwise, as
     `synthlab train` does); each batch is handed to both models. The two trainings are interleaved
     (one step of synthlab's, one step of the reference's) so machine noise hits both alike.
 
     - synthlab: `synthlab.models.build_model(ModelConfig(...))`, trained with the lab's own step
       (`build_optimizer`, `lr_schedule`, `model_forward`, `step_losses`, `to_device` and
-      `synthlab.engine.step`, as `synthlab.train`). Defaults are `synthlab train`'s defaults; `--synthlab
+      `synthlab.training.engine.step`, as `synthlab.training.trainer`). Defaults are `synthlab train`'s defaults; `--synthlab
       k=v,...` overrides ModelConfig and TrainConfig fields.
     - reference: a ~60-line nanoGPT-style decoder defined in this file (token + learned absolute
       position embedding, pre-LayerNorm blocks with biases, causal SDPA attention (and the same
@@ -19,7 +19,7 @@ What it measures
       clipping, cross-entropy on the batch's loss-mask positions (the answer tokens of QA tasks,
       every token of a biography).
 
-    Both are scored at each step of `--eval-at` by the lab's own scorers (`synthlab.evaluate`):
+    Both are scored at each step of `--eval-at` by the lab's own scorers (`synthlab.evaluation.evaluate`):
     - mano, multihop: `GroupProbe`, teacher-forced exact match of the answer (equal to greedy
       decoding) per group, on held-out test prompts and on distinct training prompts (up to
       `--max-eval` of each group): Mano per length l (`train_acc_l1`: the one-operator training
@@ -61,16 +61,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from synthlab import engine, serialize
-from synthlab.configs import TrainConfig
-from synthlab.data import Batcher, load_dataset, training_examples
-from synthlab.distributed import World
-from synthlab.eval_groups import GroupProbe, group_columns, group_label
-from synthlab.evaluate import biography_recall
+from synthlab import serialize
+from synthlab.data.datasets import Batcher, load_dataset, training_examples
+from synthlab.evaluation.evaluate import biography_recall
+from synthlab.evaluation.groups import GroupProbe, group_columns, group_label
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.layers import attention_mask
-from synthlab.objectives import model_forward, step_losses, to_device
-from synthlab.train import build_optimizer, lr_schedule
+from synthlab.training import engine
+from synthlab.training.configs import TrainConfig
+from synthlab.training.distributed import World
+from synthlab.training.objectives import model_forward, step_losses, to_device
+from synthlab.training.trainer import build_optimizer, lr_schedule
 from synthlab_generators import TASKS, write_dataset
 from synthlab_generators.bios import ATTRIBUTES
 
@@ -183,7 +184,7 @@ class RefScored:
 
 
 # ----------------------------------------------------------------------------------------------
-# synthlab's step (synthlab.engine.step with the lab's losses, as synthlab.train, without the run directory)
+# synthlab's step (synthlab.training.engine.step with the lab's losses, as synthlab.training.trainer, without the run directory)
 # ----------------------------------------------------------------------------------------------
 class SynthlabTrainer:
     def __init__(self, model, cfg: TrainConfig, total: int):

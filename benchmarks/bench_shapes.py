@@ -2,7 +2,7 @@
 
 Each shape is one grid point of a committed experiment preset: its dataset (generated once into
 --cache, with a smaller training set where the row shape does not depend on it), its packed rows
-and document masks (`synthlab.train.prepare_run`'s batcher), its model config and its recipe. The
+and document masks (`synthlab.training.trainer.prepare_run`'s batcher), its model config and its recipe. The
 lab's step is what `synthlab train` runs (`objectives.step_losses` inside `engine.step`: masked
 loss, backward, clip, AdamW); the reference is a GPT written the short way with the same
 architecture (norm, bias, positions, head, loops as whole-stack passes), the same boolean document
@@ -41,13 +41,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from synthlab import engine, experiments, point_runner
-from synthlab.data import load_dataset
-from synthlab.distributed import World
+from synthlab.data.datasets import load_dataset
 from synthlab.models import ModelConfig, build_model
-from synthlab.objectives import model_forward, step_losses, to_device
-from synthlab.runs import RunConfig, autocast
-from synthlab.train import build_optimizer, lr_schedule, prepare_run
+from synthlab.sweeps import experiments, lab_runner
+from synthlab.training import engine
+from synthlab.training.distributed import World
+from synthlab.training.objectives import model_forward, step_losses, to_device
+from synthlab.training.run_folders import RunConfig, autocast
+from synthlab.training.trainer import build_optimizer, lr_schedule, prepare_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,8 +168,8 @@ def resolve(name: str, cache: Path) -> tuple[RunConfig, tuple[torch.Tensor, ...]
     matches = [p for p in points if all(p.factors.get(k, v) == v for k, v in wanted.items())]
     config = matches[0].config
     config["data"] = {**config.get("data", {}), **shape.data}
-    point = point_runner.parse(config)
-    data_dir = point_runner.dataset(point, cache)
+    point = lab_runner.parse(config)
+    data_dir = lab_runner.dataset(point, cache)
     model, train = point.model, dataclasses.replace(point.train, data=str(data_dir))
     if name == "bench":  # bench_model.py's model, rows of 256 tokens, batch 16
         model = dataclasses.replace(model, **BENCH_MODEL)

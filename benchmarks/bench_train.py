@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_train.py [--task bios|mano] [--rounds 5] [--steps 10]
 
 End-to-end = what `synthlab train` does per step: the batcher's next batch (packing a new epoch
-when one ends), tensors to the device, forward, masked loss, backward, clip, AdamW (`synthlab.engine.step`).
+when one ends), tensors to the device, forward, masked loss, backward, clip, AdamW (`synthlab.training.engine.step`).
 Model-only = the same step on one fixed batch (no data work at all). Rounds alternate the two so
 that load from other processes hits both alike; the ratio of their step rates is printed (target
 >= 0.9). Also printed: the data work alone per batch (packing included) and the ratio it implies,
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import torch
 
-from synthlab import engine
 from synthlab.cli.train import resolve_run_config
-from synthlab.data import load_dataset
-from synthlab.distributed import World
+from synthlab.data.datasets import load_dataset
 from synthlab.models import build_model
-from synthlab.objectives import model_forward, step_losses, to_device
-from synthlab.train import build_optimizer, lr_schedule, prepare_run, train
+from synthlab.training import engine
+from synthlab.training.distributed import World
+from synthlab.training.objectives import model_forward, step_losses, to_device
+from synthlab.training.trainer import build_optimizer, lr_schedule, prepare_run, train
 from synthlab_generators import TASKS, write_dataset
 
 DATA = {"bios": {"n_people": 1000}, "mano": {"L": 8, "n_train": 20000, "n_test": 100}}

@@ -1,16 +1,16 @@
 """The GPU cost model checked against the real trainer on this CPU: what `synthlab sweep NAME --preset
-gpu --dry-run` prints for a point (synthlab.cost.gpu_cost: training FLOPs at a calibrated MFU, the
+gpu --dry-run` prints for a point (synthlab.sweeps.cost.gpu_cost: training FLOPs at a calibrated MFU, the
 host's stall, the evaluation stages) against the wall time of that point's stages run here.
 
     calibrate  the cost model's inputs measured here as benchmarks/gpu_calibrate.py measures them on
                a GPU, into its file format (OUT/cost_calibration.json, read back with
-               synthlab.cost.load_calibration): the device's peak (here the best float32 matmul of
+               synthlab.sweeps.cost.load_calibration): the device's peak (here the best float32 matmul of
                one thread), the MFU of each part of a bare training step (the layers, the head:
-               synthlab.cost.part_mfus, from the first point's model plain at one layer and at
+               synthlab.sweeps.cost.part_mfus, from the first point's model plain at one layer and at
                four) on packed rows of many documents at each checked d (gpu_calibrate.train_step;
                eager, as the checked points run), the real
                trainer's tokens/s against a bare loop (gpu_calibrate.trainer in its CPU mode), and
-               the host rates of the dry run (synthlab.cost.host_rates);
+               the host rates of the dry run (synthlab.sweeps.cost.host_rates);
     predict    gpu_cost of capacity gpu-preset points cut down to run here in minutes (d, layers,
                heads, people, exposures, batch; eager), keeping the preset's packed rows of 512,
                20 checkpoints a run and stages (train, then the capacity estimate); the parts' MFUs
@@ -18,8 +18,8 @@ host's stall, the evaluation stages) against the wall time of that point's stage
                a looped point tests that the parts' rates carry across loops, as the cost model
                assumes), and the prediction uses their mean: other work on the machine changes
                its speed within minutes; the point's own model is measured after it too (reported, not used);
-    measure    each point's stages as the sweep runs them (synthlab.point_runner.STAGES: the trainer
-               synthlab.train.train, then synthlab.capacity), timed, with one torch thread; the
+    measure    each point's stages as the sweep runs them (synthlab.sweeps.lab_runner.STAGES: the trainer
+               synthlab.training.trainer.train, then synthlab.evaluation.capacity), timed, with one torch thread; the
                dataset is generated first, untimed (the cost model does not count it);
     report     OUT/cost_check.json and a table: predicted and measured seconds per point (and per
                part), measured / predicted; exit 1 when one is off by more than --tolerance.
@@ -49,7 +49,7 @@ import torch
 from gpu_calibrate import trainer
 from gpu_check import Part
 
-from synthlab import cost
+from synthlab.sweeps import cost
 
 # Capacity gpu-preset points cut down: (label, people, d, layers, loops, exposures, batch).
 POINTS = [("d64-L2 loops 1", 200, 64, 2, 1, 16, 8), ("d64-L2 loops 4", 200, 64, 2, 4, 16, 8)]
@@ -76,7 +76,7 @@ def parse_args() -> argparse.Namespace:
 
 def points(quick: bool) -> list[tuple[str, object]]:
     """(label, PointConfig) of the checked points: the capacity gpu preset's first point, cut down."""
-    from synthlab import experiments, point_runner
+    from synthlab.sweeps import experiments, lab_runner
 
     base = experiments.load("capacity").points("gpu")[0].config
     out = []
@@ -85,7 +85,7 @@ def points(quick: bool) -> list[tuple[str, object]]:
         config["data"]["n_people"] = people
         config["model"].update(d_model=d, n_layers=layers, loops=loops, n_heads=max(1, d // 32))
         config["train"].update(exposures=exposures, batch_size=batch, warmup_steps=10, compile=False, device="cpu")
-        out.append((label, point_runner.parse(config)))
+        out.append((label, lab_runner.parse(config)))
     return out
 
 
@@ -101,7 +101,7 @@ def matmul_peak(size: int, repeats: int) -> float:
 
 
 def step_parts(model_point, point, peak: float, repeats: int) -> dict[str, float]:
-    """MFU of each part (the layers, the head: synthlab.cost.part_mfus) of a bare training step
+    """MFU of each part (the layers, the head: synthlab.sweeps.cost.part_mfus) of a bare training step
     (forward and backward, no optimizer) at `point`'s d, micro-batch and row length, on packed rows
     of many documents, from `model_point`'s model plain at one layer and at four: what
     gpu_calibrate.py measures at each d on a GPU (there compiled, from its model and a one-layer twin)."""
@@ -167,12 +167,12 @@ def predict(point) -> dict:
 
 def measure(point, cache: Path, run_dir: Path) -> dict:
     """Seconds of each stage of `point` (the sweep's stage functions), after an untimed dataset."""
-    from synthlab import point_runner
-    from synthlab.runs import read_metrics
+    from synthlab.sweeps import lab_runner
+    from synthlab.training.run_folders import read_metrics
 
-    work = point_runner.Work(point, run_dir, cache, 0, point_runner.dataset(point, cache), run_dir / "model")
+    work = lab_runner.Work(point, run_dir, cache, 0, lab_runner.dataset(point, cache), run_dir / "model")
     seconds = {}
-    for name, stage in point_runner.STAGES.items():
+    for name, stage in lab_runner.STAGES.items():
         if name == "train" or name in point.stages:
             start = time.perf_counter()
             stage.run(work)

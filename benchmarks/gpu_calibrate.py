@@ -1,15 +1,15 @@
 """The GPU check's calibration part (benchmarks/gpu_check.sh runs it as part `calibrate`): what the
-cost model (synthlab.cost) assumes, measured, and written to OUT/cost_calibration.json, which
+cost model (synthlab.sweeps.cost) assumes, measured, and written to OUT/cost_calibration.json, which
 `synthlab sweep NAME --preset gpu --dry-run --calibration FILE` reads.
 
     memory     peak memory of one training micro-batch (the real forward, loss and backward) at the
                largest shapes of the gpu presets, without and with activation checkpointing,
-               against synthlab.cost.peak_gib;
+               against synthlab.sweeps.cost.peak_gib;
     packed     compiled training step of capacity-shaped models (d = 128, 256, 384) on packed rows
                of many documents: MFU with the dense mask (sdpa) and with flex_attention (flex), of
                the whole step and of its parts (the layers, the head), from the model and its
-               one-layer twin (synthlab.cost.part_mfus);
-    trainer    the real trainer (synthlab.train.train) against the same steps in a bare loop run
+               one-layer twin (synthlab.sweeps.cost.part_mfus);
+    trainer    the real trainer (synthlab.training.trainer.train) against the same steps in a bare loop run
                just before and just after it (their mean: a steady drift of a busy machine's speed
                cancels): tokens/s of each, and the wall time one checkpoint adds.
 
@@ -38,8 +38,8 @@ def parse_args() -> argparse.Namespace:
 
 def train_step(model, cfg, inputs, targets, doc_ids, checkpoint: bool, compile: bool = False):
     """One optimizer-free training micro-batch through the trainer's own forward and loss."""
-    from synthlab.objectives import model_forward, step_losses
-    from synthlab.runs import autocast
+    from synthlab.training.objectives import model_forward, step_losses
+    from synthlab.training.run_folders import autocast
 
     forward = model_forward(model, compile, checkpoint)
     generator = torch.Generator().manual_seed(0)
@@ -55,7 +55,7 @@ def train_step(model, cfg, inputs, targets, doc_ids, checkpoint: bool, compile: 
 
 def largest_points(count: int) -> list:
     """The `count` gpu-preset points with the largest predicted peak memory (one per experiment)."""
-    from synthlab import cost, experiments, point_runner
+    from synthlab.sweeps import cost, experiments, lab_runner
 
     best = {}
     for name in experiments.available():
@@ -63,7 +63,7 @@ def largest_points(count: int) -> list:
         if "gpu" not in exp.presets:
             continue
         for point in exp.points("gpu"):
-            typed = point_runner.parse(point.config)
+            typed = lab_runner.parse(point.config)
             if "ouroboros" in typed.stages and typed.ouroboros is not None and typed.ouroboros.source.base:
                 continue
             gib = cost.gpu_cost(typed)["peak_gib"]
@@ -73,8 +73,8 @@ def largest_points(count: int) -> list:
 
 
 def memory(args, part: Part, device: torch.device) -> None:
-    from synthlab import cost
     from synthlab.models import build_model
+    from synthlab.sweeps import cost
 
     for point in largest_points(1 if args.dry_run else 3):
         model_cfg, train = point.model, point.train
@@ -125,7 +125,7 @@ def memory(args, part: Part, device: torch.device) -> None:
 
 def timed_step(cfg, train, rows: int, seq: int, device: torch.device, compile: bool, warmup: int, repeats: int):
     """(training FLOPs per part, seconds) of one bare step of `cfg` on `rows` packed rows of `seq`
-    tokens, many bioS-sized documents a row: one measurement for `synthlab.cost.part_mfus`."""
+    tokens, many bioS-sized documents a row: one measurement for `synthlab.sweeps.cost.part_mfus`."""
     from synthlab.models import build_model, flops_per_token_parts
 
     model = build_model(cfg, seed=0).to(device).train()
@@ -140,14 +140,14 @@ def timed_step(cfg, train, rows: int, seq: int, device: torch.device, compile: b
 
 def one_layer(cfg):
     """The same shape with one layer applied once: beside the full model it separates the time of
-    the layers from the head's (synthlab.cost.part_mfus)."""
+    the layers from the head's (synthlab.sweeps.cost.part_mfus)."""
     return dataclasses.replace(cfg, n_layers=1, loops=1, n_prelude=0, n_coda=0)
 
 
 def packed(args, part: Part, device: torch.device) -> None:
-    from synthlab import cost, experiments, point_runner
+    from synthlab.sweeps import cost, experiments, lab_runner
 
-    point = point_runner.parse(experiments.load("capacity").points("gpu")[-1].config)
+    point = lab_runner.parse(experiments.load("capacity").points("gpu")[-1].config)
     rows, seq = (2, 64) if args.dry_run else (point.train.batch_size // point.train.grad_accum, 512)
     kinds = ("sdpa",) if args.dry_run else ("sdpa", "flex")
     warmup, repeats = (1, 1) if args.dry_run else (3, 10)
@@ -181,8 +181,8 @@ def trainer(args, part: Part, device: torch.device, steps: int | None = None) ->
     """The real trainer's tokens/s against a bare loop, and the time a checkpoint adds, over `steps`
     steps (default 300; 30 on the CPU)."""
     from synthlab.cli.train import resolve_run_config
-    from synthlab.runs import read_metrics
-    from synthlab.train import train
+    from synthlab.training.run_folders import read_metrics
+    from synthlab.training.trainer import train
     from synthlab_generators import TASKS, write_dataset
 
     steps = steps or (30 if args.dry_run else 300)
@@ -235,10 +235,10 @@ def trainer(args, part: Part, device: torch.device, steps: int | None = None) ->
 
 def bare_loop(run, data, device: torch.device, steps: int) -> float:
     """Tokens/s of the trainer's steps without the trainer: the same batches, model and optimizer."""
-    from synthlab.data import load_dataset
+    from synthlab.data.datasets import load_dataset
     from synthlab.models import build_model
-    from synthlab.objectives import to_device
-    from synthlab.train import build_optimizer, prepare_run
+    from synthlab.training.objectives import to_device
+    from synthlab.training.trainer import build_optimizer, prepare_run
 
     _, batcher = prepare_run(run, load_dataset(data, "mano"))
     model = build_model(run.model, seed=0).to(device).train()
@@ -256,7 +256,7 @@ def bare_loop(run, data, device: torch.device, steps: int) -> float:
 
 
 def write_calibration(out: Path, part: Part) -> None:
-    """OUT/cost_calibration.json: the numbers synthlab.cost.load_calibration reads (those measured
+    """OUT/cost_calibration.json: the numbers synthlab.sweeps.cost.load_calibration reads (those measured
     so far: a missing one leaves the cost model's assumption in place)."""
     from synthlab.files import atomic_write_text
 

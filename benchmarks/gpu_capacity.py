@@ -6,7 +6,7 @@ of about 1.5, 3 and 6 bits/param), pool scale, exposures and recipe, so that a G
 CPU table point for point. To it are added: every model at each loop count of --loops (the same
 unique parameters), each arm at its own learning rate as the presets state it (one rate per loop
 count across them); and, for a model the presets train on several N, one larger N (--larger times
-its largest). Each case is the sweep's point run by the sweep's stages (synthlab.point_runner:
+its largest). Each case is the sweep's point run by the sweep's stages (synthlab.sweeps.lab_runner:
 train, then the capacity estimate), on CUDA with bf16 autocast, compiled unless --no-compile.
 
 Cases run in the order above (the first preset's plain models first), --jobs at a time on the one
@@ -94,7 +94,7 @@ def toy(config: dict) -> dict:
 def cases(args) -> list[dict]:
     """The cases in the order they run: per preset its points at every loop count (plain first),
     then, for a model trained on several N, the larger N."""
-    from synthlab import experiments
+    from synthlab.sweeps import experiments
 
     exp = experiments.load("capacity")
     by_preset = {name: [p for p in exp.points(name) if p.factors.get("seed", 0) == args.seed] for name in args.presets}
@@ -141,13 +141,11 @@ def cases(args) -> list[dict]:
 
 def run_case(path: Path) -> None:
     """A child: train the case's point and estimate its capacity; write the row beside the case file."""
-    from synthlab import point_runner
+    from synthlab.sweeps import lab_runner
 
     case = json.loads(path.read_text())
     start = time.perf_counter()
-    row = point_runner.run_point(
-        point_runner.parse(case["config"]), Path(case["run_dir"]), cache_dir=Path(case["cache"])
-    )
+    row = lab_runner.run_point(lab_runner.parse(case["config"]), Path(case["run_dir"]), cache_dir=Path(case["cache"]))
     row["seconds"] = time.perf_counter() - start
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(row, indent=1) + "\n")

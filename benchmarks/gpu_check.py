@@ -7,8 +7,8 @@ short by its timeout still leaves what it measured.
                 torch.compile, against a minimal reference GPT of the same shape (12 layers, the
                 same FLOPs) in the same run: tokens/s and MFU (3 x forward FLOPs from
                 synthlab.models.flops_per_token, over the device's dense bf16 peak); peak memory of
-                each, the Mano model's against the GPU cost model's (synthlab.cost.peak_gib).
-    learn       a 200-step Mano run through the real trainer (`synthlab.train.train`, device auto:
+                each, the Mano model's against the GPU cost model's (synthlab.sweeps.cost.peak_gib).
+    learn       a 200-step Mano run through the real trainer (`synthlab.training.trainer.train`, device auto:
                 CUDA + bf16 autocast; d = 512, 2 layers x 2 loops) on one-operator expressions mod
                 7: the loss falls, and the accuracy on one-operator prompts (training ones, and
                 the held-out test ones).
@@ -139,8 +139,8 @@ class RefGPT(nn.Module):
 def mano_gpu_shape(dry: bool):
     """(ModelConfig of the gpu preset's most looped point at its largest L, TrainConfig, row length);
     dry: 1 x 2 layers of d = 32, 2 rows of 16."""
-    from synthlab import experiments
-    from synthlab.point_runner import parse
+    from synthlab.sweeps import experiments
+    from synthlab.sweeps.lab_runner import parse
 
     points = [parse(p.config) for p in experiments.load("mano").points("gpu")]
     # the most looped point (2 x 6 today), at its largest L
@@ -167,10 +167,10 @@ def time_steps(step, device: torch.device, warmup: int, steps: int) -> float:
 
 
 def throughput(args, part: Part) -> None:
-    from synthlab.cost import peak_gib
     from synthlab.models import build_model, count_params, flops_per_token
     from synthlab.models.losses import token_losses
-    from synthlab.train import build_optimizer
+    from synthlab.sweeps.cost import peak_gib
+    from synthlab.training.trainer import build_optimizer
 
     device = device_of(args.dry_run)
     torch.set_float32_matmul_precision("high")  # what training does on CUDA (TrainConfig.tf32)
@@ -194,7 +194,7 @@ def throughput(args, part: Part) -> None:
             "tokens_per_step": batch * seq,
             "train_flops_per_step": flops,
             "reference_flops_per_step": 3 * flops_per_token(ref_cfg, seq) * batch * seq,
-            # the cost model's peak (synthlab.cost), to hold against mano_eager's measured peak_gib
+            # the cost model's peak (synthlab.sweeps.cost), to hold against mano_eager's measured peak_gib
             "predicted_peak_gib": round(peak_gib(cfg, seq, batch * seq, all_steps=False), 3),
         },
     )
@@ -205,7 +205,7 @@ def throughput(args, part: Part) -> None:
             model = build_model(cfg, seed=0).to(device).train()
             optimizer = build_optimizer(model, train_cfg)
 
-            def forward(x, model=model):  # as synthlab.train: only the last step read out
+            def forward(x, model=model):  # as synthlab.training.trainer: only the last step read out
                 return model(x, all_steps=False).step_logits
         else:
             model = RefGPT(cfg.vocab_size, cfg.d_model, cfg.n_heads, ref_cfg.n_layers, seq).to(device).train()
@@ -267,12 +267,12 @@ def throughput(args, part: Part) -> None:
 # --- learn ---------------------------------------------------------------------------------------
 def learn(args, part: Part) -> None:
     from synthlab.cli.train import resolve_run_config
-    from synthlab.data import load_dataset
-    from synthlab.eval_groups import split_items
-    from synthlab.evaluate import evaluate_run
-    from synthlab.runs import load_model, read_metrics
-    from synthlab.scoring import score_answers
-    from synthlab.train import train
+    from synthlab.data.datasets import load_dataset
+    from synthlab.evaluation.evaluate import evaluate_run
+    from synthlab.evaluation.groups import split_items
+    from synthlab.evaluation.scoring import score_answers
+    from synthlab.training.run_folders import load_model, read_metrics
+    from synthlab.training.trainer import train
     from synthlab_generators import TASKS, write_dataset
 
     dry = args.dry_run
@@ -340,7 +340,7 @@ def ouroboros(args, part: Part) -> None:
 
     from synthlab.ouroboros import OuroborosConfig, OuroborosLM, lm_loss, trainable_breakdown
     from synthlab.ouroboros.train import OuroborosTrainConfig, make_optimizer
-    from synthlab.runs import float32_matmul
+    from synthlab.training.run_folders import float32_matmul
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu_ouroboros import SHAPE_3B, SHAPE_TINY

@@ -1,5 +1,5 @@
 """The GPU cost model against real preset points on one GPU: what `synthlab sweep NAME --preset gpu
---dry-run` estimates for a point (synthlab.cost.gpu_cost with the host rates measured here) against
+--dry-run` estimates for a point (synthlab.sweeps.cost.gpu_cost with the host rates measured here) against
 the wall time of that point's stages run here, unchanged (benchmarks/cost_check.py's predict and
 measure; that script checks the same on the CPU with cut-down points).
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from cost_check import measure, points, predict
 from gpu_check import Part
 
-from synthlab import cost
+from synthlab.sweeps import cost
 
 
 def parse_args() -> argparse.Namespace:
@@ -43,12 +43,12 @@ def parse_args() -> argparse.Namespace:
 
 def choose(names: list[str], max_s: float) -> list[tuple[str, object]]:
     """(label, PointConfig) of the plain and the looped gpu-preset point with the largest estimate <= max_s."""
-    from synthlab import experiments, point_runner
+    from synthlab.sweeps import experiments, lab_runner
 
     best: dict[bool, tuple[float, str, object]] = {}
     for name in names:
         for p in experiments.load(name).points("gpu"):
-            point = point_runner.parse(p.config)
+            point = lab_runner.parse(p.config)
             if {"gate", "ouroboros"} & set(point.stages):  # stages the predict/measure pair does not time apart
                 continue
             seconds = cost.gpu_cost(point, exact=True)["gpu_h"] * 3600

@@ -29,13 +29,13 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
-    from synthlab import experiments, point_runner
+    from synthlab.sweeps import experiments, lab_runner
 
     args = parse_args()
     device = device_of(args.dry_run)
     torch.set_float32_matmul_precision("high")  # what training does on CUDA (TrainConfig.tf32)
     part = Part(args.out, "mfu", args.dry_run)
-    point = point_runner.parse(experiments.load("capacity").points("gpu")[0].config)
+    point = lab_runner.parse(experiments.load("capacity").points("gpu")[0].config)
     rows, seq = (2, 64) if args.dry_run else (point.train.batch_size // point.train.grad_accum, 512)
     warmup, repeats = (1, 1) if args.dry_run else (2, 5)
     peak = part.data["peak_bf16_flops"]

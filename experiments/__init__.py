@@ -1,4 +1,4 @@
 """Experiment definitions (one TOML file per experiment), installed as `synthlab_experiments`.
 
-Load them with `synthlab.experiments.load(name)`; the format is described there.
+Load them with `synthlab.sweeps.experiments.load(name)`; the format is described there.
 """

@@ -1,4 +1,4 @@
-"""A cheap point runner for the sweep engine's tests: deterministic 'training' that checkpoints.
+"""A cheap point runner for the sweep driver's tests: deterministic 'training' that checkpoints.
 
 Its metrics depend only on the config, whether or not training was interrupted and resumed, so
 an interrupted-and-resumed sweep must produce exactly the table of an uninterrupted one.
@@ -10,8 +10,8 @@ import json
 import time
 from pathlib import Path
 
-from synthlab.experiments import data_part
 from synthlab.files import atomic_write_text, cached_dir
+from synthlab.sweeps.experiments import data_part
 
 
 def _build_data(tmp: Path, size: int) -> None:

@@ -19,18 +19,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from synthlab import evaluate as evaluate_module
-from synthlab import scoring as scoring_module
-from synthlab import train as train_module
 from synthlab.cli.train import resolve_run_config
-from synthlab.devices import ray_resources
-from synthlab.evaluate import evaluate_run
-from synthlab.executor import Unit
+from synthlab.evaluation import evaluate as evaluate_module
+from synthlab.evaluation import scoring as scoring_module
+from synthlab.evaluation.evaluate import evaluate_run
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.losses import continue_logit, ouro_stage2_loss, token_losses
 from synthlab.models.recurrence import initial_state
-from synthlab.runs import float32_matmul
-from synthlab.train import train
+from synthlab.sweeps.executor import Unit
+from synthlab.sweeps.gpu_scheduling import ray_resources
+from synthlab.training import trainer as train_module
+from synthlab.training.run_folders import float32_matmul
+from synthlab.training.trainer import train
 from synthlab_generators import TASKS, write_dataset
 
 
@@ -272,7 +272,7 @@ def test_normal_initial_state_is_drawn_on_the_state_device_from_the_generator():
 
 
 def test_tf32_is_on_for_cuda_float32_matmuls_by_default_and_can_be_turned_off():
-    from synthlab.configs import TrainConfig
+    from synthlab.training.configs import TrainConfig
 
     assert TrainConfig(steps=1).tf32 and not TrainConfig(steps=1, tf32=False).tf32
     before = torch.get_float32_matmul_precision()

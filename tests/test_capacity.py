@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from synthlab.capacity import (
+from synthlab.evaluation.capacity import (
     ATTRIBUTE_VALUES,
     N0,
     S0,
@@ -112,7 +112,7 @@ def test_report_breakdown_adds_up():
 def bios_run(root, name, steps, lr):
     """Train a tiny model on bioS(N = 8) (the dataset is generated once per root)."""
     from synthlab.cli.train import resolve_run_config
-    from synthlab.train import train
+    from synthlab.training.trainer import train
     from synthlab_generators import TASKS, write_dataset
 
     data = root / "bios"
@@ -132,7 +132,7 @@ def untrained_run(tmp_path_factory):
 
 
 def test_untrained_model_stores_nothing(untrained_run):
-    from synthlab.capacity import estimate_capacity
+    from synthlab.evaluation.capacity import estimate_capacity
 
     report = estimate_capacity(untrained_run, device="cpu")
     assert report["bits_name"] < 0 and report["bits_attributes"] < 0  # worse than uniform over the pools
@@ -155,10 +155,10 @@ def test_untrained_model_stores_nothing(untrained_run):
 def test_a_capacity_row_carries_its_ceiling_and_exposures(tmp_path):
     """The results row holds exposures, max_bits and the P bits_per_param divides by, so the
     ceiling max_bits / P reads off the table."""
-    from synthlab.capacity import estimate_capacity
     from synthlab.cli.train import resolve_run_config
-    from synthlab.results import capacity_metrics
-    from synthlab.train import train
+    from synthlab.evaluation.capacity import estimate_capacity
+    from synthlab.sweeps.results_table import capacity_metrics
+    from synthlab.training.trainer import train
 
     write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=8), 0, tmp_path / "bios")
     model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
@@ -172,9 +172,9 @@ def test_a_capacity_row_carries_its_ceiling_and_exposures(tmp_path):
 def test_a_kept_checkpoint_is_a_point_of_the_learning_curve(tmp_path):
     """The estimate at the last kept checkpoint re-derives the final one; an earlier checkpoint is
     read with its own weights and tokens seen, into its own file."""
-    from synthlab.capacity import estimate_capacity
     from synthlab.cli.train import resolve_run_config
-    from synthlab.train import train
+    from synthlab.evaluation.capacity import estimate_capacity
+    from synthlab.training.trainer import train
 
     write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=8), 0, tmp_path / "bios")
     model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
@@ -207,7 +207,7 @@ def test_a_kept_checkpoint_is_a_point_of_the_learning_curve(tmp_path):
 
 
 def test_bios_eval_reports_qa_and_biography_recall_per_attribute(untrained_run):
-    from synthlab.evaluate import evaluate_run
+    from synthlab.evaluation.evaluate import evaluate_run
 
     result = evaluate_run(untrained_run, device="cpu")
     assert result["n_examples"] == 8 * 6 and result["group_key"] == "attribute"
@@ -225,8 +225,8 @@ def test_bios_eval_reports_qa_and_biography_recall_per_attribute(untrained_run):
 
 @pytest.mark.slow
 def test_a_model_that_memorises_tiny_n_approaches_the_maximum(tmp_path):
-    from synthlab.capacity import estimate_capacity
-    from synthlab.evaluate import evaluate_run
+    from synthlab.evaluation.capacity import estimate_capacity
+    from synthlab.evaluation.evaluate import evaluate_run
 
     run_dir = bios_run(tmp_path, "memorised", steps=150, lr=1e-2)
     report = estimate_capacity(run_dir, device="cpu")
@@ -241,9 +241,9 @@ def test_person_losses_re_derived_by_hand(untrained_run):
     import torch
     import torch.nn.functional as F
 
-    from synthlab.capacity import person_losses
-    from synthlab.data import load_dataset
-    from synthlab.runs import open_run
+    from synthlab.data.datasets import load_dataset
+    from synthlab.evaluation.capacity import person_losses
+    from synthlab.training.run_folders import open_run
 
     model, run, _ = open_run(untrained_run)
     data = load_dataset(run.train.data)
@@ -356,7 +356,7 @@ def test_a_model_uniform_over_each_pool_stores_nothing(oracle_data):
 def test_the_peak_is_the_population_size_with_the_best_mean_over_seeds():
     import pandas as pd
 
-    from synthlab.capacity import peak_capacity
+    from synthlab.evaluation.capacity import peak_capacity
 
     # Model A (P 100): N 10 holds 0.5 and 0.7 (mean 0.6), N 20 holds 0.9 and 0.5 (mean 0.7, the
     # peak though its best single seed ties N 10's); model B (P 200, 4 loops) peaks at N 10, where

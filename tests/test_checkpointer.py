@@ -1,4 +1,4 @@
-"""Checkpoints off the training thread (synthlab.checkpointer): the snapshot is the state of its
+"""Checkpoints off the training thread (synthlab.training.checkpointer): the snapshot is the state of its
 step whatever the loop does next, errors reach the training thread, and the cadence per run."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import time
 import pytest
 import torch
 
-from synthlab import checkpointer
 from synthlab.cli.train import resolve_run_config
-from synthlab.runs import checkpoint_files, load_checkpoint
-from synthlab.train import train
+from synthlab.training import checkpointer
+from synthlab.training.run_folders import checkpoint_files, load_checkpoint
+from synthlab.training.trainer import train
 
 TINY_MODEL = {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
 
@@ -68,16 +68,16 @@ def test_checkpoints_per_run_do_not_grow_with_its_length():
 
 
 def test_a_run_writes_its_checkpoints_off_the_training_thread(tmp_path, mano, monkeypatch):
-    import synthlab.runs
+    import synthlab.training.run_folders
 
     threads = []
-    original = synthlab.runs.save_checkpoint
+    original = synthlab.training.run_folders.save_checkpoint
 
     def recording(*args, **kwargs):
         threads.append(threading.current_thread() is threading.main_thread())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("synthlab.train.save_checkpoint", recording)
+    monkeypatch.setattr("synthlab.training.trainer.save_checkpoint", recording)
     run = resolve_run_config(
         {},
         TINY_MODEL,
@@ -107,7 +107,7 @@ def test_epochs_packed_ahead_are_the_epochs_packed_on_demand(mano):
     packing each epoch when it is needed (the order is a function of seed and epoch)."""
     import numpy as np
 
-    from synthlab.data import Batcher, load_dataset, pack_rows, training_examples
+    from synthlab.data.datasets import Batcher, load_dataset, pack_rows, training_examples
 
     examples = training_examples(load_dataset(mano, "mano"))
     batcher = Batcher(examples, batch_size=64, seq_len=48, pack=True, pad_id=0, seed=3)
@@ -121,7 +121,7 @@ def test_epochs_packed_ahead_are_the_epochs_packed_on_demand(mano):
 
 
 def test_a_packing_error_reaches_the_caller():
-    from synthlab.packing import EpochsAhead
+    from synthlab.data.prefetch import EpochsAhead
 
     def make(epoch):
         if epoch == 1:
@@ -139,7 +139,7 @@ def test_packing_a_row_at_a_time_is_next_fit():
     the rows of next-fit example by example, the reference written out here."""
     import numpy as np
 
-    from synthlab.data import Examples, pack_rows
+    from synthlab.data.datasets import Examples, pack_rows
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(2, 30, size=500)

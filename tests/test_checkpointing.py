@@ -8,8 +8,8 @@ import torch
 from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
 from synthlab.models import ModelConfig, build_model
-from synthlab.runs import load_checkpoint
-from synthlab.train import train
+from synthlab.training.run_folders import load_checkpoint
+from synthlab.training.trainer import train
 
 LOOPED = dict(
     vocab_size=17,

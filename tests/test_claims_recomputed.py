@@ -1,5 +1,5 @@
 """The claims table recomputed independently of the verdict engine from committed results.csv files:
-plain pandas per seed and cell, the interval written out from its definition (synthlab.intervals'
+plain pandas per seed and cell, the interval written out from its definition (synthlab.claims.intervals'
 docstring), compared with what `synthlab report` decides."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from synthlab import experiments, verdicts
+from synthlab.claims import verdicts
+from synthlab.sweeps import experiments
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from synthlab import __version__
 from synthlab.cli import app
 from synthlab.cli.flags import flag_name
-from synthlab.configs import OuroborosConfig, OuroborosTrainConfig, TrainConfig
 from synthlab.models import ModelConfig
+from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig, TrainConfig
 from synthlab_generators import TASKS
 
 runner = CliRunner()

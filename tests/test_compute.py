@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from synthlab import executor, report
+from synthlab.report import markdown as report
+from synthlab.sweeps import executor
 
 
 class _Clock:
@@ -44,7 +45,7 @@ def test_wall_time_adds_up_over_an_interrupted_attempt_and_its_resume(tmp_path, 
 def test_the_engine_records_the_wall_time_of_every_attempt(tmp_path, monkeypatch):
     import sweep_fake_runner
 
-    from synthlab import experiments
+    from synthlab.sweeps import experiments
 
     clock = _Clock()
     monkeypatch.setattr(executor.time, "perf_counter", clock)
@@ -107,7 +108,7 @@ def test_a_stale_row_run_again_keeps_the_compute_of_its_first_attempt(tmp_path, 
 
     import sweep_fake_runner
 
-    from synthlab import experiments
+    from synthlab.sweeps import experiments
 
     clock = _Clock()
     monkeypatch.setattr(executor.time, "perf_counter", clock)

@@ -1,4 +1,4 @@
-"""The GPU cost model (synthlab.cost, synthlab.models.counting): activation bytes re-measured on
+"""The GPU cost model (synthlab.sweeps.cost, synthlab.models.counting): activation bytes re-measured on
 the CPU under CUDA autocast's op policy, and every gpu preset within one H200 day and memory."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from test_autocast_policy import cuda_autocast_policy
 from test_checkpointing import saved_bytes
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from synthlab import cost, experiments, point_runner, sweep_plan
-from synthlab.configs import parse_point
 from synthlab.models import ModelConfig, activation_bytes_per_token, build_model, flops_per_token
+from synthlab.sweeps import cost, experiments
+from synthlab.sweeps import lab_runner as point_runner
+from synthlab.sweeps import plan as sweep_plan
+from synthlab.training.configs import parse_point
 
 B, S = 8, 128
 MEASURED = {

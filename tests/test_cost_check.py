@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import cost, experiments, point_runner
+from synthlab.sweeps import cost, experiments, lab_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_calibrations_peak_and_eager_mfu_set_an_eager_points_hours():
-    point = point_runner.parse(experiments.load("capacity").points("gpu")[0].config)
+    point = lab_runner.parse(experiments.load("capacity").points("gpu")[0].config)
     point = dataclasses.replace(point, train=dataclasses.replace(point.train, compile=False))
     assumed = cost.gpu_cost(point, exact=True)
     assert assumed["mfu"] == cost.ASSUMED_MFU[False]
@@ -63,7 +63,7 @@ def test_a_looped_point_runs_at_its_own_mix_of_the_parts_rates():
     harmonic mean of the two rates."""
     from synthlab.models import flops_per_token_parts
 
-    point = point_runner.parse(experiments.load("capacity").points("gpu")[0].config)
+    point = lab_runner.parse(experiments.load("capacity").points("gpu")[0].config)
     point = dataclasses.replace(point, train=dataclasses.replace(point.train, compile=False))
     d = str(point.model.d_model)
     calibration = {"eager_mfu_packed": {"sdpa": {d: {"layers": 0.4, "head": 0.1}}}, "trainer_vs_bare": 1.0}

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from synthlab.cli.train import resolve_run_config
-from synthlab.evaluate import evaluate_run
+from synthlab.evaluation.evaluate import evaluate_run
 from synthlab.models.recurrence import initial_state
-from synthlab.runs import load_checkpoint
-from synthlab.train import train
+from synthlab.training.run_folders import load_checkpoint
+from synthlab.training.trainer import train
 from synthlab_generators import TASKS, write_dataset
 
 pytestmark = pytest.mark.cuda

@@ -13,7 +13,7 @@ from synthlab.cli import app
 from synthlab.cli.train import resolve_run_config
 from synthlab.errors import SynthlabError
 from synthlab.plots.curves import collect
-from synthlab.train import train
+from synthlab.training.trainer import train
 from synthlab_generators import TASKS, write_dataset
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""GPU assignment (synthlab.devices) with faked GPUs: workers on their own GPUs, small points
+"""GPU assignment (synthlab.sweeps.gpu_scheduling) with faked GPUs: workers on their own GPUs, small points
 sharing one where their estimated memory fits, torchrun points on disjoint sets, Ray fractions."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import devices, executor, experiments, sweep
-from synthlab.devices import Demand, Gpus
 from synthlab.errors import SynthlabError
-from synthlab.results import read_rows
+from synthlab.sweeps import driver, executor, experiments
+from synthlab.sweeps import gpu_scheduling as devices
+from synthlab.sweeps.gpu_scheduling import Demand, Gpus
+from synthlab.sweeps.results_table import read_rows
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
@@ -126,7 +127,7 @@ def test_a_sweep_on_faked_gpus_gives_each_worker_its_own(tmp_path):
             for p in ("smoke", "cpu", "gpu")
         },
     }
-    results = sweep.run_sweep(
+    results = driver.run_sweep(
         experiments.parse(raw),
         "smoke",
         tmp_path / "s",

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, plots, point_runner, sweep
+from synthlab import plots
 from synthlab.cli import app
-from synthlab.report import write_report
-from synthlab.results import RESULTS, read_results, read_rows
+from synthlab.report.markdown import write_report
+from synthlab.sweeps import driver, experiments
+from synthlab.sweeps import lab_runner as point_runner
+from synthlab.sweeps.results_table import RESULTS, read_results, read_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
 runner = CliRunner()
@@ -104,7 +106,7 @@ def test_eval_json_has_held_out_and_training_accuracy_per_length(mano_run):
 def test_evaluating_past_the_trained_depth_scores_the_groups_at_the_trained_depth(mano_run, tmp_path):
     """What a model has learned (the verdicts' preconditions read it) is the model as trained, not
     its extrapolation: a 1 x 2 model evaluated to T = 5 reports the same groups as at T = 2."""
-    from synthlab.evaluate import evaluate_run
+    from synthlab.evaluation.evaluate import evaluate_run
 
     invoke(
         "train",
@@ -157,7 +159,7 @@ def test_bad_eval_every_is_one_error_line(tmp_path):
 
 
 def test_sweep_results_figure_and_report_carry_the_per_length_columns(tmp_path):
-    sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=point_runner, progress=False)
+    driver.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=point_runner, progress=False)
     rows = read_rows(tmp_path / RESULTS)
     assert len(rows) == 2
     for row in rows:
@@ -200,8 +202,8 @@ def test_sweep_results_figure_and_report_carry_the_per_length_columns(tmp_path):
 def test_groups_of_the_other_tasks(tmp_path, task, params, heldout, train):
     import torch
 
-    from synthlab.data import load_dataset
-    from synthlab.eval_groups import GroupProbe, group_columns, group_label
+    from synthlab.data.datasets import load_dataset
+    from synthlab.evaluation.groups import GroupProbe, group_columns, group_label
     from synthlab.models import ModelConfig, build_model
     from synthlab_generators import TASKS, write_dataset
 

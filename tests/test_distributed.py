@@ -1,4 +1,4 @@
-"""Data-parallel training (synthlab.distributed) on CPU with gloo, 2 processes: the same losses as
+"""Data-parallel training (synthlab.training.distributed) on CPU with gloo, 2 processes: the same losses as
 one process on the same global batch, resume from a 2-process run with 1 process, and a process
 that dies stops the others with one error line and nothing half written."""
 
@@ -21,12 +21,12 @@ import pytest
 import torch
 from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
-from synthlab import distributed
-from synthlab.data import Rows
-from synthlab.distributed import World, check_split, share
+from synthlab.data.datasets import Rows
 from synthlab.errors import SynthlabError
-from synthlab.runs import load_checkpoint
-from synthlab.train import train
+from synthlab.training import distributed
+from synthlab.training.distributed import World, check_split, share
+from synthlab.training.run_folders import load_checkpoint
+from synthlab.training.trainer import train
 
 STEPS = 20
 # the exit gate gets no gradient under the `last` loss: the trainer must freeze it for DDP
@@ -233,8 +233,8 @@ def test_a_killed_sweep_worker_takes_its_torchrun_job_with_it(tmp_path, datasets
         [
             sys.executable,
             "-c",
-            "import json, sys; from pathlib import Path; from synthlab import point_runner, serialize; "
-            "from synthlab.train import RunConfig; "
+            "import json, sys; from pathlib import Path; from synthlab.sweeps import lab_runner as point_runner; from synthlab import serialize; "
+            "from synthlab.training.trainer import RunConfig; "
             "run = serialize.from_dict(RunConfig, json.loads(Path(sys.argv[1]).read_text())); "
             "point_runner._torchrun_train(Path(sys.argv[2]), run, 2)",
             str(tmp_path / "run.json"),

@@ -1,4 +1,4 @@
-"""synthlab.evaluate: accuracies against independently derived answers and equivalences."""
+"""synthlab.evaluation.evaluate: accuracies against independently derived answers and equivalences."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 import torch
 
-from synthlab import paired
+from synthlab.claims import paired
 from synthlab.cli.train import resolve_run_config
-from synthlab.data import load_dataset
-from synthlab.eval_groups import GroupProbe, group_label, split_items
-from synthlab.evaluate import evaluate_run
+from synthlab.data.datasets import load_dataset
+from synthlab.evaluation.evaluate import evaluate_run
+from synthlab.evaluation.groups import GroupProbe, group_label, split_items
+from synthlab.evaluation.scoring import score_answers
 from synthlab.models import ModelConfig, build_model
-from synthlab.scoring import score_answers
-from synthlab.train import train
+from synthlab.training.trainer import train
 from synthlab_generators import TASKS, write_dataset
 
 MOD = 5
@@ -131,7 +131,7 @@ def test_eval_options_agree_with_each_other(mano_run):
 
 def test_per_prompt_outcomes_beside_the_eval_json_give_back_its_numbers(mano_run):
     """eval/<name>.outcomes.csv: one row per headline prompt; its columns' means are the JSON's
-    accuracies and agreements, and `synthlab.paired` reads results columns from it."""
+    accuracies and agreements, and `synthlab.claims.paired` reads results columns from it."""
     deep = evaluate_run(mano_run, steps=4, kv="full", device="cpu")
     static = evaluate_run(mano_run, exit_rule="static:1", device="cpu")
     assert static["outcomes"] == "eval/steps2_exit-static1.outcomes.csv"

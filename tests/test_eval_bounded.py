@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from synthlab.cli import app
-from synthlab.eval_groups import stratified
+from synthlab.evaluation.groups import stratified
 
 runner = CliRunner()
 

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
+from synthlab.sweeps import experiments
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "experiments.md"
 
@@ -133,7 +133,7 @@ def test_kept_definitions_beside_results_reproduce_their_runs():
 
 
 def test_index_pages_rebase_links_and_state_scale():
-    from synthlab import results_index as ri
+    from synthlab.report import results_index as ri
 
     old, new = Path("/r"), Path("/r/scaling")
     text = "see [pilots](scaling/pilots/README.md), [fig](scaling/a.png), [claims](../docs/claims.md), [web](https://x.org/a)"

@@ -12,15 +12,15 @@ transformers = pytest.importorskip("transformers")
 from typer.testing import CliRunner  # noqa: E402
 
 from synthlab.cli import app  # noqa: E402
-from synthlab.configs import TrainConfig  # noqa: E402
-from synthlab.data import Dataset  # noqa: E402
+from synthlab.data.datasets import Dataset  # noqa: E402
+from synthlab.data.tokenizer import WordTokenizer  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
 from synthlab.files import new_file_mode  # noqa: E402
 from synthlab.models import ModelConfig, build_model  # noqa: E402
 from synthlab.ouroboros.checkpoint import load_tokenizer  # noqa: E402
 from synthlab.ouroboros.export import export_model, qwen2_refusal  # noqa: E402
-from synthlab.runs import RunConfig  # noqa: E402
-from synthlab.tokenizer import WordTokenizer  # noqa: E402
+from synthlab.training.configs import TrainConfig  # noqa: E402
+from synthlab.training.run_folders import RunConfig  # noqa: E402
 from synthlab_generators import TASKS, write_dataset  # noqa: E402
 
 QWEN2 = dict(
@@ -138,7 +138,7 @@ def test_models_qwen2_cannot_express_are_refused_with_one_line(overrides, culpri
 
 
 def _trained_run(data, run_dir, **model):
-    from synthlab.train import train
+    from synthlab.training.trainer import train
 
     config = RunConfig(
         ModelConfig(vocab_size=len(WordTokenizer.from_file(data)), **{**QWEN2, **model}),
@@ -149,7 +149,7 @@ def _trained_run(data, run_dir, **model):
 
 
 def test_cli_exports_a_trained_run_and_refuses_a_looped_one(bios, tmp_path):
-    from synthlab.runs import load_model
+    from synthlab.training.run_folders import load_model
 
     run = _trained_run(bios, tmp_path / "run")
     result = CliRunner().invoke(app, ["export", str(run), "--format", "qwen2", "--out", str(tmp_path / "q")])
@@ -174,7 +174,7 @@ def test_cli_exports_a_trained_run_and_refuses_a_looped_one(bios, tmp_path):
     assert (
         WordTokenizer.from_file(tmp_path / "q" / "synthlab_vocab.json").tokens == WordTokenizer.from_file(bios).tokens
     )
-    from synthlab.evaluate import evaluate_run
+    from synthlab.evaluation.evaluate import evaluate_run
 
     scored = evaluate_run(run, device="cpu", train_sample=10)
     result = CliRunner().invoke(app, ["export", str(run), "--format", "qwen2", "--out", str(tmp_path / "q")])

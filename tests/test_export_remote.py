@@ -11,10 +11,10 @@ import torch
 from typer.testing import CliRunner
 
 from synthlab.cli import app
-from synthlab.data import load_dataset
+from synthlab.data.datasets import load_dataset
 from synthlab.models import ModelConfig, build_model
 from synthlab.ouroboros.export import export_model
-from synthlab.runs import open_run
+from synthlab.training.run_folders import open_run
 
 transformers = pytest.importorskip("transformers")
 SHAPE = dict(d_model=32, n_heads=2, n_layers=3, max_seq_len=32)

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from synthlab.cli import app
+from synthlab.data.tokenizer import WordTokenizer
 from synthlab.errors import SynthlabError
-from synthlab.tokenizer import WordTokenizer
 from synthlab_generators import TASKS, Dataset, write_dataset
 from synthlab_generators.common import flag_of
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from synthlab.cli import app
-from synthlab.tokenizer import WordTokenizer
+from synthlab.data.tokenizer import WordTokenizer
 
 runner = CliRunner()
 ARGS = [

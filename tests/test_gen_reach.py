@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from synthlab.cli import app
-from synthlab.tokenizer import WordTokenizer
+from synthlab.data.tokenizer import WordTokenizer
 from synthlab_generators.reach import ReachParams, distance_counts, planned_distances
 
 runner = CliRunner()

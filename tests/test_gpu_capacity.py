@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import SynthlabError, experiments
+from synthlab import SynthlabError
+from synthlab.sweeps import experiments
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

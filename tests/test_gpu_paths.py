@@ -10,10 +10,10 @@ import pytest
 import tomllib
 import torch
 
-from synthlab import distributed
 from synthlab.cli.train import resolve_run_config
 from synthlab.errors import SynthlabError
-from synthlab.train import train
+from synthlab.training import distributed
+from synthlab.training.trainer import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
@@ -48,7 +48,7 @@ class FakeGpus:
 
 
 def test_a_run_checkpointed_on_eight_gpus_resumes_on_two(monkeypatch):
-    """A checkpoint keeps the RNG state of the process's own GPU (synthlab.engine.TrainState through
+    """A checkpoint keeps the RNG state of the process's own GPU (synthlab.training.engine.TrainState through
     distributed.device_rng_state), which any process of a job on fewer GPUs can restore; the state
     of every visible GPU (get_rng_state_all) could not be restored on a node with fewer."""
     eight = FakeGpus(monkeypatch, 8)
@@ -134,8 +134,9 @@ def test_sweep_stages_run_on_the_device_the_model_trained_on(tmp_path, monkeypat
     for the scaling preset's held-out work). Faked: the run's config says it trained on cuda."""
     import json
 
-    import synthlab.evaluate
-    from synthlab import experiments, point_runner
+    import synthlab.evaluation.evaluate
+    from synthlab.sweeps import experiments
+    from synthlab.sweeps import lab_runner as point_runner
 
     real_train = point_runner.train_model
 
@@ -153,7 +154,7 @@ def test_sweep_stages_run_on_the_device_the_model_trained_on(tmp_path, monkeypat
         raise Reached(device)
 
     monkeypatch.setattr(point_runner, "train_model", trained_on_cuda)
-    monkeypatch.setattr(synthlab.evaluate, "evaluate_run", evaluate_run)
+    monkeypatch.setattr(synthlab.evaluation.evaluate, "evaluate_run", evaluate_run)
     point = experiments.load("mano").points("smoke")[0]
     with pytest.raises(Reached, match="cuda"):
         point_runner.run_point(point_runner.parse(point.config), tmp_path / "run", cache_dir=tmp_path / "cache")
@@ -172,7 +173,8 @@ def test_processes_poll_for_a_stop_without_a_host_sync_every_step(monkeypatch):
 def test_the_gpu_dry_run_counts_the_hosts_work():
     """Packing (every epoch of a packed task), checkpoints (20 per gpu point) and evaluation appear
     beside the GPU hours, at host rates measured on this machine; what the GPU waits for is in gpu_h."""
-    from synthlab import cost, experiments, point_runner
+    from synthlab.sweeps import cost, experiments
+    from synthlab.sweeps import lab_runner as point_runner
 
     capacity = point_runner.parse(experiments.load("capacity").points("gpu")[-1].config)
     mano = point_runner.parse(experiments.load("mano").points("gpu")[-1].config)
@@ -195,7 +197,8 @@ def test_a_gpu_checks_calibration_recosts_the_presets(tmp_path):
     times the trainer's share of a bare loop, and the memory ratio; a dry run's file is refused."""
     import json
 
-    from synthlab import cost, experiments, point_runner
+    from synthlab.sweeps import cost, experiments
+    from synthlab.sweeps import lab_runner as point_runner
 
     point = point_runner.parse(experiments.load("capacity").points("gpu")[-1].config)
     point = type(point)(**{**vars(point), "train": type(point.train)(**{**vars(point.train), "compile": True})})

@@ -6,10 +6,10 @@ import pytest
 import torch
 from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets is a fixture)
 
-from synthlab.configs import TrainConfig
 from synthlab.errors import SynthlabError
-from synthlab.runs import load_checkpoint
-from synthlab.train import train
+from synthlab.training.configs import TrainConfig
+from synthlab.training.run_folders import load_checkpoint
+from synthlab.training.trainer import train
 
 
 @pytest.mark.parametrize(

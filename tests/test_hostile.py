@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from synthlab.cli import app
 from synthlab.files import sha256_file
-from synthlab.runs import checkpoint_files
+from synthlab.training.run_folders import checkpoint_files
 from synthlab_generators import TASKS, write_dataset
 
 runner = CliRunner()
@@ -304,7 +304,7 @@ def test_an_edited_dataset_is_refused_at_train_resume_eval_and_capacity_unless_n
 
 
 def test_a_dataset_is_hashed_once_per_size_and_mtime(bios, tmp_path, monkeypatch):
-    from synthlab import data as datalib
+    from synthlab.data import datasets as datalib
 
     data = tmp_path / "bios"
     shutil.copytree(bios, data)

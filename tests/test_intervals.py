@@ -1,4 +1,4 @@
-"""synthlab.intervals: coverage and error rates by simulation, range, Holm, the seeds a rule needs."""
+"""synthlab.claims.intervals: coverage and error rates by simulation, range, Holm, the seeds a rule needs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from synthlab.intervals import SeedEstimate, holm, p_values, seeds_needed
+from synthlab.claims.intervals import SeedEstimate, holm, p_values, seeds_needed
 
 EXPERIMENTS, SEEDS, PROMPTS, LEVEL = 1000, 3, 500, 0.95
 MC_ERROR = 3 * math.sqrt(LEVEL * (1 - LEVEL) / EXPERIMENTS)  # three Monte Carlo standard errors

@@ -16,10 +16,12 @@ from test_scaling_eval import CPU_TRUTH
 from test_verdicts import FAKE
 from typer.testing import CliRunner
 
-from synthlab import experiments, law_verdicts, rules, scaling
+from synthlab import scaling
+from synthlab.claims import law_verdicts, rules
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
-from synthlab.report import law_verdict
+from synthlab.report.markdown import law_verdict
+from synthlab.sweeps import experiments
 
 
 def test_a_fit_and_its_bootstrap_do_not_depend_on_the_row_order(tmp_path):

@@ -18,10 +18,10 @@ pytest.importorskip("transformers")
 
 from test_ouroboros import checkpoint, one_thread  # noqa: E402,F401  (fixtures)
 
-from synthlab.distributed import World, check_shardable  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
 from synthlab.ouroboros import OuroborosConfig  # noqa: E402
 from synthlab.ouroboros.train import OuroborosTrainConfig  # noqa: E402
+from synthlab.training.distributed import World, check_shardable  # noqa: E402
 
 TINY = [
     "--seq-len",
@@ -258,7 +258,7 @@ def test_under_fsdp_rank_0_reads_the_base_once_and_the_others_never(checkpoint, 
     variant): now rank 0 reads it once per run and builds each variant's base on the same tensors;
     the other ranks build theirs on the meta device (their shards come from rank 0)."""
     import synthlab.ouroboros.runs as runs
-    from synthlab.distributed import World
+    from synthlab.training.distributed import World
 
     reads = []
     real_load = runs.load_base

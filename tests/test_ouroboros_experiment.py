@@ -11,9 +11,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from synthlab import experiments, plots, point_runner, runners, sweep  # noqa: E402
+from synthlab import plots  # noqa: E402
 from synthlab.errors import SynthlabError  # noqa: E402
-from synthlab.results import read_results  # noqa: E402
+from synthlab.sweeps import driver, experiments, runner_protocol  # noqa: E402
+from synthlab.sweeps import lab_runner as point_runner
+from synthlab.sweeps.results_table import read_results  # noqa: E402
 
 TOML = Path(__file__).resolve().parents[1] / "experiments" / "ouroboros.toml"
 
@@ -21,7 +23,7 @@ TOML = Path(__file__).resolve().parents[1] / "experiments" / "ouroboros.toml"
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("ouroboros-smoke")
-    sweep.run_sweep(experiments.load(TOML), "smoke", out, runner=point_runner, progress=False)
+    driver.run_sweep(experiments.load(TOML), "smoke", out, runner=point_runner, progress=False)
     return out
 
 
@@ -51,7 +53,7 @@ def test_smoke_preset_runs_every_variant_and_seed_on_one_base(smoke):
 def test_rerun_has_nothing_to_do_and_the_plot_shows_seeds(smoke, monkeypatch):
     before = (smoke / "results.csv").read_text()
     monkeypatch.setattr(point_runner, "run_point", lambda *a, **k: pytest.fail("a finished point ran again"))
-    sweep.run_sweep(experiments.load(TOML), "smoke", smoke, runner=point_runner, progress=False)
+    driver.run_sweep(experiments.load(TOML), "smoke", smoke, runner=point_runner, progress=False)
     assert (smoke / "results.csv").read_text() == before
     paths = plots.plot("ouroboros", read_results(smoke), smoke / "figures")
     assert [p.name for p in paths] == ["ouroboros.png", "ouroboros.svg"] and all(p.stat().st_size for p in paths)
@@ -84,7 +86,7 @@ def test_bad_points_fail_with_one_line(change, message):
 def test_every_preset_validates_and_gpu_uses_the_given_checkpoint():
     exp = experiments.load(TOML)
     for preset in experiments.PRESETS:
-        assert runners.parse_points(point_runner, exp, preset, exp.points(preset))
+        assert runner_protocol.parse_points(point_runner, exp, preset, exp.points(preset))
     gpu = [point_runner.parse(p.config) for p in exp.points("gpu")]
     assert {p.ouroboros.system.variant for p in gpu} == {"controller", "static", "nogate"}
     assert {p.ouroboros.train.seed for p in gpu} == {0, 1, 2}

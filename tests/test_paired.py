@@ -1,4 +1,4 @@
-"""synthlab.paired: coverage and power by simulation under four truths, and the per-prompt read-outs.
+"""synthlab.claims.paired: coverage and power by simulation under four truths, and the per-prompt read-outs.
 
 Each simulated experiment trains `n` seeds and scores two read-outs a and b on one shared test set
 of PROMPTS prompts drawn afresh (difficulty q_j); a seed adds its offset on the logit scale. The
@@ -29,9 +29,9 @@ import pandas as pd
 import pytest
 from scipy import special
 
-from synthlab import paired, rule_data, rules, verdicts
-from synthlab.intervals import SeedEstimate, p_values
-from synthlab.report import write_report
+from synthlab.claims import paired, per_seed, rules, verdicts
+from synthlab.claims.intervals import SeedEstimate, p_values
+from synthlab.report.markdown import write_report
 
 EXPERIMENTS, PROMPTS, LEVEL = 1000, 500, 0.95
 MC_ERROR = 3 * math.sqrt(LEVEL * (1 - LEVEL) / EXPERIMENTS)
@@ -208,7 +208,7 @@ def test_an_exit_curve_is_read_prompt_by_prompt(tmp_path):
             )
     rule = rules.Rule(claim="C6", says="q", metric="accuracy", column="strategy", a="q", b="static", expect="above")
     rule = dataclasses.replace(rule, x="mean_exit_step")
-    values = rule_data.seed_values(rule, pd.DataFrame(rows), ["seed", "strategy"])
+    values = per_seed.seed_values(rule, pd.DataFrame(rows), ["seed", "strategy"])
     assert len(values) == 3 and all(v.per_prompt is not None for v in values)
     assert [v.per_prompt.mean() for v in values] == pytest.approx([v.value for v in values])
 

@@ -260,7 +260,7 @@ def test_report_counts_grid_points_apart_from_runs_of_an_earlier_grid(tmp_path):
     import json
     from pathlib import Path
 
-    from synthlab import experiments
+    from synthlab.sweeps import experiments
 
     fixture = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
     grid = [p.point_id for p in experiments.load(fixture).points("smoke")]

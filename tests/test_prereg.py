@@ -1,4 +1,4 @@
-"""One preregistration policy (`synthlab.prereg`, `synthlab prereg check`): a verdict is
+"""One preregistration policy (`synthlab.claims.prereg`, `synthlab prereg check`): a verdict is
 confirmatory only if its rule and preset were committed before the first run started, as the
 sweep recorded it; checked on a throwaway git repository with a fake results folder."""
 
@@ -13,7 +13,7 @@ import pandas as pd
 from test_verdicts import FAKE
 from typer.testing import CliRunner
 
-from synthlab import prereg, rules
+from synthlab.claims import prereg, rules
 from synthlab.cli import app
 
 RULE = '\n[[verdicts]]\nclaim = "C0"\nsays = "b beats a"\nmetric = "accuracy"\ncolumn = "arch"\na = "b"\nb = "a"\nexpect = "above"\n'

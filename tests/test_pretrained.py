@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import synthlab
-from synthlab.configs import TrainConfig
 from synthlab.errors import SynthlabError
 from synthlab.models import LoopedGPT, ModelConfig, build_model
-from synthlab.runs import RunConfig
+from synthlab.training.configs import TrainConfig
+from synthlab.training.run_folders import RunConfig
 
 CONFIG = ModelConfig(
     vocab_size=40, d_model=32, n_heads=4, n_layers=2, loops=3, max_seq_len=32, tie_head=False, exit_gate=True
@@ -57,7 +57,7 @@ def test_round_trip_gives_the_same_logits_and_readable_files(tmp_path):
 
 
 def test_a_finished_run_loads_like_load_model(tmp_path, mano):
-    from synthlab.train import train
+    from synthlab.training.trainer import train
 
     config = RunConfig(
         ModelConfig(vocab_size=14, d_model=16, n_heads=2, n_layers=1, loops=2, max_seq_len=64),

@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 from test_verdicts import FAKE
 
-from synthlab import experiments, rules, verdicts
+from synthlab.claims import rules, verdicts
 from synthlab.errors import SynthlabError
-from synthlab.report import regime_columns
+from synthlab.report.markdown import regime_columns
+from synthlab.sweeps import experiments
 
 
 def _capacity(ratio: float, exposures: int) -> pd.DataFrame:

@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, runners, sweep
-from synthlab import results as results_table
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
-from synthlab.runs import checkpoint_files, load_checkpoint, read_metrics, save_checkpoint
+from synthlab.sweeps import driver, experiments, results_table, runner_protocol
+from synthlab.training.run_folders import checkpoint_files, load_checkpoint, read_metrics, save_checkpoint
 from synthlab_generators import TASKS, write_dataset
 
 TESTS = Path(__file__).parent
@@ -275,9 +274,9 @@ def test_a_damaged_sweep_json_is_one_error_line_for_a_sweep_and_its_dry_run(tmp_
 
 def test_a_half_written_results_row_reruns_its_point_with_a_warning(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(TESTS))
-    fake = runners.load_runner("sweep_fake_runner")
+    fake = runner_protocol.load_runner("sweep_fake_runner")
     exp = experiments.load(FAKE)
-    results = sweep.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)
+    results = driver.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)
     whole = results.read_text()
     results.write_text(whole[: len(whole) - 25])  # the last row cut mid-way, as a crash of a copy leaves it
     capsys.readouterr()
@@ -285,22 +284,22 @@ def test_a_half_written_results_row_reruns_its_point_with_a_warning(tmp_path, mo
     assert len(rows) == 7 and "not a whole row" in capsys.readouterr().err
     assert len(results_table.read_results(tmp_path)) == 7  # plot and report show whole rows only, and say so
     assert "not a whole row" in capsys.readouterr().err
-    sweep.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)
+    driver.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)
     assert results.read_text() == whole  # the point's row is back, whole, once
 
 
 def test_a_row_missing_its_stage_columns_reruns_its_point(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(TESTS))
-    fake = runners.load_runner("sweep_fake_runner")
+    fake = runner_protocol.load_runner("sweep_fake_runner")
     monkeypatch.setattr(fake, "columns", lambda point: ["accuracy"], raising=False)
     exp = experiments.load(FAKE)
-    results = sweep.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)
+    results = driver.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)
     rows = results_table.read_rows(results)
     blanked = rows[2]["point_id"]
     results.unlink()
     results_table.append_rows(results, [{**r, "accuracy": ""} if r["point_id"] == blanked else r for r in rows])
     capsys.readouterr()
-    sweep.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)
+    driver.run_sweep(exp, "smoke", tmp_path, runner=fake, progress=False)
     assert blanked in capsys.readouterr().err
     again = {r["point_id"]: r for r in results_table.read_rows(results)}
     assert len(again) == len(rows) and all(again[r["point_id"]]["accuracy"] == r["accuracy"] for r in rows)

@@ -8,8 +8,8 @@ import torch
 from typer.testing import CliRunner
 
 from synthlab.cli import app
-from synthlab.data import load_dataset
-from synthlab.runs import open_run
+from synthlab.data.datasets import load_dataset
+from synthlab.training.run_folders import open_run
 
 runner = CliRunner()
 PROMPT = "<len_2> + 3 4 <ans>"

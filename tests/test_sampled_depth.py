@@ -9,7 +9,7 @@ from test_train import datasets, losses_of, run_config  # noqa: F401  (datasets 
 from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
 
-from synthlab.train import train
+from synthlab.training.trainer import train
 
 
 def test_sampled_depths_reuse_one_compiled_block(tmp_path, datasets, monkeypatch):

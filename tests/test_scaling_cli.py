@@ -225,7 +225,7 @@ def saved_looplm(tmp_path_factory):
 
 def test_the_scaling_figure_draws_the_saved_fit_of_the_same_numbers_and_refits_other_numbers(saved_looplm, tmp_path):
     from synthlab.plots import scaling as scaling_plots
-    from synthlab.results import read_results
+    from synthlab.sweeps.results_table import read_results
 
     shutil.copytree(saved_looplm, tmp_path, dirs_exist_ok=True)
     record = json.loads((tmp_path / "fit_looplm.json").read_text())
@@ -246,7 +246,7 @@ def test_the_scaling_figure_draws_the_saved_fit_of_the_same_numbers_and_refits_o
 
 def test_a_damaged_saved_fit_is_named_on_stderr_and_the_figure_refits(saved_looplm, tmp_path, capsys):
     from synthlab.plots import scaling as scaling_plots
-    from synthlab.results import read_results
+    from synthlab.sweeps.results_table import read_results
 
     shutil.copytree(saved_looplm, tmp_path, dirs_exist_ok=True)
     (tmp_path / "fit_looplm.json").write_text('{"law": "looplm", "E": ')  # cut short

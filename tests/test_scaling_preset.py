@@ -8,18 +8,19 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, point_runner, sweep
 from synthlab.cli import app
-from synthlab.data import Examples, pack_rows
+from synthlab.data.datasets import Examples, pack_rows
 from synthlab.errors import SynthlabError
-from synthlab.heldout import examples_in_rows, heldout_loss, seen_share, sequences
-from synthlab.results import step_rows
+from synthlab.evaluation.heldout import examples_in_rows, heldout_loss, seen_share, sequences
+from synthlab.sweeps import driver, experiments
+from synthlab.sweeps import lab_runner as point_runner
+from synthlab.sweeps.results_table import step_rows
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("scaling")
-    sweep.run_sweep(experiments.load("scaling"), "smoke", out, runner=point_runner, progress=False)
+    driver.run_sweep(experiments.load("scaling"), "smoke", out, runner=point_runner, progress=False)
     return out, pd.read_csv(out / "results.csv")
 
 

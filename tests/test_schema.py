@@ -1,13 +1,13 @@
-"""synthlab.schema: every column a stage writes belongs to one family; names and matches round-trip."""
+"""synthlab.sweeps.schema: every column a stage writes belongs to one family; names and matches round-trip."""
 
 from __future__ import annotations
 
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import schema
 from synthlab.cli import app
-from synthlab.results import capacity_metrics, heldout_columns
+from synthlab.sweeps import schema
+from synthlab.sweeps.results_table import capacity_metrics, heldout_columns
 
 
 def test_names_and_matches_round_trip():
@@ -38,8 +38,8 @@ def test_a_single_column_wins_over_a_pattern(column, pattern):
 
 
 def test_the_stages_columns_are_all_known():
-    # the columns each stage promises (synthlab.point_runner.STAGES) and those the builders write
-    from synthlab.point_runner import STAGES
+    # the columns each stage promises (synthlab.sweeps.lab_runner.STAGES) and those the builders write
+    from synthlab.sweeps.lab_runner import STAGES
 
     promised = [c for stage in STAGES.values() for c in stage.columns]
     written = [

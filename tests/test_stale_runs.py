@@ -10,7 +10,7 @@ import pytest
 from synthlab.cli.train import resolve_run_config
 from synthlab.errors import SynthlabError
 from synthlab.models import ModelConfig
-from synthlab.point_runner import _train_or_resume
+from synthlab.sweeps.lab_runner import _train_or_resume
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""The sweep engine: grid expansion, the results table, the data cache, resume and kill -9 safety.
+"""The sweep driver: grid expansion, the results table, the data cache, resume and kill -9 safety.
 
-These tests drive the engine with the cheap runner in tests/sweep_fake_runner.py, whose metrics
+These tests drive the sweep driver with the cheap runner in tests/sweep_fake_runner.py, whose metrics
 depend only on the config (and which checkpoints after every step), so an interrupted sweep
 must end with exactly the table of an uninterrupted one.
 """
@@ -20,10 +20,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from synthlab import experiments, files, point_runner, rules, runners, sweep, sweep_info, sweep_plan
-from synthlab import results as results_table
+from synthlab import files
+from synthlab.claims import rules
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
+from synthlab.sweeps import driver, experiments, results_table, runner_protocol
+from synthlab.sweeps import info as sweep_info
+from synthlab.sweeps import lab_runner as point_runner
+from synthlab.sweeps import plan as sweep_plan
 
 TESTS = Path(__file__).parent
 FAKE = TESTS / "fixtures" / "sweep_fake.toml"
@@ -134,7 +138,7 @@ def test_every_builtin_experiment_and_preset_loads_and_validates():
         exp = experiments.load(name)
         for preset in experiments.PRESETS:
             points = exp.points(preset)
-            assert runners.parse_points(point_runner, exp, preset, points), (name, preset)
+            assert runner_protocol.parse_points(point_runner, exp, preset, points), (name, preset)
 
 
 def _append_worker(path: str, start: int) -> None:
@@ -174,7 +178,7 @@ def test_cached_dir_builds_once(tmp_path):
 
 def test_sweep_runs_every_point_once_and_rerun_skips(tmp_path):
     exp = experiments.load(FAKE)
-    results = sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
+    results = driver.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
     rows = results_table.read_rows(results)
     assert len(rows) == 8
     assert {"data.size", "arch", "eval.probe", "accuracy", "steps", "run_dir", "point_id"} <= set(rows[0])
@@ -184,7 +188,7 @@ def test_sweep_runs_every_point_once_and_rerun_skips(tmp_path):
     starts = [(Path(r["run_dir"]) / "starts.log").read_text().split() for r in rows]
     assert all(s == ["0", "5"] for s in starts)  # second point found training finished
     before = _table(results)
-    sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
+    driver.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
     assert _table(results) == before
     assert all((Path(r["run_dir"]) / "starts.log").read_text().split() == ["0", "5"] for r in rows)
 
@@ -192,20 +196,20 @@ def test_sweep_runs_every_point_once_and_rerun_skips(tmp_path):
 @pytest.mark.slow  # a spawn pool of two workers
 def test_parallel_jobs_give_the_same_table(tmp_path):
     exp = experiments.load(FAKE)
-    serial = sweep.run_sweep(exp, "smoke", tmp_path / "serial", runner=RUNNER, progress=False)
-    parallel = sweep.run_sweep(exp, "smoke", tmp_path / "parallel", jobs=2, runner=RUNNER, progress=False)
+    serial = driver.run_sweep(exp, "smoke", tmp_path / "serial", runner=RUNNER, progress=False)
+    parallel = driver.run_sweep(exp, "smoke", tmp_path / "parallel", jobs=2, runner=RUNNER, progress=False)
     assert _table(serial) == _table(parallel)
 
 
 def test_lost_row_is_recovered_without_rerunning(tmp_path):
     # kill -9 between a point's metrics file and its row: the rerun adds the row, trains nothing
     exp = experiments.load(FAKE)
-    results = sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
+    results = driver.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
     full = _table(results)
     rows = results_table.read_rows(results)
     results.unlink()
     results_table.append_rows(results, rows[:3])
-    sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
+    driver.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
     assert _table(results) == full
     assert all((Path(r["run_dir"]) / "starts.log").read_text().split() == ["0", "5"] for r in rows)
 
@@ -259,7 +263,7 @@ def test_dry_run_lists_status_and_cost(tmp_path):
     # points that evaluate a model another point trains cost no training
     smoke = sweep_plan.plan(exp, "smoke", tmp_path, runner=RUNNER)
     assert sorted(r["cost"] for r in smoke) == ["estimated"] * 4 + ["shared model"] * 4
-    sweep.run_sweep(exp, "smoke", tmp_path / "done", runner=RUNNER, progress=False)
+    driver.run_sweep(exp, "smoke", tmp_path / "done", runner=RUNNER, progress=False)
     assert {r["status"] for r in sweep_plan.plan(exp, "smoke", tmp_path / "done", runner=RUNNER)} == {"done"}
     result = CliRunner().invoke(
         app, ["sweep", str(FAKE), "--preset", "cpu", "--runner", RUNNER.__name__, "--out", str(tmp_path), "--dry-run"]
@@ -303,18 +307,18 @@ def test_bad_cli_input_is_one_line_exit_2(tmp_path, args, culprit):
 
 def test_a_sweep_dir_holds_one_experiment_and_preset(tmp_path):
     exp = experiments.load(FAKE)
-    sweep.run_sweep(exp, "gpu", tmp_path, runner=RUNNER, progress=False)
+    driver.run_sweep(exp, "gpu", tmp_path, runner=RUNNER, progress=False)
     with pytest.raises(SynthlabError, match="holds sweep sweep_fake/gpu"):
-        sweep.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
+        driver.run_sweep(exp, "smoke", tmp_path, runner=RUNNER, progress=False)
 
 
 def test_sweeps_sharing_a_model_store_train_once(tmp_path):
     exp = experiments.load(FAKE)
     store, cache = tmp_path / "store", tmp_path / "cache"
-    first = sweep.run_sweep(
+    first = driver.run_sweep(
         exp, "smoke", tmp_path / "a", runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False
     )
-    second = sweep.run_sweep(
+    second = driver.run_sweep(
         exp, "smoke", tmp_path / "b", runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False
     )
     assert _table(first) == _table(second)
@@ -328,7 +332,7 @@ def test_a_rerun_without_runs_and_cache_uses_the_stores_the_sweep_used_before(tm
 
     exp = experiments.load(FAKE)
     store, cache, out = tmp_path / "store", tmp_path / "cache", tmp_path / "sweep"
-    results = sweep.run_sweep(exp, "smoke", out, runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False)
+    results = driver.run_sweep(exp, "smoke", out, runner=RUNNER, runs_dir=store, cache_dir=cache, progress=False)
     assert json.loads((out / "sweep.json").read_text())["stores"] == {
         "cache": str(cache.resolve()),
         "runs": str(store.resolve()),
@@ -339,7 +343,7 @@ def test_a_rerun_without_runs_and_cache_uses_the_stores_the_sweep_used_before(tm
         writer.writeheader()
         writer.writerows(rows[1:])
     capsys.readouterr()
-    sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)  # the removed point runs again
+    driver.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)  # the removed point runs again
     assert f"--runs {store.resolve()}" in capsys.readouterr().err
     assert not (out / "runs").exists() and not (out / "datasets").exists()  # nothing trained again in OUT
     logs = [(d / "starts.log").read_text().split() for d in store.iterdir()]
@@ -351,7 +355,7 @@ def test_a_rerun_without_runs_and_cache_uses_the_stores_the_sweep_used_before(tm
     "argv0, recorded", [("/venv/bin/synthlab", True), ("/repo/synthlab/__main__.py", True), ("/venv/bin/pytest", False)]
 )
 def test_the_command_line_is_recorded_from_the_entry_point_and_python_m(monkeypatch, argv0, recorded):
-    from synthlab.sweep_info import _command_line
+    from synthlab.sweeps.info import _command_line
 
     monkeypatch.setattr(sys, "argv", [argv0, "sweep", "mano", "--preset", "smoke"])
     assert _command_line() == ("synthlab sweep mano --preset smoke" if recorded else None)
@@ -360,7 +364,7 @@ def test_the_command_line_is_recorded_from_the_entry_point_and_python_m(monkeypa
 def test_reevaluate_runs_every_finished_point_again_on_its_model(tmp_path, monkeypatch):
     exp = experiments.load(FAKE)
     out = tmp_path / "sweep"
-    results = sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)
+    results = driver.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)
     before = {r["point_id"]: r for r in results_table.read_rows(results)}
     original = RUNNER.run_point
     monkeypatch.setattr(
@@ -371,9 +375,9 @@ def test_reevaluate_runs_every_finished_point_again_on_its_model(tmp_path, monke
             "new_metric": 1.0,
         },
     )
-    sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)  # nothing to do: every point finished
+    driver.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False)  # nothing to do: every point finished
     assert all("new_metric" not in r for r in results_table.read_rows(results))
-    sweep.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False, reevaluate=True)
+    driver.run_sweep(exp, "smoke", out, runner=RUNNER, progress=False, reevaluate=True)
     after = {r["point_id"]: r for r in results_table.read_rows(results)}
     assert after.keys() == before.keys() and all(r["new_metric"] == "1.0" for r in after.values())
     assert all(after[p]["accuracy"] == before[p]["accuracy"] for p in before)  # the same models
@@ -399,12 +403,12 @@ def test_the_first_start_records_when_the_data_began_and_every_rule_then(tmp_pat
             "test",
         ),
     )
-    sweep.run_sweep(exp, "gpu", tmp_path, runner=RUNNER, progress=False)
+    driver.run_sweep(exp, "gpu", tmp_path, runner=RUNNER, progress=False)
     info = sweep_info.read_info(tmp_path)
     fixed = rules.fingerprint(exp.verdicts[0])
     assert info["rules"] == {fixed: info["data_began"]}
     changed = dataclasses.replace(exp, verdicts=(dataclasses.replace(exp.verdicts[0], threshold=0.1),))
-    sweep.run_sweep(changed, "gpu", tmp_path, runner=RUNNER, progress=False)  # nothing left to run
+    driver.run_sweep(changed, "gpu", tmp_path, runner=RUNNER, progress=False)  # nothing left to run
     info = sweep_info.read_info(tmp_path)
     assert info["rules"][fixed] == info["data_began"] and len(info["rules"]) == 2  # the start kept
 
@@ -432,5 +436,5 @@ def test_seeds_overrides_the_presets_seeds_in_the_run_and_the_dry_run(tmp_path):
     assert result.exit_code == 0 and "8 points, 8 to run" in result.output, result.output
     with pytest.raises(SynthlabError, match="unknown preset"):
         experiments.with_seeds(experiments.load(FAKE), "huge", 3)
-    sweep.run_sweep(exp, "gpu", tmp_path / "run", runner=RUNNER, progress=False)
+    driver.run_sweep(exp, "gpu", tmp_path / "run", runner=RUNNER, progress=False)
     assert sweep_info.read_info(tmp_path / "run")["seeds"] == 3

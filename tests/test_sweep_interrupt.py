@@ -9,8 +9,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from synthlab import results, sweep
 from synthlab.cli import app
+from synthlab.sweeps import driver as sweep
+from synthlab.sweeps import results_table as results
 
 TESTS = Path(__file__).parent
 FAKE = TESTS / "fixtures" / "sweep_fake.toml"

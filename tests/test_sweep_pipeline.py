@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import experiments, point_runner, runners, schema, sweep, sweep_plan
-from synthlab.results import RESULTS, factor_column, read_rows, step_rows
+from synthlab.sweeps import driver, experiments, runner_protocol, schema
+from synthlab.sweeps import lab_runner as point_runner
+from synthlab.sweeps import plan as sweep_plan
+from synthlab.sweeps.results_table import RESULTS, factor_column, read_rows, step_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mano_tiny.toml"
 # Columns that measure time, or say where things are, legitimately differ between two runs.
@@ -27,7 +29,7 @@ def _cli(out: Path, preset: str) -> list[str]:
 
 
 def test_smoke_sweep_end_to_end(tmp_path):
-    results = sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=point_runner, progress=False)
+    results = driver.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=point_runner, progress=False)
     rows = {r["model"]: r for r in read_rows(results)}
     assert set(rows) == {"1x1", "1x2"}
     factors = {factor_column(axis) for point in experiments.load(FIXTURE).points("smoke") for axis in point.factors}
@@ -44,7 +46,7 @@ def test_smoke_sweep_end_to_end(tmp_path):
     # one dataset, generated once for both points
     assert len([p for p in (tmp_path / "datasets").iterdir() if not p.name.startswith(".")]) == 1
     before = _table(results)
-    sweep.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=point_runner, progress=False)
+    driver.run_sweep(experiments.load(FIXTURE), "smoke", tmp_path, runner=point_runner, progress=False)
     assert _table(results) == before
     # the step-wise export: one row per recurrent step, the last step's loss is the run's loss
     steps = step_rows(tmp_path)
@@ -83,10 +85,10 @@ def test_killed_real_sweep_resumes_from_checkpoints_to_the_same_table(tmp_path):
 @pytest.mark.parametrize("name", ["capacity", "mano", "multihop", "reach"])
 def test_cost_estimate_shapes_match_the_generated_data(name, tmp_path):
     # the dry run computes vocabulary, row length and steps before any data exists; check them on real data
-    from synthlab.cost import positions
-    from synthlab.data import load_dataset
-    from synthlab.runs import RunConfig
-    from synthlab.train import prepare_run
+    from synthlab.data.datasets import load_dataset
+    from synthlab.sweeps.cost import positions
+    from synthlab.training.run_folders import RunConfig
+    from synthlab.training.trainer import prepare_run
 
     point = point_runner.parse(experiments.load(name).points("smoke")[0].config)
     data_dir = point_runner.dataset(point, tmp_path)
@@ -99,8 +101,8 @@ def test_cost_estimate_shapes_match_the_generated_data(name, tmp_path):
 
 
 def test_eval_results_flatten_to_columns():
-    from synthlab.configs import EvalOptions
-    from synthlab.results import eval_metrics
+    from synthlab.sweeps.results_table import eval_metrics
+    from synthlab.training.configs import EvalOptions
 
     result = {
         "accuracy": 0.5,
@@ -120,7 +122,7 @@ def test_eval_results_flatten_to_columns():
 
 
 def _validate(experiment, preset):
-    return runners.parse_points(point_runner, experiment, preset, experiment.points(preset))
+    return runner_protocol.parse_points(point_runner, experiment, preset, experiment.points(preset))
 
 
 def test_definitions_are_checked_against_the_real_config_classes():
@@ -165,7 +167,7 @@ def test_gate_stage_trains_the_exit_gate_alone_and_evaluates_that_model(tmp_path
     import tomllib
     import torch
 
-    results = sweep.run_sweep(
+    results = driver.run_sweep(
         experiments.parse(_gate_experiment(tomllib.loads(FIXTURE.read_text()))),
         "smoke",
         tmp_path,
@@ -207,7 +209,7 @@ def test_each_point_config_is_parsed_once_per_sweep(tmp_path, monkeypatch):
     original = point_runner.parse_point
     monkeypatch.setattr(point_runner, "parse_point", lambda config: calls.append(1) or original(config))
     experiment = experiments.load(FIXTURE)
-    sweep.run_sweep(experiment, "smoke", tmp_path, runner=point_runner, progress=False)
+    driver.run_sweep(experiment, "smoke", tmp_path, runner=point_runner, progress=False)
     assert len(calls) == len(experiment.points("smoke"))
 
 
@@ -215,7 +217,7 @@ def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_p
     import dataclasses
 
     exp = experiments.load(FIXTURE)
-    results = sweep.run_sweep(exp, "smoke", tmp_path, runner=point_runner, progress=False)
+    results = driver.run_sweep(exp, "smoke", tmp_path, runner=point_runner, progress=False)
     before = _table(results)
     assert {r["status"] for r in sweep_plan.plan(exp, "smoke", tmp_path, runner=point_runner)} == {"done"}
     parse = point_runner.parse
@@ -231,7 +233,7 @@ def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_p
         "done, config changed"
     }
     capsys.readouterr()
-    sweep.run_sweep(exp, "smoke", tmp_path, runner=point_runner, progress=False)
+    driver.run_sweep(exp, "smoke", tmp_path, runner=point_runner, progress=False)
     err = capsys.readouterr().err
     assert err.count("its row is kept, but") == 2 and "train.warmup_steps" in err
     assert _table(results) == before

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from synthlab import experiments, results, runners, sweep
-from synthlab.results import read_rows
+from synthlab.sweeps import driver, experiments, runner_protocol
+from synthlab.sweeps import results_table as results
+from synthlab.sweeps.results_table import read_rows
 
 ray = pytest.importorskip("ray")
 TESTS = Path(__file__).parent
@@ -42,12 +43,16 @@ def local_cluster(monkeypatch):
 def test_ray_executor_matches_local(local_cluster, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     exp = experiments.load(FAKE)
-    remote = sweep.run_sweep(
-        exp, "smoke", tmp_path / "ray", executor="ray", runner=runners.load_runner(RUNNER), progress=False
+    remote = driver.run_sweep(
+        exp, "smoke", tmp_path / "ray", executor="ray", runner=runner_protocol.load_runner(RUNNER), progress=False
     )
-    local = sweep.run_sweep(exp, "smoke", tmp_path / "local", runner=runners.load_runner(RUNNER), progress=False)
+    local = driver.run_sweep(
+        exp, "smoke", tmp_path / "local", runner=runner_protocol.load_runner(RUNNER), progress=False
+    )
     assert len(results.read_rows(remote)) == 8
     assert _table(remote) == _table(local)
     # a rerun through Ray finds every point done and submits nothing
-    sweep.run_sweep(exp, "smoke", tmp_path / "ray", executor="ray", runner=runners.load_runner(RUNNER), progress=False)
+    driver.run_sweep(
+        exp, "smoke", tmp_path / "ray", executor="ray", runner=runner_protocol.load_runner(RUNNER), progress=False
+    )
     assert _table(remote) == _table(local)

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 import synthlab_generators
-from synthlab import capacity, errors
-from synthlab.data import load_dataset, qa_sequence, training_examples
+from synthlab import errors
+from synthlab.data.datasets import load_dataset, qa_sequence, training_examples
+from synthlab.evaluation import capacity
 from synthlab_generators import TASKS, bios, common, write_dataset
 
 COMMON_FILES = {"meta.json", "vocab.json", "train.jsonl", "test.jsonl"}

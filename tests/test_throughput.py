@@ -12,13 +12,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from synthlab import engine
-from synthlab.configs import TrainConfig
 from synthlab.errors import SynthlabError
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.layers import Attention, Rotary, attention_mask, packed_mask
-from synthlab.objectives import model_forward, step_losses
-from synthlab.optim import adamw
+from synthlab.training import engine
+from synthlab.training.configs import TrainConfig
+from synthlab.training.objectives import model_forward, step_losses
+from synthlab.training.optim import adamw
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = ModelConfig(vocab_size=40, d_model=32, n_heads=4, n_layers=2, max_seq_len=24)
@@ -144,7 +144,7 @@ def test_default_threads_follow_the_idle_cores(monkeypatch, capsys, load, proces
     import os
 
     from synthlab.cli.train import _set_threads
-    from synthlab.devices import default_threads
+    from synthlab.sweeps.gpu_scheduling import default_threads
 
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
@@ -167,7 +167,7 @@ def test_default_threads_follow_the_idle_cores(monkeypatch, capsys, load, proces
 
 
 def test_cpu_bf16_autocast_is_opt_in():
-    from synthlab.runs import autocast
+    from synthlab.training.run_folders import autocast
 
     cpu = torch.device("cpu")
     assert not TrainConfig(steps=1).cpu_bf16

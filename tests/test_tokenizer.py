@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from synthlab.data import Dataset
+from synthlab.data.datasets import Dataset
+from synthlab.data.tokenizer import WordTokenizer
 from synthlab.errors import SynthlabError
-from synthlab.tokenizer import WordTokenizer
 
 
 class ReferenceTokenizer:

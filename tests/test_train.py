@@ -1,4 +1,4 @@
-"""synthlab.train: schedule, optimizer groups, resume equivalence, signals, bad input, learning."""
+"""synthlab.training.trainer: schedule, optimizer groups, resume equivalence, signals, bad input, learning."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import torch
 
 from synthlab import serialize
 from synthlab.cli.train import resolve_run_config
-from synthlab.configs import TrainConfig
 from synthlab.errors import SynthlabError
 from synthlab.models import ModelConfig, build_model
-from synthlab.optim import lr_factor
-from synthlab.runs import load_checkpoint
-from synthlab.train import build_optimizer, train
+from synthlab.training.configs import TrainConfig
+from synthlab.training.optim import lr_factor
+from synthlab.training.run_folders import load_checkpoint
+from synthlab.training.trainer import build_optimizer, train
 from synthlab_generators import TASKS, write_dataset
 
 TINY_MODEL = {"d_model": 32, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}

@@ -142,8 +142,8 @@ def test_ctrl_c_on_the_real_command_writes_a_checkpoint_and_exits_130(tmp_path, 
 def test_every_model_and_train_field_is_a_flag_with_help():
     import dataclasses
 
-    from synthlab.configs import TrainConfig
     from synthlab.models import ModelConfig
+    from synthlab.training.configs import TrainConfig
 
     result = runner.invoke(
         app, ["train", "--help"], env={"COLUMNS": "400"}

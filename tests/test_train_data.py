@@ -1,4 +1,4 @@
-"""synthlab.data on hand-written dataset folders that follow CONTRACTS.md."""
+"""synthlab.data.datasets on hand-written dataset folders that follow CONTRACTS.md."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from synthlab.data import Batcher, Examples, load_dataset, pack_rows, pad_rows, training_examples
+from synthlab.data.datasets import Batcher, Examples, load_dataset, pack_rows, pad_rows, training_examples
 from synthlab.errors import SynthlabError
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<ans>"]

@@ -14,10 +14,11 @@ import tomllib
 from scipy import stats
 from typer.testing import CliRunner
 
-from synthlab import experiments, rules, verdicts
+from synthlab.claims import rules, verdicts
 from synthlab.cli import app
 from synthlab.errors import SynthlabError
-from synthlab.report import write_report
+from synthlab.report.markdown import write_report
+from synthlab.sweeps import experiments
 
 FAKE = Path(__file__).parent / "fixtures" / "sweep_fake.toml"
 
@@ -250,7 +251,7 @@ def test_report_prints_the_claims_table_and_means_over_seeds(tmp_path):
     claims = text[text.index("## Claims") : text.index("## paired")]
     condition = "accuracy[model=loop] - accuracy[model=base]: one-sided 95% lower bound above 0"
     assert f"| C2 | paired | loop beats base: {condition} | reproduced (exploratory) | +0.1033 |" in claims
-    # outside git and without a recorded start: exploratory (`synthlab.prereg`)
+    # outside git and without a recorded start: exploratory (`synthlab.claims.prereg`)
     assert "| 3 | exploratory: first run not recorded; rule not committed; preset not committed |" in claims
     assert "- C2, loop beats base: **reproduced: +0.1033" in text
     assert "preset not committed); per replicate: +0.1, +0.12, +0.09" in text  # in seed order
@@ -271,8 +272,8 @@ def test_the_report_finds_a_shipped_definition_from_any_directory(tmp_path, monk
 def test_every_rule_names_arms_its_presets_train(name):
     """A rule that applies to a claim-testing preset (cpu, gpu) compares values that preset's grid trains
     (else it could only say "no data"); columns made by evaluation (kv, strategy) are not checked."""
-    from synthlab.configs import parse_point
-    from synthlab.results import describe, factor_column
+    from synthlab.sweeps.results_table import describe, factor_column
+    from synthlab.training.configs import parse_point
 
     experiment = experiments.load(name)
     for preset in [p for p in experiment.presets if p in ("cpu", "gpu")]:
@@ -296,7 +297,7 @@ def test_every_rule_names_arms_its_presets_train(name):
 
 
 def test_a_rule_scoped_to_other_presets_is_listed_untested_not_decided():
-    from synthlab.report import _verdict_lines
+    from synthlab.report.markdown import _verdict_lines
 
     parsed = rules.parse_rules(
         [
@@ -410,7 +411,7 @@ def _cells_table(by_L: dict[int, list[float]]) -> pd.DataFrame:
 
 
 def test_each_decides_per_cell_with_holm_and_names_the_deciding_cell():
-    from synthlab import intervals
+    from synthlab.claims import intervals
 
     table = _cells_table({2: [0.16, 0.15, 0.17], 3: [0.1, -0.02, 0.06]})
     pooled, per_cell = verdicts.evaluate(

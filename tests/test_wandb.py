@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from synthlab.errors import SynthlabError
-from synthlab.train import train
+from synthlab.training.trainer import train
 from tests.test_curves import _tiny  # one tiny mano run config, as the TensorBoard tests use
 
 

@@ -16,9 +16,9 @@ from safetensors.torch import load_file
 import synthlab
 from synthlab.cli.train import resolve_run_config
 from synthlab.errors import SynthlabError
-from synthlab.evaluate import evaluate_run
-from synthlab.runs import load_checkpoint
-from synthlab.train import train
+from synthlab.evaluation.evaluate import evaluate_run
+from synthlab.training.run_folders import load_checkpoint
+from synthlab.training.trainer import train
 from synthlab_generators import TASKS, write_dataset
 
 MANO = {"L": 2, "n_train": 200, "n_test": 20, "mod": 5}

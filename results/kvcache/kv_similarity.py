@@ -8,9 +8,9 @@ import sys
 
 import torch
 
-from synthlab.data import load_dataset
+from synthlab.data.datasets import load_dataset
 from synthlab.models.recurrence import initial_state
-from synthlab.runs import open_run, trained_data
+from synthlab.training.run_folders import open_run, trained_data
 
 torch.manual_seed(0)
 for run_dir in sys.argv[1:]:

@@ -96,7 +96,7 @@ def version() -> None:
 def columns() -> None:
     """Print the columns of a sweep's results.csv: each family, its type, the stage that writes it
     and what it means."""
-    from synthlab.schema import table
+    from synthlab.sweeps.schema import table
 
     typer.echo(table())
 

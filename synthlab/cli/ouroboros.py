@@ -36,11 +36,11 @@ def _build(**kwargs) -> None:
     import torch
 
     from synthlab import serialize
-    from synthlab.configs import OuroborosConfig
     from synthlab.files import atomic_write_text
     from synthlab.ouroboros.checkpoint import base_layers, load_base, meta_base, resolve_dtype
     from synthlab.ouroboros.system import OuroborosLM, describe_split, resolve_split, summary
-    from synthlab.runs import resolve_device
+    from synthlab.training.configs import OuroborosConfig
+    from synthlab.training.run_folders import resolve_device
 
     out, base, base_config, device, overwrite = (
         kwargs.pop(k) for k in ("out", "base", "base_config", "device", "overwrite")
@@ -79,7 +79,7 @@ _OVERWRITE_HELP = (
 
 def _build_command():
     """`synthlab ouroboros build`: every OuroborosConfig field is a flag (help from the field)."""
-    from synthlab.configs import OuroborosConfig
+    from synthlab.training.configs import OuroborosConfig
 
     params = [
         flags.option("out", Path, ..., "--out", "Folder to write summary.json into (an earlier build's is replaced)."),
@@ -107,11 +107,11 @@ def _build_command():
 
 def _train(**kwargs) -> None:
     from synthlab import serialize
-    from synthlab.configs import OuroborosConfig, OuroborosTrainConfig
-    from synthlab.distributed import reporting
     from synthlab.ouroboros.checkpoint import base_layers
     from synthlab.ouroboros.runs import train_run
     from synthlab.ouroboros.system import resolve_split
+    from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig
+    from synthlab.training.distributed import reporting
 
     base, corpus, out, variants, config, overwrite = (
         kwargs.pop(k) for k in ("base", "corpus", "out", "variants", "config", "overwrite")
@@ -147,7 +147,7 @@ def _train(**kwargs) -> None:
 
 def _train_command():
     """`synthlab ouroboros train`: every OuroborosTrainConfig and OuroborosConfig field is a flag."""
-    from synthlab.configs import OuroborosConfig, OuroborosTrainConfig
+    from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig
 
     params = [
         flags.option("base", Path, ..., "--base", "Local Qwen2 checkpoint folder (with its tokenizer)."),
@@ -209,9 +209,9 @@ def evaluate(
 ) -> None:
     """Loss vs depth for every variant; writes results.csv, results.json and c11_loss_vs_depth.png.
     Under torchrun each process evaluates its share of the sequences (the same numbers as one process)."""
-    from synthlab.distributed import reporting
     from synthlab.ouroboros.runs import eval_run
     from synthlab.ouroboros.system import VARIANT_ROWS
+    from synthlab.training.distributed import reporting
 
     table = eval_run(
         run_dir,

@@ -18,7 +18,7 @@ def check(
     """Print, per rule of each folder's definition: its status (confirmatory if the rule and the
     preset were committed before the first run started, else exploratory), the commits (git log)
     and the first run's start (the sweep's own record, or the latest it can have been)."""
-    from synthlab import prereg
+    from synthlab.claims import prereg
     from synthlab.errors import SynthlabError
 
     for folder in results:

@@ -38,9 +38,9 @@ def sample(
     `<eos>` (not shown) or --max-new-tokens of them."""
     import torch
 
-    from synthlab.data import load_dataset, unverified_data
-    from synthlab.evaluate import check_eval_steps
-    from synthlab.runs import autocast, load_run, open_run, resolve_device, trained_data
+    from synthlab.data.datasets import load_dataset, unverified_data
+    from synthlab.evaluation.evaluate import check_eval_steps
+    from synthlab.training.run_folders import autocast, load_run, open_run, resolve_device, trained_data
 
     _at_least_one(max_new_tokens=max_new_tokens)
     if not 0 <= temperature < float("inf"):

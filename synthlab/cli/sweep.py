@@ -58,7 +58,7 @@ def sweep(
     runner: Optional[str] = typer.Option(
         None,
         "--runner",
-        help="A point runner module (parse, run_point) (default: synthlab.point_runner, the lab's own).",
+        help="A point runner module (parse, run_point) (default: synthlab.sweeps.lab_runner, the lab's own).",
     ),
     dry_run: bool = typer.Option(
         False,
@@ -88,10 +88,10 @@ def sweep(
     ),
 ) -> None:
     """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
-    from synthlab import experiments, point_runner
-    from synthlab import sweep as engine
-    from synthlab.runners import load_runner
-    from synthlab.sweep_plan import plan
+    from synthlab.sweeps import driver, experiments
+    from synthlab.sweeps import lab_runner as point_runner
+    from synthlab.sweeps.plan import plan
+    from synthlab.sweeps.runner_protocol import load_runner
 
     if launcher not in ("process", "torchrun"):
         raise SynthlabError(f"--launcher must be 'process' or 'torchrun', got '{launcher}'")
@@ -108,7 +108,7 @@ def sweep(
     out = out or Path("runs") / f"{exp.name}-{preset}"
     runner_module = load_runner(runner) if runner else point_runner
     if dry_run:
-        from synthlab import cost
+        from synthlab.sweeps import cost
 
         gpu = preset == "gpu"
         with cost.measured(
@@ -123,7 +123,7 @@ def sweep(
         )
         return
     try:
-        results = engine.run_sweep(
+        results = driver.run_sweep(
             exp,
             preset,
             out,
@@ -137,7 +137,7 @@ def sweep(
             nproc_per_node=nproc_per_node if launcher == "torchrun" else 0,
             reevaluate=reevaluate,
         )
-    except engine.SweepInterrupted as stop:
+    except driver.SweepInterrupted as stop:
         again = ["synthlab", "sweep", str(name), "--preset", preset, "--out", str(out)]
         again += ["--seeds", str(seeds)] if seeds is not None else []
         again += ["--runner", runner] if runner else []
@@ -148,7 +148,7 @@ def sweep(
         )
         raise typer.Exit(code=130) from None
     if runner_module is point_runner:  # the lab's own columns: say what was measured
-        from synthlab.report import summary_lines
+        from synthlab.report.markdown import summary_lines
 
         for line in summary_lines(out):
             typer.echo(line)
@@ -179,7 +179,7 @@ def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:
         f"{len(models)} already there, reused or resumed; --runs names another store)"
     )
     if "gpu_h" in table:
-        from synthlab import cost
+        from synthlab.sweeps import cost
 
         mfu = ", ".join(f"{m:.0%}" for m in sorted(set(table["mfu"].dropna()), reverse=True)) or "-"
         source = (
@@ -236,9 +236,10 @@ def plot(
 ) -> None:
     """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv: its built-in figure, or
     the generic figure of its grid (a definition without `plot`, or --metric)."""
-    from synthlab import experiments, plots
+    from synthlab import plots
     from synthlab.plots import generic
-    from synthlab.results import read_results
+    from synthlab.sweeps import experiments
+    from synthlab.sweeps.results_table import read_results
 
     out = out or Path(sweep_dir) / "figures"
     check_writable(out)
@@ -259,7 +260,7 @@ def steps(
     import pandas as pd
 
     from synthlab.files import atomic_write_text
-    from synthlab.results import step_rows
+    from synthlab.sweeps.results_table import step_rows
 
     rows = step_rows(sweep_dir)
     path = out or Path(sweep_dir) / "steps.csv"
@@ -292,7 +293,7 @@ def report(
     ),
 ) -> None:
     """Write a Markdown report with each sweep's claim, commands, table, figures and verdict."""
-    from synthlab import report as reporting
+    from synthlab.report import markdown as reporting
 
     if not sweep_dirs:
         raise SynthlabError("report needs at least one sweep directory")

@@ -1,5 +1,5 @@
-"""`synthlab train`, `synthlab eval`, `synthlab capacity`: thin wrappers over synthlab.train,
-synthlab.evaluate and synthlab.capacity (torch is imported inside the commands)."""
+"""`synthlab train`, `synthlab eval`, `synthlab capacity`: thin wrappers over synthlab.training.trainer,
+synthlab.evaluation.evaluate and synthlab.evaluation.capacity (torch is imported inside the commands)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import tomllib
 import typer
 
 from synthlab.cli import flags
-from synthlab.devices import default_threads, idle_cores
 from synthlab.errors import SynthlabError
 from synthlab.files import warn
+from synthlab.sweeps.gpu_scheduling import default_threads, idle_cores
 
 VERIFY_HELP = (
     "Hash the dataset's files against meta.json before use (once per change of size or mtime); "
@@ -30,10 +30,10 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
     Paths (the data folder, init_from) are stored absolute, so the run folder works from anywhere.
     """
     from synthlab import serialize
-    from synthlab.configs import TrainConfig
-    from synthlab.data import load_dataset
+    from synthlab.data.datasets import load_dataset
     from synthlab.models import ModelConfig
-    from synthlab.runs import RunConfig
+    from synthlab.training.configs import TrainConfig
+    from synthlab.training.run_folders import RunConfig
 
     for section in file:
         if section not in ("model", "train"):
@@ -63,10 +63,10 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
 
 def _train(**kwargs) -> None:
     from synthlab import serialize
-    from synthlab.configs import TrainConfig
-    from synthlab.data import unverified_data
+    from synthlab.data.datasets import unverified_data
     from synthlab.models import ModelConfig
-    from synthlab.train import train as run_training
+    from synthlab.training.configs import TrainConfig
+    from synthlab.training.trainer import train as run_training
 
     out, config, resume = kwargs.pop("out"), kwargs.pop("config"), kwargs.pop("resume")
     threads, progress, verify = kwargs.pop("threads"), kwargs.pop("progress"), kwargs.pop("verify")
@@ -116,9 +116,9 @@ def _train(**kwargs) -> None:
 def _auto_resume(out: Path | None, config: Path | None, model_flags: dict, train_flags: dict) -> Path | None:
     """--resume auto: the run in --out to continue (checked to be the run the options describe), or
     None to start it there. Under torchrun every process decides before any writes: rank 0 writes
-    only after a collective all of them join (synthlab.train), so all see the same folder."""
+    only after a collective all of them join (synthlab.training.trainer), so all see the same folder."""
     from synthlab import serialize
-    from synthlab.point_runner import check_same_run
+    from synthlab.sweeps.lab_runner import check_same_run
 
     if out is None:
         raise SynthlabError("--resume auto needs --out RUN_DIR (the run to start, or to continue when it is there)")
@@ -150,8 +150,8 @@ def _setting(text: str) -> tuple[str, str, Any]:
 
 def _train_command():
     """`synthlab train`: every ModelConfig and TrainConfig field is a flag (help from the field)."""
-    from synthlab.configs import TrainConfig
     from synthlab.models import ModelConfig
+    from synthlab.training.configs import TrainConfig
 
     params = [
         flags.option("out", Optional[Path], None, "--out", "New (or empty) run directory to create."),
@@ -212,7 +212,7 @@ def _set_threads(threads: int | None) -> None:
     threads than it has idle cores."""
     import torch
 
-    from synthlab.distributed import reporting
+    from synthlab.training.distributed import reporting
 
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun: processes per machine
     if threads is None:
@@ -270,8 +270,8 @@ def evaluate(
     verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
 ) -> None:
     """Exact-match accuracy (QA accuracy and loss per attribute for bios) at every recurrent step -> RUN_DIR/eval/*.json."""
-    from synthlab.data import unverified_data
-    from synthlab.evaluate import evaluate_run
+    from synthlab.data.datasets import unverified_data
+    from synthlab.evaluation.evaluate import evaluate_run
 
     _at_least_one(batch_size=batch_size, **({"max_prompts": max_prompts} if max_prompts is not None else {}))
     _set_threads(threads)
@@ -327,8 +327,8 @@ def capacity(
 ) -> None:
     """Bits of knowledge stored (Physics of LMs 3.3, Def. 4.3) and bits per parameter -> RUN_DIR/capacity.json."""
     _at_least_one(batch_size=batch_size)
-    from synthlab.capacity import estimate_capacity
-    from synthlab.data import unverified_data
+    from synthlab.data.datasets import unverified_data
+    from synthlab.evaluation.capacity import estimate_capacity
 
     with unverified_data(not verify):
         report = estimate_capacity(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from synthlab import serialize
-from synthlab.runs import RunConfig
+from synthlab.training.run_folders import RunConfig
 
 _FRONT_MATTER = """---
 library_name: transformers

@@ -116,7 +116,7 @@ def load_tokenizer(path: str | Path):
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from synthlab.tokenizer import WordTokenizer
+    from synthlab.data.tokenizer import WordTokenizer
 
     path = Path(path)
     if (path / WORD_VOCAB).is_file():

@@ -14,7 +14,7 @@ none and state init input is the same stack):
     attn.qkv (rows q | k | v) -> q_proj, k_proj, v_proj (+ biases)
     attn.o -> o_proj                        mlp.up (rows gate | up) -> gate_proj, up_proj
     mlp.down -> down_proj                   embed, final_norm, lm_head -> embed_tokens, norm, lm_head
-The tokenizer is the lab's own (synthlab.tokenizer: the dataset's vocab.json, same ids) written in
+The tokenizer is the lab's own (synthlab.data.tokenizer: the dataset's vocab.json, same ids) written in
 the one form `AutoTokenizer` keeps for a qwen2 folder. transformers rebuilds any qwen2 tokenizer as
 its Qwen2Tokenizer (byte-level BPE: Qwen's digit-splitting regex, a byte-level decoder that joins
 tokens with nothing between them), keeping only the vocabulary and the added tokens. So every
@@ -34,14 +34,14 @@ from pathlib import Path
 
 import torch
 
+from synthlab.data.tokenizer import WordTokenizer
 from synthlab.errors import SynthlabError
 from synthlab.files import as_new_file, check_out, make_temp_sibling, replace_dir
 from synthlab.models import ModelConfig
 from synthlab.ouroboros.card import model_card
 from synthlab.ouroboros.checkpoint import WORD_VOCAB, without_progress_bars
 from synthlab.ouroboros.remote import write_remote
-from synthlab.runs import load_run, open_run, trained_data
-from synthlab.tokenizer import WordTokenizer
+from synthlab.training.run_folders import load_run, open_run, trained_data
 
 FORMATS = ("qwen2", "remote")
 RMS_EPS = 1e-5  # synthlab.models.layers.make_norm's

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from synthlab import distributed, serialize
+from synthlab import serialize
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write, check_out, lab_output, warn
 from synthlab.ouroboros.checkpoint import empty_base, load_base, load_tokenizer, resolve_dtype
@@ -26,7 +26,8 @@ from synthlab.ouroboros.data import documents, pack, read_texts, split_heldout
 from synthlab.ouroboros.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
 from synthlab.ouroboros.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
 from synthlab.progress import Progress
-from synthlab.runs import load_state_file, resolve_device
+from synthlab.training import distributed
+from synthlab.training.run_folders import load_state_file, resolve_device
 
 CHECKPOINT = "trainable.safetensors"
 STATE = "state.pt"

@@ -49,11 +49,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from synthlab.configs import LOOPED_VARIANTS, VARIANTS, OuroborosConfig  # noqa: F401 (re-exported)
 from synthlab.errors import SynthlabError
 from synthlab.models.controller import causal_running_mean
 from synthlab.ouroboros.data import PAD
 from synthlab.ouroboros.lora import TARGETS, ModulatedLinear, Split, lora_bases, mean_residual, target_linear
+from synthlab.training.configs import LOOPED_VARIANTS, VARIANTS, OuroborosConfig  # noqa: F401 (re-exported)
 
 # What each row of `ouroboros eval` is (printed under its table).
 VARIANT_ROWS = {

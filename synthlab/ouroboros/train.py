@@ -3,8 +3,8 @@
 Optimiser as in the OUROBOROS reference training (docs/claims.md, C11): AdamW lr 3e-4, weight decay 0.01 on matrices
 only (embeddings, norms and biases are not decayed, as in nanoGPT), betas (0.9, 0.95), linear
 warmup, cosine to 1e-6, gradient clip 1.0; the depth of each optimiser step drawn from a set.
-The optimiser and schedule are the shared ones of `synthlab.optim`; each optimiser step is
-`synthlab.engine.step` and the state a checkpoint keeps is its `TrainState` (with the log so far),
+The optimiser and schedule are the shared ones of `synthlab.training.optim`; each optimiser step is
+`synthlab.training.engine.step` and the state a checkpoint keeps is its `TrainState` (with the log so far),
 as for the lab's own trainer.
 """
 
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import torch
 
-from synthlab import distributed, engine
-from synthlab.configs import OuroborosTrainConfig
-from synthlab.engine import TrainState
 from synthlab.errors import SynthlabError
-from synthlab.optim import adamw, lr_factor
 from synthlab.ouroboros.data import PAD
 from synthlab.ouroboros.system import OuroborosLM, lm_loss
 from synthlab.progress import Progress
-from synthlab.runs import float32_matmul
+from synthlab.training import distributed, engine
+from synthlab.training.configs import OuroborosTrainConfig
+from synthlab.training.engine import TrainState
+from synthlab.training.optim import adamw, lr_factor
+from synthlab.training.run_folders import float32_matmul
 
 
 def learning_rate(step: int, config: OuroborosTrainConfig) -> float:

@@ -1,7 +1,7 @@
 """Every figure of the lab, drawn with seaborn from a sweep's results table (`synthlab plot`,
 `synthlab report`), and the training curves of runs (`synthlab curves`).
 
-Each built-in figure takes the table (a pandas DataFrame with the columns of `synthlab.results`)
+Each built-in figure takes the table (a pandas DataFrame with the columns of `synthlab.sweeps.results_table`)
 and an output folder, saves the figure as PNG and SVG, and returns the paths. Axes carry units:
 "bits", "parameters (unique)", "accuracy (%)", "tokens", "recurrent steps", "bytes". A sweep over
 seeds is drawn as the mean over seeds with a band (or bar) of one standard error, and every seed

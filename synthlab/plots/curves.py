@@ -23,10 +23,12 @@ import pandas as pd
 
 from synthlab.errors import SynthlabError
 from synthlab.plots.style import pyplot, save
-from synthlab.results import RESULTS, _model_dir, read_results
-from synthlab.runs import read_metrics
+from synthlab.sweeps.results_table import RESULTS, _model_dir, read_results
+from synthlab.training.run_folders import read_metrics
 
-EVAL_ACCURACY = re.compile(r"^eval/(train_)?acc_(.+)$")  # train.eval_every's records (synthlab.eval_groups.GroupProbe)
+EVAL_ACCURACY = re.compile(
+    r"^eval/(train_)?acc_(.+)$"
+)  # train.eval_every's records (synthlab.evaluation.groups.GroupProbe)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ from typing import Any
 
 import pandas as pd
 
-from synthlab import experiments, plots
+from synthlab import plots
+from synthlab.claims.verdicts import SEED_COLUMNS
 from synthlab.errors import SynthlabError
 from synthlab.plots.style import bars_and_seeds, mean_and_seeds, pyplot, save, seeds_note
-from synthlab.results import factor_column
-from synthlab.verdicts import SEED_COLUMNS
+from synthlab.sweeps import experiments
+from synthlab.sweeps.results_table import factor_column
 
 
 def headline(task: str) -> str:

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from synthlab import schema
 from synthlab.errors import SynthlabError
 from synthlab.plots.style import (
     bars_and_seeds,
@@ -21,6 +20,7 @@ from synthlab.plots.style import (
     seed_count,
     seeds_note,
 )
+from synthlab.sweeps import schema
 
 STEP_COLUMN, DEPTH_COLUMN, AGREE_COLUMN = schema.ACC_STEP.regex, schema.LOSS_DEPTH.regex, schema.AGREE.regex
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from synthlab.capacity import peak_capacity
+from synthlab.evaluation.capacity import peak_capacity
 from synthlab.plots.style import (
     layer_passes,
     mean_and_seeds,
@@ -24,7 +24,9 @@ from synthlab.plots.style import (
     short_count,
 )
 
-LENGTH_COLUMN = re.compile(r"^(train_)?acc_l(\d+)$")  # Mano per-length accuracy (synthlab.eval_groups.group_columns)
+LENGTH_COLUMN = re.compile(
+    r"^(train_)?acc_l(\d+)$"
+)  # Mano per-length accuracy (synthlab.evaluation.groups.group_columns)
 HOP_COLUMN = re.compile(r"^acc_h(\d+)$")  # multihop held-out accuracy per hop count
 
 

@@ -1,0 +1,1 @@
+"""A trained run scored: on its test split, per group, held-out loss, and its knowledge capacity."""

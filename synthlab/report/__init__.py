@@ -1,0 +1,1 @@
+"""Markdown from sweeps: the report of one or more sweeps, a results folder's index and pages."""
