@@ -148,3 +148,53 @@ def test_the_cpu_static_control_has_the_controllers_trainable_parameters(tmp_pat
     assert min(gaps, key=gaps.get) == control.rank
     assert (target, count(control), count(points["static"].ouroboros.system)) == (17080, 17056, 9216)
     assert control.variant == "static" and control.alpha / control.rank == controller.alpha / controller.rank
+
+
+@pytest.mark.slow  # trains a smoke base, exports it and trains one OUROBOROS point
+def test_new_people_and_per_sequence_outcomes_pair_the_variants(tmp_path):
+    import pandas as pd
+
+    from synthlab.claims import paired
+
+    point = point_runner.parse(_smoke_config(eval_data_seed=1, eval_max_sequences=2))
+    metrics = point_runner.run_point(point, tmp_path / "run", cache_dir=tmp_path / "cache")
+    depths = point.ouroboros.eval.eval_depths
+    assert len(list((tmp_path / "cache").glob("bios-*"))) == 2  # the base's people and the new ones
+    outcomes = pd.read_csv(tmp_path / "run" / metrics["outcomes"])
+    assert len(outcomes) == 2
+    row = {**metrics, "run_dir": str(tmp_path / "run")}
+    for d in depths:
+        for column in (f"loss_depth_{d}", f"loss_new_depth_{d}"):
+            # each sequence's loss scaled so that the mean over sequences is the row's token mean
+            assert outcomes[column].mean() == pytest.approx(metrics[column], rel=1e-9)
+            assert paired.prompt_vector(row, column) == pytest.approx(outcomes[column].to_numpy())
+    # people the base never saw: their attributes cannot be recalled, so the base's loss is higher
+    assert metrics["loss_new_base"] > metrics["loss_base"]
+    with pytest.raises(SynthlabError, match="the base's own data seed"):
+        point_runner.run_point(
+            point_runner.parse(_smoke_config(eval_data_seed=0, eval_max_sequences=2)),
+            tmp_path / "run",
+            cache_dir=tmp_path / "cache",
+        )
+
+
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ({"eval_data_seed": 1, "eval_max_sequences": None}, "needs eval_max_sequences"),
+        ({"eval_data_seed": -1, "eval_max_sequences": 2}, "must be an integer >= 0"),
+        ({"eval_max_sequences": 0}, "eval_max_sequences must be >= 1"),
+        ({"eval_data_seed": 1, "eval_max_sequences": 2, "base": "/b", "corpus": "/c"}, "not a given base"),
+    ],
+)
+def test_new_people_options_are_checked(section, message):
+    with pytest.raises(SynthlabError, match=message):
+        point_runner.parse(_smoke_config(**section))
+
+
+def test_the_confirm_preset_replicates_over_bases_with_a_full_rank_control():
+    points = [point_runner.parse(p.config) for p in experiments.load(TOML).points("confirm")]
+    assert {p.train.seed for p in points} == {1, 2, 3} and {p.ouroboros.train.seed for p in points} == {0}
+    full = [p.ouroboros.system for p in points if p.ouroboros.system.rank == 64]
+    assert full and all(s.variant == "static" and s.alpha / s.rank == 2 for s in full)
+    assert {p.ouroboros.eval.eval_data_seed for p in points} == {1} != {p.data_seed for p in points}

@@ -106,7 +106,8 @@ def _last_step(outcomes: dict) -> np.ndarray:
 
 
 def _column(outcomes: dict, column: str, row) -> np.ndarray | None:
-    """One results column as a per-prompt outcome (1/0), or None where outcomes do not give it."""
+    """One results column per prompt (an outcome 1/0, or a per-sequence loss whose mean is the
+    row's), or None where the outcomes do not give it."""
     if column == "accuracy":  # as results.eval_metrics fills it: the KV or exit read-out if set
         named = next((outcomes[k] for k in ("kv", "exit") if k in outcomes), None)
         return named if named is not None else _last_step(outcomes)
@@ -119,7 +120,7 @@ def _column(outcomes: dict, column: str, row) -> np.ndarray | None:
     if m := AGREE.match(column):
         i, j = outcomes.get(f"answer_{m[1]}"), outcomes.get(f"answer_{m[2]}")
         return None if i is None or j is None else (i == j)
-    return None
+    return outcomes.get(column)  # a column the file holds under the results column's own name (C11's losses)
 
 
 def prompt_vector(row, metric: str) -> np.ndarray | None:

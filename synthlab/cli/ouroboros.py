@@ -207,7 +207,8 @@ def evaluate(
     dtype: str | None = typer.Option(None, help="Base dtype (default bfloat16 on GPU, float32 on CPU)."),
     fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard the base over the processes (FSDP)."),
 ) -> None:
-    """Loss vs depth for every variant; writes results.csv, results.json and c11_loss_vs_depth.png.
+    """Loss vs depth for every variant; writes results.csv, results.json, c11_loss_vs_depth.png and
+    sequence_losses.csv (each sequence's summed loss per variant and depth).
     Under torchrun each process evaluates its share of the sequences (the same numbers as one process)."""
     from synthlab.ouroboros.runs import eval_run
     from synthlab.ouroboros.system import VARIANT_ROWS

@@ -8,6 +8,8 @@ Layout of a run directory (what `synthlab ouroboros train` writes and `eval` rea
     <variant>/state.pt              the last checkpoint's whole training state, while training (resume)
     results.csv, results.json       loss per (variant, corpus, depth)           [eval]
     c11_loss_vs_depth.png           the C11 plot                                [eval]
+    sequence_losses.csv             per evaluated sequence (corpus, sequence, targets): its summed
+                                    loss per variant@depth, for paired comparisons    [eval]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from synthlab.files import atomic_write, check_out, lab_output, warn
 from synthlab.ouroboros.checkpoint import empty_base, load_base, load_tokenizer, resolve_dtype
 from synthlab.ouroboros.data import documents, pack, read_texts, split_heldout
 from synthlab.ouroboros.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig, OuroborosLM, trainable_breakdown
-from synthlab.ouroboros.train import OuroborosTrainConfig, evaluate, plot_loss_vs_depth, train
+from synthlab.ouroboros.train import OuroborosTrainConfig, plot_loss_vs_depth, sequence_losses, train
 from synthlab.progress import Progress
 from synthlab.training import distributed
 from synthlab.training.run_folders import load_state_file, resolve_device
@@ -32,6 +34,7 @@ from synthlab.training.run_folders import load_state_file, resolve_device
 CHECKPOINT = "trainable.safetensors"
 STATE = "state.pt"
 LOG = "train_log.csv"
+SEQUENCE_LOSSES = "sequence_losses.csv"
 
 
 def corpus_rows(docs: list[str], tokenizer, config: OuroborosTrainConfig, max_sequences: int | None = None):
@@ -315,7 +318,7 @@ def eval_run(
         if fsdp:
             distributed.check_shardable(world, dev)
         with distributed.peers_lost_as_error(world, lambda: "while evaluating; nothing was written"):
-            rows = _eval_rows(
+            rows, per_sequence = _eval_rows(
                 run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world, fsdp
             )
     table = pd.DataFrame(rows)
@@ -327,6 +330,7 @@ def eval_run(
             run_dir / "results.json", lambda tmp: tmp.write_text(table.to_json(orient="records", indent=2) + "\n")
         )
         atomic_write(run_dir / "c11_loss_vs_depth.png", lambda tmp: plot_loss_vs_depth(table, tmp))
+        atomic_write(run_dir / SEQUENCE_LOSSES, lambda tmp: per_sequence.to_csv(tmp, index=False))
     return table
 
 
@@ -334,8 +338,10 @@ def _eval_rows(
     run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world, fsdp
 ) -> list[dict]:
     base = _Base(run["base"], dev, dtype, run["attn"], fsdp, world)
+    import pandas as pd
+
     jobs = [(v, [1]) for v in ("truncated", "base")] + [(v, depths) for v in run["variants"]]
-    rows = []
+    rows, per_sequence = [], {name: {"sequence": range(len(seqs))} for name, seqs in corpora.items()}
     bar = Progress(
         sum(len(d) for _, d in jobs) * len(corpora), enabled=progress and world.main, desc="eval", unit="evaluation"
     )
@@ -347,7 +353,9 @@ def _eval_rows(
             base.shard(model)
         for name, seqs in corpora.items():
             for depth in variant_depths:
-                loss = evaluate(model, seqs, depth, batch_size, train_config.tf32, world)
+                sums, counts = sequence_losses(model, seqs, depth, batch_size, train_config.tf32, world)
+                loss = float(sums.sum() / counts.sum())
+                per_sequence[name] |= {"targets": counts.numpy(), f"{variant}@{depth}": sums.numpy()}
                 listed = depths if variant not in LOOPED_VARIANTS else [depth]
                 rows += [
                     {"variant": variant, "corpus": name, "depth": d, "loss": loss, "sequences": len(seqs)}
@@ -355,4 +363,4 @@ def _eval_rows(
                 ]
                 bar.update()
     bar.close()
-    return rows
+    return rows, pd.concat([pd.DataFrame({"corpus": name, **c}) for name, c in per_sequence.items()])

@@ -27,9 +27,12 @@ from typing import Any
 
 from synthlab import serialize
 from synthlab.errors import SynthlabError
+from synthlab.files import atomic_write
 from synthlab.ouroboros.system import LOOPED_VARIANTS, OuroborosConfig
 from synthlab.ouroboros.train import OuroborosTrainConfig
 from synthlab.serialize import content_hash
+
+NEW = "train"  # eval_run names a corpus by its file's stem: the new people's train.jsonl
 
 
 @dataclass
@@ -37,12 +40,24 @@ class OuroborosEval:
     eval_depths: tuple[int, ...] = (1, 2, 4, 8)
     eval_batch_size: int = 8
     eval_max_sequences: int | None = None
+    # A second dataset of the point's task with this data seed (other people, the same generator
+    # parameters): text the base never saw, evaluated beside the held-out end of its own text
+    # (columns loss_new_depth_<k>). Both corpora are cut to eval_max_sequences, which it needs, so
+    # that one outcomes file holds both.
+    eval_data_seed: int | None = None
 
     def __post_init__(self) -> None:
         if not self.eval_depths or min(self.eval_depths) < 1:
             raise SynthlabError(f"ouroboros.eval_depths must be positive integers, got {self.eval_depths}")
         if self.eval_batch_size < 1:
             raise SynthlabError(f"ouroboros.eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        if self.eval_max_sequences is not None and self.eval_max_sequences < 1:
+            raise SynthlabError(f"ouroboros.eval_max_sequences must be >= 1, got {self.eval_max_sequences}")
+        if self.eval_data_seed is not None and (self.eval_data_seed < 0 or self.eval_max_sequences is None):
+            raise SynthlabError(
+                "ouroboros.eval_data_seed must be an integer >= 0 and needs eval_max_sequences (both corpora are "
+                f"cut to it), got seed {self.eval_data_seed}, eval_max_sequences {self.eval_max_sequences}"
+            )
 
 
 @dataclass
@@ -92,18 +107,25 @@ def parse_section(raw: dict[str, Any]) -> OuroborosOptions:
             f"ouroboros.variant must be one of {', '.join(LOOPED_VARIANTS)} (truncated and base "
             f"are evaluated with every point), got '{options.system.variant}'"
         )
+    if options.source.base is not None and options.eval.eval_data_seed is not None:
+        raise SynthlabError("ouroboros.eval_data_seed needs the synthlab base and its task (not a given base)")
     too_deep = max(options.train.depths + options.eval.eval_depths)
     if too_deep > options.system.max_steps:
         raise SynthlabError(f"ouroboros: depth {too_deep} exceeds max_steps {options.system.max_steps}")
     return options
 
 
-def run_stage(options: OuroborosOptions, base: Path, corpus: Path, out: Path) -> dict[str, Any]:
+def run_stage(
+    options: OuroborosOptions, base: Path, corpus: Path, out: Path, new_corpus: Path | None = None
+) -> dict[str, Any]:
     """Train the point's variant on `base` with `corpus` (or the section's own source) in
-    out/<hash of the options> (resumed when rerun), evaluate it by depth; returns the row's columns."""
+    out/<hash of the options> (resumed when rerun), evaluate it by depth on the held-out end of
+    `corpus` and on `new_corpus` (text the base never saw, `eval_data_seed`); returns the row's
+    columns, with `outcomes`: the per-sequence file (relative to out's parent, the point's run
+    folder) that pairs two variants on the same sequences (`synthlab.claims.paired`)."""
     import pandas as pd
 
-    from synthlab.ouroboros.runs import LOG, eval_run, train_run
+    from synthlab.ouroboros.runs import LOG, SEQUENCE_LOSSES, eval_run, train_run
 
     folder = Path(out) / content_hash(options.to_dict())
     variant = options.system.variant
@@ -119,22 +141,44 @@ def run_stage(options: OuroborosOptions, base: Path, corpus: Path, out: Path) ->
         text_field=options.source.text_field,
         progress=False,
     )
+    depths = list(options.eval.eval_depths)
     table = eval_run(
         folder,
-        list(options.eval.eval_depths),
+        depths,
+        str(new_corpus) if new_corpus is not None else None,
         batch_size=options.eval.eval_batch_size,
         max_sequences=options.eval.eval_max_sequences,
         progress=False,
     )
-    loss = {(row.variant, row.depth): row.loss for row in table.itertuples()}
+    loss = {(row.corpus, row.variant, row.depth): row.loss for row in table.itertuples()}
     log = pd.read_csv(folder / variant / LOG)
     tail = log["loss"].iloc[-max(1, len(log) // 10) :]
-    depth = options.eval.eval_depths[0]
-    return {
+    corpora = {"heldout": "loss_depth_{}"} | ({NEW: "loss_new_depth_{}"} if new_corpus is not None else {})
+    row = {
         "trainable_params": run["trainable_params"][variant],
         "ouro_steps": len(log),
         "ouro_train_loss": float(tail.mean()),
-        **{f"loss_depth_{d}": loss[(variant, d)] for d in options.eval.eval_depths},
-        "loss_truncated": loss[("truncated", depth)],
-        "loss_base": loss[("base", depth)],
+        **{column.format(d): loss[(name, variant, d)] for name, column in corpora.items() for d in depths},
+        "loss_truncated": loss[("heldout", "truncated", depths[0])],
+        "loss_base": loss[("heldout", "base", depths[0])],
     }
+    if new_corpus is not None:
+        row |= {
+            "loss_new_truncated": loss[(NEW, "truncated", depths[0])],
+            "loss_new_base": loss[(NEW, "base", depths[0])],
+        }
+    per_sequence = pd.read_csv(folder / SEQUENCE_LOSSES)
+    outcomes = {}
+    for name, column in corpora.items():
+        part = per_sequence[per_sequence["corpus"] == name]
+        if outcomes and len(part) != len(next(iter(outcomes.values()))):
+            raise SynthlabError(
+                f"ouroboros: the held-out text gave {len(next(iter(outcomes.values())))} sequences and the new "
+                f"people's {len(part)}: lower eval_max_sequences ({options.eval.eval_max_sequences}) to the fewer"
+            )
+        # each sequence's summed loss over the corpus's mean target count: their mean is the row's loss
+        scale = part["targets"].mean()
+        outcomes |= {column.format(d): (part[f"{variant}@{d}"] / scale).to_numpy() for d in depths}
+    path = folder / variant / "outcomes.csv"
+    atomic_write(path, lambda tmp: pd.DataFrame({"prompt": range(len(part)), **outcomes}).to_csv(tmp, index=False))
+    return row | {"outcomes": path.relative_to(Path(out).parent).as_posix()}

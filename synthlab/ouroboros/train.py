@@ -157,7 +157,6 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
     return log
 
 
-@torch.no_grad()
 def evaluate(
     model: OuroborosLM,
     sequences: torch.Tensor,
@@ -167,26 +166,43 @@ def evaluate(
     world: distributed.World = distributed.World(),
 ) -> float:
     """Mean next-token loss over every predicted token of `sequences` at `depth` (the sum over all
-    targets over their count, so a short last batch or a padded row counts for what it holds).
+    targets over their count, so a short last batch or a padded row counts for what it holds)."""
+    sums, counts = sequence_losses(model, sequences, depth, batch_size, tf32, world)
+    return float(sums.sum() / counts.sum())
 
-    Across processes (`world`) each evaluates its contiguous share of the rows and the sums are
-    added up, so every process returns the one-process number (to float rounding). The shares are
-    equal, the last ones filled up with rows of PAD (no targets): every process runs the same
-    forwards, as a model sharded by FSDP needs."""
+
+@torch.no_grad()
+def sequence_losses(
+    model: OuroborosLM,
+    sequences: torch.Tensor,
+    depth: int,
+    batch_size: int,
+    tf32: bool = True,
+    world: distributed.World = distributed.World(),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of `sequences` at `depth`: the summed next-token loss and the number of targets
+    (float64), the per-sequence outcomes two variants on the same held-out text are paired by.
+
+    Across processes (`world`) each evaluates its contiguous share of the rows and the shares are
+    added up into the whole vectors, so every process returns the one-process numbers (to float
+    rounding). The shares are equal, the last ones filled up with rows of PAD (no targets): every
+    process runs the same forwards, as a model sharded by FSDP needs."""
     model.eval()
     device = next(model.parameters()).device
     n = -(-len(sequences) // world.size)  # rows per process
     filled = torch.full((n * world.size, sequences.shape[1]), PAD, dtype=sequences.dtype)
     filled[: len(sequences)] = sequences
-    mine = filled[world.rank * n : (world.rank + 1) * n]
-    total = torch.zeros((), dtype=torch.float64, device=device)
+    sums = torch.zeros(n * world.size, dtype=torch.float64, device=device)
+    counts = (filled[:, 1:] != PAD).sum(-1).to(device=device, dtype=torch.float64)
+    counts[: world.rank * n] = 0
+    counts[(world.rank + 1) * n :] = 0
     with float32_matmul(device, tf32):
-        for start in range(0, n, batch_size):
-            batch = mine[start : start + batch_size].to(device)
-            total += lm_loss(model(batch, depth), batch, reduction="sum").double()
-    count = torch.tensor(int((mine[:, 1:] != PAD).sum()), dtype=torch.float64, device=device)
-    total, count = distributed.sum_over(world, total, count)
-    return float(total / count)
+        for start in range(world.rank * n, (world.rank + 1) * n, batch_size):
+            batch = filled[start : min(start + batch_size, (world.rank + 1) * n)].to(device)
+            losses = lm_loss(model(batch, depth), batch, reduction="none").view(len(batch), -1)
+            sums[start : start + len(batch)] = losses.sum(-1).double()
+    sums, counts = distributed.sum_over(world, sums, counts)
+    return sums[: len(sequences)].cpu(), counts[: len(sequences)].cpu()
 
 
 def plot_loss_vs_depth(table, path: str | Path) -> None:

@@ -347,8 +347,18 @@ def _export(work: Work) -> dict[str, Any]:  # once per trained model: the points
 def _ouroboros(work: Work) -> dict[str, Any]:
     from synthlab.ouroboros.stage import run_stage
 
+    options, new_people = work.point.ouroboros, None
+    if options.eval.eval_data_seed is not None:
+        if options.eval.eval_data_seed == work.point.data_seed:
+            raise SynthlabError(
+                f"ouroboros.eval_data_seed {options.eval.eval_data_seed} is the base's own data seed: "
+                "its people are the base's; give another"
+            )
+        seed = options.eval.eval_data_seed
+        other = dataclasses.replace(work.point, data_seed=seed, data_key={**work.point.data_key, "seed": seed})
+        new_people = dataset(other, work.cache_dir) / "train.jsonl"
     return run_stage(
-        work.point.ouroboros, work.run_dir / "qwen2", work.data_dir / "train.jsonl", work.run_dir / "ouroboros"
+        options, work.run_dir / "qwen2", work.data_dir / "train.jsonl", work.run_dir / "ouroboros", new_people
     )
 
 

@@ -121,6 +121,9 @@ SCHEMA: tuple[Family, ...] = (
         "eval, generate",
         ("kv", "str", "the KV-cache strategy of the accuracy"),
         ("kv_bytes", "float", "KV-cache bytes per sequence under that strategy"),
+    ),
+    *_families(
+        "eval, generate, ouroboros",
         ("outcomes", "str", "per-prompt outcomes (CSV beside the eval JSON), relative to run_dir"),
     ),
     *_families("generate", ("n_answers", "int", "bioS attribute answers generated")),
@@ -160,6 +163,9 @@ SCHEMA: tuple[Family, ...] = (
         ("loss_depth_<k>", "float", "held-out loss of the looped variant at depth k"),
         ("loss_truncated", "float", "held-out loss of the truncated base (no recurrent block)"),
         ("loss_base", "float", "held-out loss of the unmodified base"),
+        ("loss_new_depth_<k>", "float", "loss at depth k on people the base never saw (ouroboros.eval_data_seed)"),
+        ("loss_new_truncated", "float", "the truncated base's loss on those people"),
+        ("loss_new_base", "float", "the unmodified base's loss on those people"),
     ),
 )
 
