@@ -86,9 +86,12 @@ def seeds_note(table: pd.DataFrame) -> str:
 
 
 def need(table: pd.DataFrame, kind: str, *columns: str) -> None:
-    """Raise naming the columns a built-in figure `kind` needs that the table lacks."""
+    """Raise naming the columns a built-in figure `kind` needs that the table lacks or holds
+    empty in every row (an empty figure would look like a result)."""
     if missing := [c for c in columns if c not in table.columns]:
         raise SynthlabError(f"plot '{kind}' needs column(s) {missing} in results.csv")
+    if empty := [c for c in columns if table[c].isna().all()]:
+        raise SynthlabError(f"plot '{kind}' needs column(s) {empty}, empty in every row of results.csv")
 
 
 def percent(table: pd.DataFrame, column: str = "accuracy") -> pd.Series:
