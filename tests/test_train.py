@@ -155,6 +155,7 @@ def test_exposures_set_the_length_and_config_round_trips(tmp_path, datasets):
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     derived = saved.pop("derived")
     assert derived["pack"] is True
+    assert (derived["processes"], derived["threads"]) == (1, torch.get_num_threads())  # how it was run
     assert derived["total_steps"] == math.ceil(2.0 * derived["rows_per_epoch"] / 4)
     assert serialize.to_dict(serialize.from_dict(type(run), saved)) == serialize.to_dict(run)
     assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["batcher"]["epoch"] >= 1

@@ -2,17 +2,16 @@
 
 A run directory describes itself:
 - `config.json`: the fully resolved RunConfig (model + train) and what was derived from the data
-  (vocabulary size, row length, packing, total steps, device);
+  (vocabulary size, row length, packing, total steps, device, processes, torch threads);
 - `metrics.jsonl`: one line every `log_every` steps (step, tokens seen, loss, loss per recurrent
   step, learning rate, tokens/s); with `eval_every` K, every K steps also the per-group accuracy
   and answer loss on fixed samples of held-out and training prompts (`eval/acc_l1`, ...);
 - `checkpoint-<step>.pt` (+ its sha256; `checkpoint.pt` is the newest): the `TrainState` (model,
   optimizer, step, tokens seen, data position, RNG states; the learning rate follows from the
-  step); written atomically (temporary sibling +
-  rename) every `checkpoint_every` steps (or `checkpoints` times over the run), at the end, and
-  when SIGINT or SIGTERM arrives, off the training thread (`synthlab.training.checkpointer`); the
-  newest `keep_checkpoints` are kept (a stop's off-schedule one only until the next is written:
-  `synthlab.training.run_folders.save_checkpoint`);
+  step); written atomically (temporary sibling + rename) every `checkpoint_every` steps (or
+  `checkpoints` times over the run), at the end, and when SIGINT or SIGTERM arrives, off the
+  training thread (`checkpointer`); the newest `keep_checkpoints` are kept (a stop's off-schedule
+  one only until the next is written: `run_folders.save_checkpoint`);
 - `model.safetensors`: the weights alone, written at the end (`synthlab.load_model` reads them);
 - `summary.json`: final numbers, written at the end.
 
@@ -232,7 +231,8 @@ def train(
         if not resume and distributed.any_of(world, world.main and _not_empty(run_dir), device):
             raise SynthlabError(f"--out {run_dir} is not empty; choose a new folder or --resume it")
         distributed.check_split(cfg.batch_size, world, cfg.grad_accum)
-        derived["processes"] = world.size  # of the run's start (a resumed run may use another number)
+        # processes and torch CPU threads at the run's start (a resumed run may use other numbers)
+        derived |= {"processes": world.size, "threads": torch.get_num_threads()}
         if world.main and not resume:
             run_dir.mkdir(parents=True, exist_ok=True)
             _write_config(run_dir, run, derived)
