@@ -61,6 +61,19 @@ def _training_run(folder):
     (folder / "summary.json").write_text('{"final_loss": 1.5}\n')
 
 
+def test_gen_overwrite_replaces_a_dataset_never_another_commands_output(tmp_path):
+    run = tmp_path / "trained"
+    _training_run(run)
+    for extra in ([], ["--overwrite"]):
+        one_error_line(invoke("gen", "mano", "--L", 2, "--out", run, *extra), "training run", "not a dataset")
+    assert (run / "summary.json").read_text() == '{"final_loss": 1.5}\n'
+    data = tmp_path / "data"
+    for extra in ([], ["--overwrite"]):  # its own earlier output, with --overwrite
+        result = invoke("gen", "mano", "--L", 2, "--n-train", 50, "--n-test", 10, "--out", data, *extra)
+        assert result.exit_code == 0, result.output
+    one_error_line(invoke("gen", "mano", "--L", 2, "--out", data), "--overwrite")
+
+
 def test_ouroboros_build_never_writes_into_another_commands_run(checkpoint, tmp_path):  # noqa: F811
     run = tmp_path / "trained"
     _training_run(run)

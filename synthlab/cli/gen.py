@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
+from synthlab.files import lab_output
 from synthlab.progress import Progress
 from synthlab.serialize import to_dict
 from synthlab_generators import TASKS, TaskSpec, write_dataset
@@ -104,6 +105,9 @@ def _command(spec: TaskSpec):
         seed, out, overwrite = kwargs.pop("seed"), kwargs.pop("out"), kwargs.pop("overwrite")
         params = spec.params_cls(**flags.given(kwargs, spec.params_cls))
         out = out if out is not None else default_out(spec.name, params, seed)
+        held = lab_output(out) if Path(out).is_dir() else None
+        if held not in (None, "a dataset"):  # --overwrite replaces a dataset, never another command's output
+            raise SynthlabError(f"--out {out} holds {held}, not a dataset: choose a new folder")
         check_size(spec, params, Path(out))
         # SIGTERM (kill, a scheduler) as an exception, so the temporary folder is removed too
         previous = signal.signal(signal.SIGTERM, _raise_exit)
