@@ -69,3 +69,19 @@ def test_a_bounded_eval_scores_k_prompts_and_shows_every_phase(looped_run):
 def test_a_bound_below_one_is_one_error_line(looped_run):
     result = invoke("eval", looped_run, "--max-prompts", 0)
     assert result.exit_code == 2 and result.output.startswith("error: --max-prompts must be >= 1"), result.output
+
+
+def test_an_experiments_eval_section_bounds_the_prompts_as_the_flag_does(looped_run):
+    from synthlab.errors import SynthlabError
+    from synthlab.sweeps import lab_runner
+    from synthlab.training.configs import EvalOptions
+
+    class Point:  # the two fields the eval stage reads
+        eval = EvalOptions(max_prompts=7)
+
+    work = lab_runner.Work(Point(), looped_run.parent, looped_run.parent, 0, looped_run.parent, looped_run)
+    row = lab_runner.STAGES["eval"].run(work)
+    written = json.loads((looped_run / "eval" / "steps2_max7.json").read_text())
+    assert written["n_examples"] == 7 and row["accuracy"] == written["accuracy"]
+    with pytest.raises(SynthlabError, match="eval.max_prompts must be >= 1"):
+        EvalOptions(max_prompts=0)

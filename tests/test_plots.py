@@ -141,7 +141,9 @@ def test_agreement_matrix_is_rebuilt_from_its_columns():
     assert matrix.shape == (3, 3) and matrix[1, 2] == 23 and matrix[2, 0] == 31
 
 
-@pytest.mark.parametrize("kind, column", [("kvcache", "accuracy"), ("exit", "mean_exit_step"), ("ouroboros", "loss_base")])
+@pytest.mark.parametrize(
+    "kind, column", [("kvcache", "accuracy"), ("exit", "mean_exit_step"), ("ouroboros", "loss_base")]
+)
 def test_a_built_in_figure_refuses_a_needed_column_empty_in_every_row(kind, column, tmp_path):
     table = _fixtures()[kind].assign(**{column: np.nan})
     with pytest.raises(SynthlabError, match=f"plot '{kind}' needs column.*'{column}'.*empty in every row"):

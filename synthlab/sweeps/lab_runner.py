@@ -312,6 +312,7 @@ def _eval(work: Work) -> dict[str, Any]:
         kv=options.kv,
         batch_size=options.batch_size,
         device=work.device,
+        max_prompts=options.max_prompts,
     )
     return eval_metrics(result, options) | {"outcomes": work.beside_run(result["outcomes"])}
 

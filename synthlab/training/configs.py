@@ -197,6 +197,10 @@ class EvalOptions:
         "final model (the run must keep it: train.keep_checkpoints).",
     )
     heldout_rows: int = option(64, "heldout stage: rows of a fresh dataset (same generator, another seed) scored.")
+    max_prompts: int | None = option(
+        None,
+        "eval stage: score at most this many test prompts (and as many of each other set), each group its even share.",
+    )
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.steps < 1:
@@ -211,6 +215,8 @@ class EvalOptions:
             parse_exit_rule(self.exit)
         if self.batch_size < 1:
             raise SynthlabError(f"eval.batch_size must be >= 1, got {self.batch_size}")
+        if self.max_prompts is not None and self.max_prompts < 1:
+            raise SynthlabError(f"eval.max_prompts must be >= 1, got {self.max_prompts}")
 
 
 @dataclass
