@@ -135,6 +135,13 @@ def content_hash(data: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def option(default: Any, help: str) -> Any:
-    """A config field with its help text (shown by the CLI flags generated from the dataclass)."""
-    return dataclasses.field(default=default, metadata={"help": help})
+def option(
+    default: Any, help: str, *, flag: str | None = None, short: str | None = None, min: int | None = None
+) -> Any:
+    """A config field with its help text (shown by the CLI flags generated from the dataclass,
+    `synthlab.cli.flags`). `flag`: the flag when it is not --field-name (a boolean's as written: no
+    --no- form); `short`: a one-letter alias ('-p'); `min`: the least value the flag takes."""
+    given = {"flag": flag, "short": short, "min": min}
+    return dataclasses.field(
+        default=default, metadata={"help": help, **{k: v for k, v in given.items() if v is not None}}
+    )

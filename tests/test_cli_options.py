@@ -1,11 +1,15 @@
 """The command line's conventions: every options-dataclass field is a flag with help and its default
-shown; --version; shell completion; --set overrides in the run.toml's keys; the threads warning."""
+shown (sweep's and fit's options are such fields and nothing else); importing the CLI stays light;
+--version; shell completion; --set overrides in the run.toml's keys; the threads warning."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
+import subprocess
+import sys
 
 import click
 import pytest
@@ -14,8 +18,11 @@ from typer.testing import CliRunner
 
 from synthlab import __version__
 from synthlab.cli import app
+from synthlab.cli.fit import FitOutput
 from synthlab.cli.flags import flag_name
 from synthlab.models import ModelConfig
+from synthlab.scaling import TableColumns, TableFitOptions
+from synthlab.sweeps.options import SweepOptions
 from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig, TrainConfig
 from synthlab_generators import TASKS
 
@@ -28,7 +35,11 @@ GENERATED = {
     ("ouroboros", "build"): [(OuroborosConfig, ())],
     ("ouroboros", "train"): [(OuroborosTrainConfig, ()), (OuroborosConfig, ("variant",))],
     **{("gen", task): [(spec.params_cls, ())] for task, spec in TASKS.items()},
+    ("sweep",): [(SweepOptions, ())],
+    ("fit",): [(TableColumns, ()), (TableFitOptions, ()), (FitOutput, ())],
 }
+# commands whose every option is a field of their options dataclasses (nothing written by hand)
+ALL_GENERATED = [("sweep",), ("fit",)]
 
 
 def _command(path: tuple[str, ...]) -> click.Command:
@@ -58,6 +69,39 @@ def test_every_field_is_a_flag_with_help_and_its_default(path):
             assert flag_name(f) in option.opts and option.help and f.metadata.get("help") in option.help
             if f.default not in (None, "", dataclasses.MISSING):  # the default is in the help (or shown by click)
                 assert "[default:" in option.help or option.show_default, (path, f.name)
+
+
+@pytest.mark.parametrize("path", ALL_GENERATED, ids=" ".join)
+def test_no_option_is_written_by_hand(path):
+    command = _command(path)
+    options = {p.name for p in command.params if p.param_type_name == "option"} - {"help"}
+    assert options == {f.name for cls, _ in GENERATED[path] for f in dataclasses.fields(cls)}
+    # the function behind the command takes **kwargs (its parameters come from flags.with_signature):
+    # a signature of typer.Option defaults written out again fails here
+    function = inspect.unwrap(command.callback)
+    assert function.__code__.co_flags & inspect.CO_VARKEYWORDS and "typer.Option(" not in inspect.getsource(function)
+
+
+def test_the_flags_of_sweep_and_fit_are_short_aliases_bounds_and_plain_switches_as_before():
+    sweep, fit = ({p.name: p for p in _command(path).params if p.param_type_name == "option"} for path in ALL_GENERATED)
+    assert [sweep[n].opts for n in ("preset", "out", "jobs")] == [["--preset", "-p"], ["--out", "-o"], ["--jobs", "-j"]]
+    assert sweep["seeds"].min == 1 and fit["bootstrap"].min == 0 and fit["drop_top_loss"].min == 0
+    for switch, flag in [
+        (sweep["dry_run"], "--dry-run"),
+        (sweep["reevaluate"], "--reevaluate"),
+        (fit["json_out"], "--json"),
+    ]:
+        assert switch.is_flag and switch.opts == [flag] and not switch.secondary_opts  # no --no-dry-run
+    result = runner.invoke(app, ["sweep", "mano", "--seeds", "0"])
+    assert result.exit_code == 2 and "--seeds" in result.output
+
+
+def test_importing_the_cli_imports_neither_pandas_nor_scipy():
+    """The fit's flags come from synthlab.scaling.options, which the package loads without its fitter."""
+    code = "import sys, synthlab.cli; print(sorted({'pandas', 'scipy', 'torch'} & set(sys.modules)))"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    )
 
 
 def test_every_option_of_every_command_has_help():

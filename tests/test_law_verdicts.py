@@ -27,12 +27,17 @@ from synthlab.sweeps import experiments
 def test_a_fit_and_its_bootstrap_do_not_depend_on_the_row_order(tmp_path):
     table = pd.read_csv(looplm_table(tmp_path))
     shuffled = table.sample(frac=1.0, random_state=3)
-    first, second = (scaling.fit_table(t, "looplm", bootstrap=6, seed=1) for t in (table, shuffled))
+    first, second = (
+        scaling.fit_table(t, "looplm", options=scaling.TableFitOptions(bootstrap=6, seed=1)) for t in (table, shuffled)
+    )
     assert first.fits[0].result.params == second.fits[0].result.params
     assert first.fits[0].bootstrap.intervals == second.fits[0].bootstrap.intervals
     assert first.source["data_sha256"] == second.source["data_sha256"]
     changed = table.assign(loss=table["loss"].where(table.index != 7, table["loss"] * 1.01))
-    assert scaling.fit_table(changed, "looplm", bootstrap=0).source["data_sha256"] != first.source["data_sha256"]
+    assert (
+        scaling.fit_table(changed, "looplm", options=scaling.TableFitOptions(bootstrap=0)).source["data_sha256"]
+        != first.source["data_sha256"]
+    )
 
 
 def cpu_shaped_table(tmp_path):

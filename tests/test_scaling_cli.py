@@ -117,7 +117,7 @@ def test_fit_table_takes_a_dataframe():
         pd.DataFrame({"params": x, "bits": 0.1 + 2.0 * x**0.9}),
         "power",
         scaling.TableColumns(loss_col="bits"),
-        bootstrap=0,
+        scaling.TableFitOptions(bootstrap=0),
     )
     (group,) = fitted.fits
     assert fitted.law is scaling.POWER and group.title == "power fit to table" and group.bootstrap is None

@@ -1,18 +1,23 @@
 """`synthlab fit LAW TABLE.csv`: fit a loss law to a results table, with bootstrap intervals and hold-outs.
 
-The fitting is `synthlab.scaling.fit_table`; this module parses the options and prints or writes
-what it returns.
+The fitting is `synthlab.scaling.fit_table`, told by the options objects its flags are generated
+from (`TableColumns`, `TableFitOptions`); this module adds where the fit goes (`FitOutput`: purely
+the command's, printing and files) and prints or writes what `fit_table` returns.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
+
+from synthlab.cli import flags
+from synthlab.scaling.options import TableColumns, TableFitOptions
+from synthlab.serialize import option
 
 LAW_HELP = (
     "chinchilla: L = E + A/N^alpha + B/D^beta. looplm: L = E + A/(N+t1)^alpha + B/(D+t2)^beta + "
@@ -108,119 +113,68 @@ def _fit_text(law, group) -> str:
     return "\n".join(lines)
 
 
-def fit(
-    law: str = typer.Argument(..., help=LAW_HELP),
-    table: Path = typer.Argument(..., help="Results CSV, one row per run (or per checkpoint)."),
-    n_col: str = typer.Option("params", help="Column with N, the model size in parameters."),
-    d_col: Optional[str] = typer.Option(
-        None,
-        help="Column with D, the training tokens (see --tokens-from-flops); default eval_tokens where the "
-        "table has eval_tokens and eval_loss (a sweep's heldout stage), else tokens.",
-    ),
-    t_col: Optional[str] = typer.Option(
-        None,
-        help="Column with the recurrence variable: Tm for looplm (default 'loops', the maximum "
-        "recurrent steps), T for steps (default 'step', the recurrent step).",
-    ),
-    tm_col: str = typer.Option("loops", help="steps law only: column with Tm; one law is fitted per Tm."),
-    x_col: str = typer.Option("params", help="power law only: column with x."),
-    loss_col: Optional[str] = typer.Option(
-        None,
-        help="Column with the loss (or the quantity the law predicts); default eval_loss where the table "
-        "has eval_tokens and eval_loss, else loss.",
-    ),
-    tokens_from_flops: Optional[str] = typer.Option(
-        None, help="Derive D = C / (6 N) from this training-FLOP column instead of reading --d-col."
-    ),
-    drop_top_loss: int = typer.Option(0, min=0, help="Drop the K rows with the highest loss first (Epoch drops 5)."),
-    bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples over runs for intervals; 0 = none."),
-    lack_of_fit_resamples: int = typer.Option(
-        1000,
-        min=0,
-        help="Wild-bootstrap draws of the lack-of-fit test over runs (where rows repeat a design "
-        "point, e.g. seeds); 0 = only the F test that takes rows as independent.",
-    ),
-    run_col: Optional[str] = typer.Option(
-        None,
-        help="Column naming each row's training run (default run_dir where the table has it): the "
-        "lack-of-fit test keeps a run's checkpoints and steps together.",
-    ),
-    level: float = typer.Option(0.95, help="Coverage of the percentile intervals."),
-    seed: int = typer.Option(0, help="Seed of the bootstrap's and the lack-of-fit test's random draws."),
-    compute: Optional[float] = typer.Option(None, help="Compute C = 6ND at which to report N_opt and D_opt."),
-    holdout: Optional[str] = typer.Option(
-        None,
-        help="Hold-out table: size (fit on the smallest 60% of sizes, at least 3 of 4), data (the first 3, 4, ... of D's levels where it has at most 8, else the first 25/50/75% of D), "
-        "steps (leave each Tm, or T, out).",
-    ),
-    delta: float = typer.Option(1e-3, help="Huber delta on log loss."),
-    json_out: bool = typer.Option(
-        False,
-        "--json",
-        help="Print JSON: E, A, B, alpha, beta (+ C, gamma, t1..t3), "
-        "r2, objective, intervals, derived, holdout, lack_of_fit.",
-    ),
-    plot: Optional[Path] = typer.Option(None, help="Write a fit and residual plot (PNG) here."),
-    save: Optional[Path] = typer.Option(
-        None,
-        help="Also write the fit as JSON here (what --json prints, plus this command and a digest of the "
-        "fitted numbers): `synthlab report` decides an experiment's [[laws]] rule from it.",
-    ),
-) -> None:
-    """Fit a loss law to TABLE by Huber regression on log loss, summed over runs, from a grid of starts.
+@dataclasses.dataclass(frozen=True)
+class FitOutput:
+    """Where `synthlab fit` puts what it fitted: the terminal (text or JSON), a figure, a saved record."""
 
-    Example (Epoch's Chinchilla data): synthlab fit chinchilla chinchilla_svg_extracted.csv
-    --n-col "Model Size" --tokens-from-flops "Training FLOP" --drop-top-loss 5
-    """
+    json_out: bool = option(
+        False,
+        "Print JSON: E, A, B, alpha, beta (+ C, gamma, t1..t3), r2, objective, intervals, derived, holdout, "
+        "lack_of_fit.",
+        flag="--json",
+    )
+    plot: Path | None = option(None, "Write a fit and residual plot (PNG) here.")
+    save: Path | None = option(
+        None,
+        "Also write the fit as JSON here (what --json prints, plus this command and a digest of the fitted "
+        "numbers): `synthlab report` decides an experiment's [[laws]] rule from it.",
+    )
+
+
+def _fit(law: str, table: Path, **kwargs) -> None:
     from synthlab import scaling
     from synthlab.files import atomic_write_text, check_writable
 
-    for path, option in ((plot, "--plot"), (save, "--save")):
+    columns, options, output = (cls(**flags.given(kwargs, cls)) for cls in (TableColumns, TableFitOptions, FitOutput))
+    for path, flag in ((output.plot, "--plot"), (output.save, "--save")):
         if path is not None:
-            check_writable(path, option)
-    columns = scaling.TableColumns(
-        n_col=n_col,
-        d_col=d_col,
-        t_col=t_col,
-        tm_col=tm_col,
-        x_col=x_col,
-        loss_col=loss_col,
-        tokens_from_flops=tokens_from_flops,
-        drop_top_loss=drop_top_loss,
-        run_col=run_col,
-    )
-    fitted = scaling.fit_table(
-        table,
-        law,
-        columns,
-        bootstrap=bootstrap,
-        lack_of_fit_resamples=lack_of_fit_resamples,
-        level=level,
-        seed=seed,
-        compute=compute,
-        holdout=holdout,
-        delta=delta,
-    )
+            check_writable(path, flag)
+    fitted = scaling.fit_table(table, law, columns, options)
     if fitted.skipped:
         typer.echo(
             f"skipped (one step, or too few rows for {len(fitted.law.params)} parameters): {', '.join(fitted.skipped)}",
             err=True,
         )
-    if plot is not None:
+    if output.plot is not None:
         from synthlab.plots.scaling import plot_fit
 
-        plot_fit(fitted.law, [(g.title, g.data, g.result) for g in fitted.fits], plot)
+        plot_fit(fitted.law, [(g.title, g.data, g.result) for g in fitted.fits], output.plot)
     if fitted.law.name == "steps":
         payload = {"law": law, "fits": [{"Tm": g.tm, **_fit_json(g)} for g in fitted.fits]}
     else:
         payload = {"law": law, **_fit_json(fitted.fits[0])}
-    if save is not None:
+    if output.save is not None:
         command = "synthlab " + shlex.join(sys.argv[1:])
-        atomic_write_text(save, scaling.fit_json({"command": command, **payload, **fitted.source}) + "\n")
-    if json_out:
+        atomic_write_text(output.save, scaling.fit_json({"command": command, **payload, **fitted.source}) + "\n")
+    if output.json_out:
         typer.echo(scaling.fit_json(payload))
     else:
         typer.echo("\n".join(_fit_text(fitted.law, g) for g in fitted.fits))
-    if not json_out:
-        for path in (p for p in (plot, save) if p is not None):
+        for path in (p for p in (output.plot, output.save) if p is not None):
             typer.echo(f"wrote {path}")
+
+
+fit = flags.with_signature(
+    _fit,
+    [
+        flags.argument("law", str, LAW_HELP),
+        flags.argument("table", Path, "Results CSV, one row per run (or per checkpoint)."),
+        *(p for cls in (TableColumns, TableFitOptions, FitOutput) for p in flags.dataclass_options(cls)),
+    ],
+    "fit",
+    """Fit a loss law to TABLE by Huber regression on log loss, summed over runs, from a grid of starts.
+
+    Example (Epoch's Chinchilla data): synthlab fit chinchilla chinchilla_svg_extracted.csv
+    --n-col "Model Size" --tokens-from-flops "Training FLOP" --drop-top-loss 5
+    """,
+)

@@ -1,8 +1,10 @@
 """CLI options generated from config dataclasses, so every field is a flag with the field's help.
 
-Fields carry their help text in `field(metadata={"help": ...})` (`synthlab_generators.common.param`).
-`dataclass_options(cls)` turns them into keyword parameters of a typer command: `--field-name`,
-booleans as `--x/--no-x`, tuples as comma-separated words. With `unset=True` every default is None,
+Fields carry their help text in `field(metadata={"help": ...})` (`synthlab.serialize.option`,
+`synthlab_generators.common.param`). `dataclass_options(cls)` turns them into keyword parameters of
+a typer command: `--field-name` (or the field's own "flag", with its "short" alias and "min"),
+booleans as `--x/--no-x` (a boolean with its own flag: that flag alone), tuples as comma-separated
+words. With `unset=True` every default is None,
 so the command can tell a flag the user gave from one they did not (CLI flags > config file >
 defaults); the help still shows the field's default. Every command builds its options here (a
 test checks that every field is a flag with help).
@@ -23,17 +25,35 @@ from synthlab_generators.common import field_flag as flag_name
 
 
 def option(
-    name: str, annotation: Any, default: Any, flag: str, help: str, shown: str | None = None, metavar: str | None = None
+    name: str,
+    annotation: Any,
+    default: Any,
+    flag: str,
+    help: str,
+    shown: str | None = None,
+    metavar: str | None = None,
+    *,
+    short: str | None = None,
+    min: int | None = None,
 ) -> inspect.Parameter:
     """One keyword parameter whose default is a typer Option; `shown`: the default its help shows
-    when that is not `default` itself (the default of a field whose flag defaults to unset)."""
+    when that is not `default` itself (the default of a field whose flag defaults to unset);
+    `short`: a one-letter alias; `min`: the least value (click refuses less, the help shows it)."""
     if shown:
         help = f"{help}  [default: {shown}]"
+    decls = (flag, short) if short else (flag,)
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,
         annotation=annotation,
-        default=typer.Option(default, flag, help=help, show_default=shown is None, metavar=metavar),
+        default=typer.Option(default, *decls, help=help, show_default=shown is None, metavar=metavar, min=min),
+    )
+
+
+def argument(name: str, annotation: Any, help: str) -> inspect.Parameter:
+    """One required positional parameter (a typer Argument), for commands built by `with_signature`."""
+    return inspect.Parameter(
+        name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation, default=typer.Argument(..., help=help)
     )
 
 
@@ -66,15 +86,16 @@ def dataclass_options(cls: type, *, unset: bool = False, exclude: tuple[str, ...
             continue
         tp = _plain(hints[f.name])
         flag, help = flag_name(f), f.metadata.get("help", "")
-        if tp is bool:
+        extra = {"short": f.metadata.get("short"), "min": f.metadata.get("min")}
+        if tp is bool and not f.metadata.get("flag"):
             flag = f"{flag}/--no-{flag[2:]}"
         if typing.get_origin(tp) is tuple:  # a list of words on the command line: comma-separated
             tp, help = str, f"{help} Comma-separated."
         if unset:
-            params.append(option(f.name, Optional[tp], None, flag, help, _shown(f.default) or ""))
+            params.append(option(f.name, Optional[tp], None, flag, help, _shown(f.default) or "", **extra))
         else:
             default = ",".join(str(v) for v in f.default) if isinstance(f.default, tuple) else f.default
-            params.append(option(f.name, tp, default, flag, help))
+            params.append(option(f.name, Optional[tp] if default is None else tp, default, flag, help, **extra))
     return params
 
 

@@ -9,117 +9,37 @@ from typing import Optional
 
 import typer
 
+from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 from synthlab.files import check_writable
+from synthlab.sweeps.options import SweepOptions
 
 
-def sweep(
-    name: str = typer.Argument(..., help="Experiment name (capacity, mano, ...) or path to a TOML definition."),
-    preset: str = typer.Option(
-        "smoke",
-        "--preset",
-        "-p",
-        help="Grid size: smoke (~1 min), cpu (a 2-core machine: 0.4-2.3 core-hours per experiment), gpu (one H200), or another the definition names; --dry-run prints the cost.",
-    ),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (default: runs/NAME-PRESET)."),
-    jobs: Optional[int] = typer.Option(
-        None,
-        "--jobs",
-        "-j",
-        help="Points run in parallel processes (local executor); default: one per GPU (each on its own GPUs by CUDA_VISIBLE_DEVICES; more jobs than GPUs share them where the points' estimated peak memory fits), else 1.",
-    ),
-    executor: str = typer.Option("local", "--executor", help="Where points run: local or ray."),
-    ray_address: Optional[str] = typer.Option(
-        None,
-        "--ray-address",
-        help="Ray cluster address (HOST:6379, or 'auto' on its head node); --executor ray needs one.",
-    ),
-    threads: Optional[int] = typer.Option(
-        None, "--threads", help="Torch threads (Ray: CPUs) per run (default: idle cores/jobs locally, 1 on Ray)."
-    ),
-    launcher: str = typer.Option(
-        "process",
-        "--launcher",
-        help="How a point trains: process (in its worker) or torchrun (data-parallel, --nproc-per-node processes; Ray asks as many GPUs).",
-    ),
-    nproc_per_node: int = typer.Option(
-        1, "--nproc-per-node", help="Processes per torchrun job (one GPU each on CUDA)."
-    ),
-    cache: Optional[Path] = typer.Option(
-        None,
-        "--cache",
-        help="Dataset cache directory (default: the one this sweep used before, else OUT/datasets); share it between sweeps.",
-    ),
-    runs: Optional[Path] = typer.Option(
-        None,
-        "--runs",
-        help="Trained-model store (default: the one this sweep used before, else OUT/runs); share it between sweeps to train a model once.",
-    ),
-    runner: Optional[str] = typer.Option(
-        None,
-        "--runner",
-        help="A point runner module (parse, run_point) (default: synthlab.sweeps.lab_runner, the lab's own).",
-    ),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Print the grid with each point's status and cost; run nothing. "
-        "For a gpu preset: tokens, FLOPs, memory and hours on one H200.",
-    ),
-    seeds: Optional[int] = typer.Option(
-        None,
-        "--seeds",
-        min=1,
-        help="Run every point over training seeds 0..N-1 "
-        "instead of the preset's `seeds` (seed 0 keeps its point ids); default: the preset's.",
-    ),
-    calibration: Optional[Path] = typer.Option(
-        None,
-        "--calibration",
-        help="With --dry-run of a gpu preset: the "
-        "cost_calibration.json a GPU check wrote (benchmarks/gpu_check.sh): "
-        "measured MFU, memory and trainer overhead instead of the assumed ones.",
-    ),
-    reevaluate: bool = typer.Option(
-        False,
-        "--reevaluate",
-        help="Run the finished points again too, on their trained models "
-        "(after an evaluator change); each new row replaces the old, its time added.",
-    ),
-) -> None:
-    """Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv."""
+def _sweep(name: str, **kwargs) -> None:
     from synthlab.sweeps import driver, experiments
     from synthlab.sweeps import lab_runner as point_runner
     from synthlab.sweeps.plan import plan
     from synthlab.sweeps.runner_protocol import load_runner
 
-    if launcher not in ("process", "torchrun"):
-        raise SynthlabError(f"--launcher must be 'process' or 'torchrun', got '{launcher}'")
-    if nproc_per_node < 1:
-        raise SynthlabError(f"--nproc-per-node must be >= 1, got {nproc_per_node}")
-    if executor == "ray" and ray_address is None and not dry_run:  # a cluster started here: open to the network
-        raise SynthlabError(
-            "--executor ray needs --ray-address of a running cluster (`ray start --head` on a trusted "
-            "network, then HOST:6379, or 'auto' on its head node); none is started here"
-        )
+    options = SweepOptions(**kwargs)
     exp = experiments.load(name)
-    if seeds is not None:
-        exp = experiments.with_seeds(exp, preset, seeds)
-    out = out or Path("runs") / f"{exp.name}-{preset}"
-    runner_module = load_runner(runner) if runner else point_runner
-    if dry_run:
+    if options.seeds is not None:
+        exp = experiments.with_seeds(exp, options.preset, options.seeds)
+    preset, out = options.preset, options.out_dir(exp.name)
+    runner_module = load_runner(options.runner) if options.runner else point_runner
+    if options.dry_run:
         from synthlab.sweeps import cost
 
-        gpu = preset == "gpu"
+        gpu, calibration = preset == "gpu", options.calibration
         with cost.measured(
             calibration=cost.load_calibration(calibration) if gpu and calibration is not None else None,
             host_rates=cost.host_rates() if gpu else None,  # measured on this machine
         ):
-            rows = plan(exp, preset, out, runner=runner_module, runs_dir=runs, gpu=gpu)
+            rows = plan(exp, preset, out, runner=runner_module, runs_dir=options.runs, gpu=gpu)
             _print_plan(rows, calibration)
         typer.echo(
             f"seeds per point: {exp.presets[preset].get('seeds', 1)} "
-            f"({'--seeds' if seeds is not None else 'the preset'}; the cost above counts every seed)"
+            f"({'--seeds' if options.seeds is not None else 'the preset'}; the cost above counts every seed)"
         )
         return
     try:
@@ -128,19 +48,19 @@ def sweep(
             preset,
             out,
             runner=runner_module,
-            jobs=jobs,
-            executor=executor,
-            ray_address=ray_address,
-            cache_dir=cache,
-            runs_dir=runs,
-            threads=threads,
-            nproc_per_node=nproc_per_node if launcher == "torchrun" else 0,
-            reevaluate=reevaluate,
+            jobs=options.jobs,
+            executor=options.executor,
+            ray_address=options.ray_address,
+            cache_dir=options.cache,
+            runs_dir=options.runs,
+            threads=options.threads,
+            nproc_per_node=options.nproc(),
+            reevaluate=options.reevaluate,
         )
     except driver.SweepInterrupted as stop:
         again = ["synthlab", "sweep", str(name), "--preset", preset, "--out", str(out)]
-        again += ["--seeds", str(seeds)] if seeds is not None else []
-        again += ["--runner", runner] if runner else []
+        again += ["--seeds", str(options.seeds)] if options.seeds is not None else []
+        again += ["--runner", options.runner] if options.runner else []
         typer.echo(
             f"interrupted: {stop.finished} of {stop.total} points finished (their rows are in {stop.results}); "
             f"resume with: {shlex.join(again)}",
@@ -153,6 +73,17 @@ def sweep(
         for line in summary_lines(out):
             typer.echo(line)
     typer.echo(f"results: {results}")
+
+
+sweep = flags.with_signature(
+    _sweep,
+    [
+        flags.argument("name", str, "Experiment name (capacity, mano, ...) or path to a TOML definition."),
+        *flags.dataclass_options(SweepOptions),
+    ],
+    "sweep",
+    "Run every point of an experiment's grid: data, training, evaluation; one row per run in OUT/results.csv.",
+)
 
 
 def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:

@@ -6,107 +6,80 @@ are drawn above, in `synthlab.plots.scaling`.
 - `optimize`: the summed Huber objective, batched L-BFGS over a grid of starts, and `fit`.
 - `uncertainty`: bootstrap intervals, compute-optimal quantities, hold-out evaluation, the
   lack-of-fit test against seed noise.
+- `options`: what `fit_table` is told (`TableColumns`, `TableFitOptions`; `synthlab fit`'s flags).
 - `table`: `fit_table`, a law fitted to a results table with all of the above (`synthlab fit`), and
   the digest of the numbers a fit was fitted to (`data_digest`, `digest_now`), a fit's record
   as strict JSON (`fit_json`, `read_fit_json`).
 """
 
-from synthlab.scaling.laws import (
-    CHINCHILLA,
-    LAWS,
-    LOOPLM,
-    POWER,
-    STEPS,
-    Data,
-    Law,
-    PowerTerm,
-    get_law,
-    implausible,
-    power_sum_law,
-    register_law,
-)
-from synthlab.scaling.optimize import (
-    STATUS,
-    BatchResult,
-    FitOptions,
-    FitResult,
-    fit,
-    goodness,
-    huber_objective,
-    minimize_batched,
-)
-from synthlab.scaling.table import (
-    GroupFit,
-    TableColumns,
-    TableFit,
-    data_digest,
-    default_columns,
-    digest_now,
-    fit_json,
-    fit_table,
-    read_fit_json,
-    saved_fit,
-    table_data,
-)
-from synthlab.scaling.uncertainty import (
-    HOLDOUT_KINDS,
-    BootstrapResult,
-    HoldoutRow,
-    LackOfFit,
-    bootstrap,
-    cold_refits,
-    derived,
-    design_cells,
-    design_levels,
-    holdout,
-    holdout_splits,
-    lack_of_fit,
-    lack_of_fit_test,
-)
+import importlib
 
-__all__ = [
-    "CHINCHILLA",
-    "HOLDOUT_KINDS",
-    "LAWS",
-    "LOOPLM",
-    "POWER",
-    "STATUS",
-    "STEPS",
-    "BatchResult",
-    "BootstrapResult",
-    "Data",
-    "FitOptions",
-    "FitResult",
-    "GroupFit",
-    "HoldoutRow",
-    "LackOfFit",
-    "Law",
-    "PowerTerm",
-    "TableColumns",
-    "TableFit",
-    "bootstrap",
-    "cold_refits",
-    "data_digest",
-    "digest_now",
-    "default_columns",
-    "derived",
-    "design_cells",
-    "design_levels",
-    "fit",
-    "fit_json",
-    "fit_table",
-    "get_law",
-    "goodness",
-    "holdout",
-    "holdout_splits",
-    "huber_objective",
-    "implausible",
-    "lack_of_fit",
-    "lack_of_fit_test",
-    "minimize_batched",
-    "power_sum_law",
-    "read_fit_json",
-    "register_law",
-    "saved_fit",
-    "table_data",
-]
+from synthlab.scaling.options import HOLDOUT_KINDS, TableColumns, TableFitOptions
+
+# Everything else is imported on first use (PEP 562), so that the CLI's `synthlab fit` flags (from
+# the options above) do not pay for importing scipy and pandas at every start.
+_LAZY = {
+    name: module
+    for module, names in {
+        "laws": (
+            "CHINCHILLA",
+            "LAWS",
+            "LOOPLM",
+            "POWER",
+            "STEPS",
+            "Data",
+            "Law",
+            "PowerTerm",
+            "get_law",
+            "implausible",
+            "power_sum_law",
+            "register_law",
+        ),
+        "optimize": (
+            "STATUS",
+            "BatchResult",
+            "FitOptions",
+            "FitResult",
+            "fit",
+            "goodness",
+            "huber_objective",
+            "minimize_batched",
+        ),
+        "table": (
+            "GroupFit",
+            "TableFit",
+            "data_digest",
+            "default_columns",
+            "digest_now",
+            "fit_json",
+            "fit_table",
+            "read_fit_json",
+            "saved_fit",
+            "table_data",
+        ),
+        "uncertainty": (
+            "BootstrapResult",
+            "HoldoutRow",
+            "LackOfFit",
+            "bootstrap",
+            "cold_refits",
+            "derived",
+            "design_cells",
+            "design_levels",
+            "holdout",
+            "holdout_splits",
+            "lack_of_fit",
+            "lack_of_fit_test",
+        ),
+    }.items()
+    for name in names
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"synthlab.scaling.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'synthlab.scaling' has no attribute '{name}'")
+
+
+__all__ = ["HOLDOUT_KINDS", "TableColumns", "TableFitOptions", *_LAZY]

@@ -23,7 +23,8 @@ from synthlab.files import warn
 from synthlab.scaling import uncertainty
 from synthlab.scaling.laws import Data, Law, get_law
 from synthlab.scaling.optimize import FitOptions, FitResult, fit
-from synthlab.scaling.uncertainty import HOLDOUT_KINDS, BootstrapResult, HoldoutRow, LackOfFit
+from synthlab.scaling.options import TableColumns, TableFitOptions
+from synthlab.scaling.uncertainty import BootstrapResult, HoldoutRow, LackOfFit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,23 +76,6 @@ def default_columns(columns) -> tuple[str, str]:
     eval_loss where it has both (a sweep's heldout stage: the held-out loss at each checkpoint and
     the tokens seen by then), else tokens and loss."""
     return ("eval_tokens", "eval_loss") if {"eval_loss", "eval_tokens"} <= set(columns) else ("tokens", "loss")
-
-
-@dataclasses.dataclass(frozen=True)
-class TableColumns:
-    """Which columns of a results table a law is fitted to (`synthlab fit`'s column options; a saved
-    fit's `columns`, resolved). None: the default `table_data` picks from the table and the law."""
-
-    n_col: str = "params"  # N, the model size
-    d_col: str | None = None  # D, the tokens (default: `default_columns`)
-    t_col: str | None = None  # Tm for looplm (default 'loops'), T for steps (default 'step')
-    tm_col: str = "loops"  # the step-wise law's Tm: one fit per value
-    x_col: str = "params"  # the power law's x
-    loss_col: str | None = None  # the loss (default: `default_columns`)
-    tokens_from_flops: str | None = None  # derive D = C / (6 N) from this FLOP column instead of d_col
-    drop_top_loss: int = 0  # drop this many highest-loss rows first
-    run_col: str | None = None  # the training run of each row (default run_dir where the table has it, else
-    # each row its own run): the lack-of-fit test keeps a run's rows together
 
 
 def table_data(
@@ -247,30 +231,24 @@ def fit_table(
     table: pd.DataFrame | str | Path,
     law: Law | str,
     columns: TableColumns = TableColumns(),
+    options: TableFitOptions = TableFitOptions(),
     *,
-    bootstrap: int = 1000,
-    lack_of_fit_resamples: int = 1000,
-    level: float = 0.95,
-    seed: int = 0,
-    compute: float | None = None,
-    holdout: str | None = None,
-    delta: float = 1e-3,
     name: str | None = None,
 ) -> TableFit:
     """Fit `law` to a results table (a DataFrame, or the path of a CSV), one row per run.
 
     `columns` names the law's variables' columns (`TableColumns`); the step-wise law is fitted once
-    per value of its tm_col. `bootstrap` resamples of the runs (0 = none), seeded by `seed`, give
-    intervals at `level`; `lack_of_fit_resamples` wild-bootstrap draws (also seeded by `seed`) give
-    the lack-of-fit test's p over runs (`uncertainty.lack_of_fit`); compute is where N_opt and D_opt
-    are reported; holdout is one of HOLDOUT_KINDS (or None); delta is the Huber delta. `name` is what titles and errors call the table (default: the file's name).
-    The rows are fitted in `table_data`'s canonical order, so the same rows in another order give
-    the same fit and bootstrap.
+    per value of its tm_col. `options` (`TableFitOptions`): `bootstrap` resamples of the runs
+    (0 = none), seeded by `seed`, give intervals at `level`; `lack_of_fit_resamples` wild-bootstrap
+    draws (also seeded by `seed`) give the lack-of-fit test's p over runs
+    (`uncertainty.lack_of_fit`); `compute` is where N_opt and D_opt are reported; `holdout` one of
+    HOLDOUT_KINDS (or None); `delta` the Huber delta. `name` is what titles and errors call the
+    table (default: the file's name). The rows are fitted in `table_data`'s canonical order, so the
+    same rows in another order give the same fit and bootstrap.
     """
     the_law = get_law(law) if isinstance(law, str) else law
-    if compute is not None and (not math.isfinite(compute) or compute <= 0):
-        raise SynthlabError(f"--compute must be a finite number > 0, got {compute:g}")
-    options = FitOptions(delta=delta)
+    seed, compute, holdout = options.seed, options.compute, options.holdout
+    fit_options = FitOptions(delta=options.delta)
     if not isinstance(table, pd.DataFrame):
         name = name or Path(table).name
         table = _read_table(Path(table))
@@ -282,7 +260,7 @@ def fit_table(
         "data_sha256": data_digest(the_law, data, tm),
         "holdout_kind": holdout,
         "bootstrap_seed": seed,
-        "delta": delta,
+        "delta": options.delta,
     }
     groups, skipped = [(f"{the_law.name} fit to {name}", data, None)], []
     if tm is not None:
@@ -301,11 +279,9 @@ def fit_table(
             f"{columns.tm_col} = {v:g} ({len(p.loss)} rows)" for v, p in parts_by_tm.items() if v not in fittable
         ]
         groups = [(f"steps fit for {columns.tm_col} = {v:g}", p, float(v)) for v, p in fittable.items()]
-    if holdout is not None and holdout not in HOLDOUT_KINDS:
-        raise SynthlabError(f"--holdout must be one of {', '.join(HOLDOUT_KINDS)}, got '{holdout}'")
     fits = []
     for title, part, tm_value in groups:
-        result = fit(the_law, part, options)
+        result = fit(the_law, part, fit_options)
         _warn_constant(part, title)  # after the fit's own checks: a refused table is one error line
         boot = (
             uncertainty.bootstrap(
@@ -313,17 +289,22 @@ def fit_table(
                 part,
                 result,
                 np.random.default_rng(seed),
-                n_resamples=bootstrap,
-                level=level,
+                n_resamples=options.bootstrap,
+                level=options.level,
                 compute=compute,
-                options=options,
+                options=fit_options,
             )
-            if bootstrap
+            if options.bootstrap
             else None
         )
-        rows = uncertainty.holdout(the_law, part, holdout, options) if holdout else []
+        rows = uncertainty.holdout(the_law, part, holdout, fit_options) if holdout else []
         lack = uncertainty.lack_of_fit(
-            the_law, part, result.basins[:3], np.random.default_rng([seed, 1]), lack_of_fit_resamples, options
+            the_law,
+            part,
+            result.basins[:3],
+            np.random.default_rng([seed, 1]),
+            options.lack_of_fit_resamples,
+            fit_options,
         )
         fits.append(
             GroupFit(title, part, result, boot, rows, uncertainty.derived(result.params, compute), tm_value, lack)

@@ -38,6 +38,7 @@ from synthlab.scaling.optimize import (
     minimize_batched,
     refit_from,
 )
+from synthlab.scaling.options import HOLDOUT_KINDS
 
 
 def derived(params: Mapping[str, np.ndarray | float], compute: float | None = None) -> dict[str, np.ndarray | float]:
@@ -161,9 +162,6 @@ def thin_levels(law: Law, data: Data, train: np.ndarray) -> str:
         if n < 3
     ]
     return ", ".join(thin)
-
-
-HOLDOUT_KINDS = ("size", "data", "steps")
 
 
 DATA_CUT_TOLERANCE = 0.01  # D within 1% of a data hold-out's cut counts as at it (one checkpoint's D
