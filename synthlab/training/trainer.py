@@ -36,8 +36,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,27 +128,6 @@ def _extension(
             f"the run's {cfg.schedule} schedule ends at lr 0: steps past it at that rate would not train"
         )
     return {"total_steps": steps, "extension": {"schedule_steps": planned, "after": "constant", "lr": rate}}
-
-
-class _StopOnSignal:
-    """Turns SIGINT/SIGTERM into a flag the loop checks after each step (then checkpoints and exits)."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopOnSignal:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.signum = signum
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def prepare_run(run: RunConfig, data: Dataset) -> tuple[dict[str, Any], Batcher]:
@@ -376,7 +353,7 @@ def _loop(
     window_tokens, window_start = 0, time.perf_counter()
     bar = Progress(total, initial=state.step, enabled=progress and world.main, desc=f"train {cfg.task}", unit="step")
     metrics_path = run_dir / "metrics.jsonl" if world.main else os.devnull  # rank 0 writes the log
-    with _StopOnSignal() as stop, open(metrics_path, "a") as metrics:
+    with distributed.StopOnSignal() as stop, open(metrics_path, "a") as metrics:
         # a signal reaching any process stops all of them at the same step
         while state.step < total and not distributed.stop_now(world, stop.signum is not None, state.step, device):
             done = state.step + 1
