@@ -1,11 +1,12 @@
 """`train.stop_when`: a run ends, finished, at the first probe that meets its condition (steps or
-exposures the upper bound, the schedule the budget's) and stays finished when resumed; a bad
-condition is one error line before anything is written."""
+exposures the upper bound, the schedule the budget's), stays finished when resumed, and its sweep row
+says where it stopped; a bad condition is one error line before anything is written."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from test_run_extension import TINY, curve, invoke
@@ -94,3 +95,77 @@ def test_one_grammar_with_the_verdicts_requires():
     assert not holds(conditions, {"a": 0.7}) and not holds(conditions, {"a": float("nan"), "b": 0})  # missing, NaN
     with pytest.raises(SynthlabError, match="^w: 'a = 1' is not"):
         parse("a = 1", "w")
+
+
+EXPERIMENT = """
+name = "stop_tiny"
+claim = "C2"
+title = "Stop rule"
+task = "mano"
+plot = "mano"
+stages = ["train"]
+
+[base.data]
+L = 2
+mod = 5
+n_train = 200
+n_test = 20
+
+[base.model]
+d_model = 16
+n_heads = 2
+max_seq_len = 16
+
+[base.train]
+steps = 12
+batch_size = 16
+warmup_steps = 2
+log_every = 4
+eval_every = 4
+
+[presets.smoke.grid]
+rule = [
+  { label = "none" },
+  { label = "easy", "train.stop_when" = "train_acc_l1 >= 0" },
+  { label = "never", "train.stop_when" = "train_acc_l1 > 1" },
+]
+"""
+
+
+def test_the_sweep_row_says_where_its_run_stopped(tmp_path):
+    from synthlab.claims.per_seed import unmet_requirements
+    from synthlab.claims.rules import Rule
+    from synthlab.sweeps import driver, experiments
+    from synthlab.sweeps import lab_runner as point_runner
+    from synthlab.sweeps.results_table import read_results, read_rows
+
+    definition = tmp_path / "stop_tiny.toml"
+    definition.write_text(EXPERIMENT)
+    experiment = experiments.load(definition)
+    assert "stop_when" not in experiment.points("smoke")[0].config["train"]  # a default is not in an id
+    results = driver.run_sweep(experiment, "smoke", tmp_path / "sweep", runner=point_runner, progress=False)
+    rows = {r["rule"]: r for r in read_rows(results)}
+    assert {k: (rows[k]["train_steps"], rows[k]["stopped_at_step"]) for k in rows} == {
+        "none": ("12", ""),
+        "easy": ("4", "4"),
+        "never": ("12", ""),
+    }
+    # the FLOPs count the steps trained: a third of the budget
+    assert float(rows["easy"]["train_flops"]) == pytest.approx(float(rows["none"]["train_flops"]) / 3)
+    # a verdict that compares arms only where both met their criterion says which did not
+    rule = Rule(
+        "C2", "easy vs never", "train_loss", "below", "rule", "easy", "never", requires=("stopped_at_step >= 1",)
+    )
+    assert unmet_requirements(rule, read_results(tmp_path / "sweep")).startswith(
+        "requires stopped_at_step >= 1: 1 of 2 compared rows fail"
+    )
+    # the rows measured again reuse the finished models, the stopped one as it stopped
+    results.unlink()
+    for row in rows.values():
+        shutil.rmtree(Path(row["run_dir"]) / "points")  # each point's stored row: measured again
+    driver.run_sweep(experiments.load(definition), "smoke", tmp_path / "sweep", runner=point_runner, progress=False)
+    again = {r["rule"]: r for r in read_rows(results)}
+    assert {r["model_reused"] for r in again.values()} == {"1"}
+    assert [(again[k]["train_steps"], again[k]["stopped_at_step"]) for k in rows] == [
+        (rows[k]["train_steps"], rows[k]["stopped_at_step"]) for k in rows
+    ]
