@@ -97,6 +97,16 @@ def test_one_grammar_with_the_verdicts_requires():
         parse("a = 1", "w")
 
 
+def test_stage_two_trains_its_gate_without_the_stage_one_rule():
+    """Stage I's rule holds of the frozen LM at once: stage II would stop at its first probe."""
+    from synthlab.training.configs import parse_point
+
+    model = {"d_model": 16, "n_heads": 2, "max_seq_len": 16, "exit_gate": True}
+    train = {"steps": 8, "loss": "ouro", "eval_every": 4, "stop_when": "train_acc_l1 >= 0.5"}
+    point = parse_point({"task": "mano", "data": {"L": 2}, "model": model, "train": train, "stages": ["gate"]})
+    assert point.train.stop_when and point.stage2_train(point.train, "stage1").stop_when == ""
+
+
 EXPERIMENT = """
 name = "stop_tiny"
 claim = "C2"
