@@ -220,6 +220,7 @@ def test_groups_of_the_other_tasks(tmp_path, task, params, heldout, train):
     columns = probe(model, torch.device("cpu"))
     assert model.training and torch.equal(torch.get_rng_state(), rng)
     assert columns == {f"eval/{k}": v for k, v in group_columns(groups).items()}
+    assert sorted(probe.columns) == sorted(columns)  # named without scoring (train.stop_when is checked on them)
     assert list(groups["heldout"]) == heldout and list(groups["train"]) == train
     key = spec.group_key
     for split, records in (("heldout", data.records("test")), ("train", data.records("train"))):

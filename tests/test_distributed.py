@@ -163,6 +163,18 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path, datasets, processes,
 
 
 @pytest.mark.slow  # a torchrun job of two processes
+def test_a_stop_rule_rank_0_reads_stops_every_process_at_its_probe(tmp_path, datasets, processes):
+    run_dir = tmp_path / "two"
+    # rank 0 alone scores the probe; both processes end at its step
+    run = run_config(
+        datasets("mano"), "mano", MODEL, steps=STEPS, device="cpu", eval_every=5, stop_when="train_acc_l1 >= 0"
+    )
+    assert processes[0](run_dir, run) == [(0, ""), (1, "")]
+    assert json.loads((run_dir / "summary.json").read_text())["stopped_at_step"] == 5
+    assert load_checkpoint(run_dir)["step"] == 5 and len(losses_of(run_dir)) == 5
+
+
+@pytest.mark.slow  # a torchrun job of two processes
 def test_a_killed_process_stops_the_others_with_one_line(tmp_path, datasets, processes):
     run, procs = processes
     run_dir = tmp_path / "two"

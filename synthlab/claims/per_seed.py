@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 import re
 from typing import Any
+
+from synthlab.conditions import COMPARE, NUMBER, REQUIREMENT
 
 Rule = Any  # a synthlab.claims.rules.Rule (which imports this module)
 
 SEED_COLUMNS = ("seed", "data_seed")
 BOUNDED = re.compile(r"^(accuracy\w*|acc_\w+|agree_\w+|train_acc_\w+)$")  # shares of answers, in [0, 1]
 COUNTS = ("n_test", "n_answers")  # the test prompts behind a row's accuracies
-COMPARE = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
-NUMBER = r"([-+]?[\d.]+(?:[eE][-+]?\d+)?)"
-REQUIREMENT = re.compile(rf"^\s*([\w.]+)\s*(>=|<=|>|<)\s*{NUMBER}\s*$")
 DISTINCT = re.compile(rf"^\s*distinct\(\s*([\w.]+)\s*\)\s*(>=|<=|>|<)\s*{NUMBER}\s*$")
 CONTAINS = re.compile(r"^\s*([-+\w.]+)\s+in\s+([\w.]+)\s*$")
 REGIME = (REQUIREMENT, DISTINCT, CONTAINS)  # the forms of a rule's `regime` entries

@@ -110,7 +110,8 @@ def _train(**kwargs) -> None:
             )
         raise typer.Exit(code=130)
     if result.main:
-        typer.echo(f"done: {result.step} steps, final loss {result.final_loss:.4f}, run in {run_dir}")
+        met = f" (train.stop_when met: {result.stopped_by})" if result.stopped_by else ""
+        typer.echo(f"done: {result.step} steps{met}, final loss {result.final_loss:.4f}, run in {run_dir}")
 
 
 def _auto_resume(out: Path | None, config: Path | None, model_flags: dict, train_flags: dict) -> Path | None:
@@ -168,7 +169,8 @@ def _train_command():
             None,
             "--resume",
             "Continue the run in this directory from its checkpoint (no other run options but --steps N: "
-            "train a run on to N steps, the steps past its schedule at the rate of its last step); auto: "
+            "train a run on to N steps, the steps past its schedule at the rate of its last step; a run "
+            "its --stop-when ended is finished and stays so); auto: "
             "with --out and the run's options, start the run there or continue it if it is there "
             "(the same command line for torchrun --max-restarts and a Slurm requeue; ./auto names a "
             "folder called auto).",

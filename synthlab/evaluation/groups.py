@@ -12,6 +12,8 @@ from contextlib import closing
 import numpy as np
 import torch
 
+from synthlab.conditions import holds
+from synthlab.conditions import parse as parse_conditions
 from synthlab.data.datasets import Dataset, qa_sequence
 from synthlab.errors import SynthlabError
 from synthlab.evaluation.scoring import AnswerScores, score_answers
@@ -121,9 +123,12 @@ def _train_qa(data: Dataset) -> list[dict]:
 
 class GroupProbe:
     """Per-group scores on fixed samples of held-out and training prompts (up to `per_group` of
-    each group, drawn once from `seed`): the learning curve `train.eval_every` logs."""
+    each group, drawn once from `seed`): the learning curve `train.eval_every` logs, and what
+    `train.stop_when` reads (`met`; its columns checked against the probe's here, before training)."""
 
-    def __init__(self, data: Dataset, *, per_group: int = 256, seed: int = 0, batch_size: int = 256):
+    def __init__(
+        self, data: Dataset, *, per_group: int = 256, seed: int = 0, batch_size: int = 256, stop_when: str = ""
+    ):
         key = TASKS[data.task].group_key
         rng = np.random.default_rng(seed)
         self.key, self.pad_id, self.batch_size = key, data.pad_id, batch_size
@@ -131,6 +136,30 @@ class GroupProbe:
             split: _qa_items(data, _sample_by_group(records, key, per_group, rng))
             for split, records in (("heldout", data.records("test")), ("train", _train_qa(data)))
         }
+        self.stop = parse_conditions(stop_when, "train.stop_when", prefix="eval/") if stop_when else []
+        logged = self.columns
+        for column, _, _ in self.stop:
+            if f"eval/{column}" not in logged:
+                accuracies = sorted(c.removeprefix("eval/") for c in logged if "acc_" in c)
+                raise SynthlabError(
+                    f"train.stop_when: the probe logs no {column} on {data.path} "
+                    f"(it logs {', '.join(accuracies)}, and answer_loss_ and n_ of the same groups)"
+                )
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns a call logs, named without scoring anything."""
+        labels = {
+            split: dict.fromkeys(group_label(self.key, g) for g in groups)
+            for split, (prompts, _, groups) in self.items.items()
+            if prompts
+        }
+        empty = {"accuracy": 0.0, "answer_loss": 0.0, "n": 0}
+        return list(group_columns({s: dict.fromkeys(found, empty) for s, found in labels.items()}, prefix="eval/"))
+
+    def met(self, record: dict[str, float]) -> bool:
+        """Whether a metrics record this probe scored meets `train.stop_when` (never without one)."""
+        return bool(self.stop) and holds(self.stop, record, prefix="eval/")
 
     def groups(self, model, device: torch.device, steps: int | None = None) -> dict[str, dict[str, dict]]:
         """{"heldout"|"train": {label: {"n", "accuracy", "answer_loss"}}} at the last step."""

@@ -220,7 +220,8 @@ def describe(point) -> dict[str, Any]:
 
 
 def train_metrics(model_dir: Path) -> dict[str, Any]:
-    """Training columns from a run's metrics log (`loss`: mean of the last logged 10% of steps)."""
+    """Training columns from a run's metrics log (`loss`: mean of the last logged 10% of steps), and
+    where the run has a `train.stop_when`, the step it met it (`stopped_at_step`)."""
     lines = read_metrics(model_dir)
     tail = lines[-max(1, len(lines) // 10) :]
     loss = sum(r["loss"] for r in tail) / len(tail)
@@ -229,13 +230,17 @@ def train_metrics(model_dir: Path) -> dict[str, Any]:
     for r in lines:
         seconds += (r["tokens"] - before) / max(r["tokens_per_s"], 1e-9)
         before = r["tokens"]
-    return {
+    out = {
         "train_steps": lines[-1]["step"],
         "tokens": lines[-1]["tokens"],
         "train_loss": loss,
         "loss": loss,
         "train_s": seconds,
     }
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    if config["train"].get("stop_when"):  # blank: the run never met its rule and ran its whole budget
+        out["stopped_at_step"] = config["derived"].get("stop", {}).get("at_step")
+    return out
 
 
 def eval_metrics(result: dict[str, Any], options) -> dict[str, Any]:

@@ -85,6 +85,7 @@ SCHEMA: tuple[Family, ...] = (
         ("loss", "float", "the same as train_loss (the column plots and fits read)"),
         ("train_s", "float", "seconds of training, from the logged tokens/s"),
         ("model_reused", "int", "1: the trained model was there already (wall_s has no training)"),
+        ("stopped_at_step", "int", "the step at which the run met train.stop_when and ended (blank: not met)"),
         ("params", "int", "unique parameters"),
         ("params_nonemb", "int", "parameters outside the embeddings"),
         ("train_flops", "float", "training FLOPs (3 x forward, at the trained row length)"),

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from synthlab import serialize
+from synthlab.conditions import parse as parse_conditions
 from synthlab.errors import SynthlabError
 from synthlab.models import KV_STRATEGIES, ModelConfig
 from synthlab.serialize import option
@@ -101,6 +103,14 @@ class TrainConfig:
         "Every K steps, log per-group accuracy and answer loss on fixed samples of held-out "
         "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).",
     )
+    stop_when: str = option(
+        "",
+        "End the run, finished, at the first eval_every probe whose columns meet this condition, e.g. "
+        "'train_acc_l1 >= 0.99 and train_acc_l2 >= 0.99' (a verdict's `requires` grammar; the names "
+        "results.csv gives the probe's columns, or metrics.jsonl's eval/...); steps or exposures stays "
+        "the upper bound and the learning-rate schedule stays laid out over it: the rule stops the run, "
+        "it does not rescale the schedule (empty: train to the budget).",
+    )
     device: str = option("auto", "auto (CUDA with bf16 if present, else CPU fp32), cpu or cuda.")
     compile: bool = option(False, "torch.compile the model (with step_sampling: each block, since the depth varies).")
     activation_checkpointing: bool = option(
@@ -152,6 +162,8 @@ class TrainConfig:
                 raise SynthlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_every < 0:
             raise SynthlabError(f"train.eval_every must be >= 0 (0: off), got {self.eval_every}")
+        if self.stop_when:
+            _check_stop_rule(self.stop_when, self.eval_every)
         if self.seed < 0:  # numpy's generators take no negative seed
             raise SynthlabError(f"train.seed (--seed) must be >= 0, got {self.seed}")
         if self.checkpoints < 0:
@@ -180,6 +192,24 @@ class TrainConfig:
             raise SynthlabError(f"train.loss must be one of {', '.join(LOSSES)}, not {self.loss!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise SynthlabError(f"train.device must be auto, cpu or cuda, not {self.device!r}")
+
+
+# The columns the probe logs (synthlab.evaluation.groups.group_columns: held-out and training
+# accuracy, answer loss and count per group); which groups a dataset has is checked when it is loaded.
+_PROBE_COLUMN = re.compile(r"^(train_)?(acc|answer_loss|n)_\w+$")
+
+
+def _check_stop_rule(text: str, eval_every: int) -> None:
+    if not eval_every:
+        raise SynthlabError(
+            "train.stop_when reads the probe of train.eval_every: set train.eval_every (--eval-every K)"
+        )
+    for column, _, _ in parse_conditions(text, "train.stop_when", prefix="eval/"):
+        if not _PROBE_COLUMN.match(column):
+            raise SynthlabError(
+                f"train.stop_when: {column} is no column of the probe (it logs acc_<group>, train_acc_<group>, "
+                "answer_loss_<group>, train_answer_loss_<group>, n_<group>, train_n_<group>)"
+            )
 
 
 @dataclass
@@ -263,6 +293,7 @@ class PointConfig:
             exposures=None,
             lr=self.gate.lr,
             warmup_steps=self.gate.warmup_steps,
+            stop_when="",  # stage I's rule: the frozen LM met it already, the gate would stop at once
         )
 
 

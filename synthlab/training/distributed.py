@@ -6,6 +6,7 @@ torchrun starts K copies of the command and tells each its place through the env
 changes. Every process builds the same batcher and draws the same global batch; `share` gives
 process r its contiguous slice of rows, so K processes together train on exactly the batch one
 process would, and DDP averages their gradients. Only the main process (rank 0) writes files.
+A SIGINT or SIGTERM reaching any process (`StopOnSignal`) stops all of them at one step (`stop_now`).
 `shard` is the other way to run a model across processes, for one that does not fit a device:
 PyTorch's FSDP (fully_shard) keeps 1/K of its parameters on each process.
 """
@@ -15,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import signal
+import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -230,6 +233,27 @@ def most_held(world: World, params, device: torch.device) -> int:
 # Steps between the processes' polls of a stop signal: a poll is an all-reduce and a host sync, which
 # every step would cost the GPUs their lead over the host; a stop then waits up to this many steps.
 STOP_POLL = 16
+
+
+class StopOnSignal:
+    """Turns SIGINT/SIGTERM into a flag the loop checks after each step (then checkpoints and exits)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def stop_now(world: World, signalled: bool, step: int, device: torch.device) -> bool:

@@ -8,7 +8,8 @@ A run directory (written by `synthlab.training.trainer`) describes itself:
   position), the newest `keep_checkpoints`, each with its sha256 in `checkpoint-<step>.pt.sha256`;
   `checkpoint.pt` is the newest under a fixed name; readers fall back from a damaged one;
 - `model.safetensors`: the weights alone, written when training finished (`load_model` reads them);
-- `summary.json`: final numbers, written when training finished.
+- `summary.json`: final numbers, written when training finished (with `stopped_by` and
+  `stopped_at_step` when its `train.stop_when` ended it: `record_stop`).
 
 Everything that reads a run (evaluation, capacity, the point runner, `synthlab eval`) goes through
 this module, never through `synthlab.training.trainer`: like nanoGPT's `sample.py`, it rebuilds the model from
@@ -241,6 +242,26 @@ def save_weights(run_dir: str | Path, model: torch.nn.Module) -> None:
     from safetensors.torch import save_model
 
     atomic_write(Path(run_dir) / WEIGHTS, lambda tmp: save_model(model, str(tmp)))
+
+
+def record_stop(run_dir: str | Path, condition: str, step: int) -> None:
+    """Record in config.json that `train.stop_when` (`condition`) ended the run at `step`:
+    derived.total_steps becomes `step` (the run's length: train_flops counts it, a resume trains no
+    further), derived.stop keeps the condition, the step and the step budget it ended inside.
+    Written before the step's checkpoint, so a run cut off between the two resumes to the same stop."""
+    path = Path(run_dir) / "config.json"
+    config = json.loads(path.read_text())
+    derived = config["derived"]
+    budget = derived.get("stop", {}).get("budget_steps", derived["total_steps"])
+    derived |= {"total_steps": step, "stop": {"by": condition, "at_step": step, "budget_steps": budget}}
+    atomic_write_text(path, json.dumps(config, indent=2) + "\n")
+
+
+def stopped(run_dir: str | Path) -> dict[str, Any]:
+    """summary.json's record of a run `train.stop_when` ended ({} for any other run):
+    stopped_by (the condition) and stopped_at_step."""
+    stop = json.loads((Path(run_dir) / "config.json").read_text())["derived"].get("stop")
+    return {"stopped_by": stop["by"], "stopped_at_step": stop["at_step"]} if stop else {}
 
 
 def _finite(state: dict[str, Any]) -> str | None:

@@ -13,14 +13,16 @@ A run directory describes itself:
   training thread (`checkpointer`); the newest `keep_checkpoints` are kept (a stop's off-schedule
   one only until the next is written: `run_folders.save_checkpoint`);
 - `model.safetensors`: the weights alone, written at the end (`synthlab.load_model` reads them);
-- `summary.json`: final numbers, written at the end.
+- `summary.json`: final numbers, written at the end (`stopped_by`, `stopped_at_step`: below).
 
 Each optimizer step is `engine.step` (shared with the OUROBOROS trainer); this module adds the
 lab's data, losses (per batch: `objectives`), logging and run folder, in one loop (`_loop`).
 
 A finished run trains on to N steps with `train(run_dir, extend_to=N)` (`--resume RUN --steps N`):
 its schedule keeps the length it was laid out over, the steps past it run at the rate of its last
-step (config.json: derived.extension).
+step (config.json: derived.extension). `train.stop_when` ends a run, finished, at the first probe
+that meets it (the schedule stays the budget's; config.json: derived.stop): it stays finished,
+neither resumed nor extended.
 
 Resuming a run stopped before its first checkpoint starts it again from step 0. Resuming replays
 nothing: the batcher's state is (epoch, cursor) and the torch RNG states are
@@ -36,8 +38,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,9 +69,11 @@ from synthlab.training.run_folders import (
     load_checkpoint,
     load_run,
     load_weights,
+    record_stop,
     resolve_device,
     save_checkpoint,
     save_weights,
+    stopped,
     trained_data,
     trim_metrics,
 )
@@ -117,6 +119,8 @@ def _extension(
     total = recorded.get("total_steps", planned)
     if steps is None or steps == total:
         return {"total_steps": total, **({"extension": recorded["extension"]} if "extension" in recorded else {})}
+    if "stop" in recorded:
+        raise SynthlabError(f"{run_dir} ended at step {total}, its train.stop_when met: it is finished, not extended")
     if steps < total:
         raise SynthlabError(f"--steps {steps}: the run in {run_dir} is already {total} steps long; extend it to more")
     if (run_dir / "points").is_dir():
@@ -130,27 +134,6 @@ def _extension(
             f"the run's {cfg.schedule} schedule ends at lr 0: steps past it at that rate would not train"
         )
     return {"total_steps": steps, "extension": {"schedule_steps": planned, "after": "constant", "lr": rate}}
-
-
-class _StopOnSignal:
-    """Turns SIGINT/SIGTERM into a flag the loop checks after each step (then checkpoints and exits)."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopOnSignal:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.signum = signum
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def prepare_run(run: RunConfig, data: Dataset) -> tuple[dict[str, Any], Batcher]:
@@ -187,6 +170,7 @@ class TrainResult:
     final_loss: float
     interrupted: bool
     main: bool = True  # the process that wrote the run (rank 0 under torchrun): the one that reports
+    stopped_by: str = ""  # the train.stop_when that ended the run ("": it ran its steps)
 
 
 def train(
@@ -224,6 +208,7 @@ def train(
     derived["device"] = device.type
     derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
     check_loggers(cfg)  # a missing tensorboard / wandb package fails before anything is written
+    probe = GroupProbe(data, seed=cfg.seed, stop_when=cfg.stop_when) if cfg.eval_every else None  # so does a bad rule
     # Under torchrun every process gets here. Rank 0 alone looks at the folder, once the group exists
     # (under NCCL joining it does not wait for the others: a late process would see rank 0's files),
     # and every process learns its answer in one collective before rank 0 writes anything.
@@ -267,7 +252,7 @@ def train(
                         device,
                         world,
                         progress,
-                        GroupProbe(data, seed=cfg.seed) if cfg.eval_every else None,
+                        probe,
                         writer,
                     )
             finally:
@@ -376,7 +361,7 @@ def _loop(
     window_tokens, window_start = 0, time.perf_counter()
     bar = Progress(total, initial=state.step, enabled=progress and world.main, desc=f"train {cfg.task}", unit="step")
     metrics_path = run_dir / "metrics.jsonl" if world.main else os.devnull  # rank 0 writes the log
-    with _StopOnSignal() as stop, open(metrics_path, "a") as metrics:
+    with distributed.StopOnSignal() as stop, open(metrics_path, "a") as metrics:
         # a signal reaching any process stops all of them at the same step
         while state.step < total and not distributed.stop_now(world, stop.signum is not None, state.step, device):
             done = state.step + 1
@@ -428,6 +413,10 @@ def _loop(
                 if eval_now and world.main:
                     record.update(probe(state.model, device))
                     window_start = time.perf_counter()  # the probe's time is not training time
+                if eval_now and probe.stop and distributed.any_of(world, world.main and probe.met(record), device):
+                    total, save_now = state.step, True  # train.stop_when met: the run ends here, finished
+                    if world.main:
+                        record_stop(run_dir, cfg.stop_when, total)
                 metrics.write(json.dumps(record) + "\n")
                 metrics.flush()
                 if board is not None:
@@ -444,7 +433,9 @@ def _loop(
     interrupted = state.step < total
     if not interrupted and record and world.main:
         save_weights(run_dir, state.model)  # the weights alone, for load_model
+        record |= stopped(run_dir)
         atomic_write_text(run_dir / "summary.json", json.dumps(record, indent=2) + "\n")
     elif not record and (run_dir / "summary.json").is_file():  # resumed a finished run: nothing to do
         record = json.loads((run_dir / "summary.json").read_text())
-    return TrainResult(state.step, total, record.get("loss", float("nan")), interrupted, world.main)
+    loss = record.get("loss", float("nan"))
+    return TrainResult(state.step, total, loss, interrupted, world.main, record.get("stopped_by", ""))
