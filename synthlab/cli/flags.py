@@ -25,7 +25,7 @@ from synthlab.errors import SynthlabError
 from synthlab_generators.common import field_flag as flag_name
 
 
-def option(
+def _option(
     name: str,
     annotation: Any,
     default: Any,
@@ -95,11 +95,11 @@ def dataclass_options(cls: type, *, unset: bool = False, exclude: tuple[str, ...
         elif typing.get_origin(tp) is list:  # a repeatable flag: typer's List of the element type
             tp = List[typing.get_args(tp)[0]]
         if unset:
-            params.append(option(f.name, Optional[tp], None, flag, help, _shown(f.default) or "", **extra))
+            params.append(_option(f.name, Optional[tp], None, flag, help, _shown(f.default) or "", **extra))
         else:
             default = ",".join(str(v) for v in f.default) if isinstance(f.default, tuple) else f.default
             default = ... if default is dataclasses.MISSING else default  # no default: a required flag
-            params.append(option(f.name, Optional[tp] if default is None else tp, default, flag, help, **extra))
+            params.append(_option(f.name, Optional[tp] if default is None else tp, default, flag, help, **extra))
     return params
 
 
