@@ -136,12 +136,20 @@ def content_hash(data: Any) -> str:
 
 
 def option(
-    default: Any, help: str, *, flag: str | None = None, short: str | None = None, min: int | None = None
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    short: str | None = None,
+    min: int | None = None,
+    metavar: str | None = None,
 ) -> Any:
     """A config field with its help text (shown by the CLI flags generated from the dataclass,
-    `synthlab.cli.flags`). `flag`: the flag when it is not --field-name (a boolean's as written: no
-    --no- form); `short`: a one-letter alias ('-p'); `min`: the least value the flag takes."""
-    given = {"flag": flag, "short": short, "min": min}
+    `synthlab.cli.flags`); `default` dataclasses.MISSING: a field (and flag) without a default, one
+    the user must give. `flag`: the flag when it is not --field-name (a boolean's as written: no
+    --no- form, or both as 'on/off': '--copy/--no-copy'); `short`: a one-letter alias ('-p'); `min`:
+    the least value the flag takes; `metavar`: the value's name in the help ('K')."""
+    given = {"flag": flag, "short": short, "min": min, "metavar": metavar}
     return dataclasses.field(
         default=default, metadata={"help": help, **{k: v for k, v in given.items() if v is not None}}
     )

@@ -1,6 +1,7 @@
-"""The command line's conventions: every options-dataclass field is a flag with help and its default
-shown (sweep's and fit's options are such fields and nothing else); importing the CLI stays light;
---version; shell completion; --set overrides in the run.toml's keys; the threads warning."""
+"""The command line's conventions: every option of every command is a field of an options
+dataclass, with its help and its default shown, and no command writes a typer.Option by hand (the
+whole app walked); importing the CLI stays light; --version; shell completion; --set overrides in
+the run.toml's keys; the threads warning."""
 
 from __future__ import annotations
 
@@ -18,9 +19,18 @@ from typer.testing import CliRunner
 
 from synthlab import __version__
 from synthlab.cli import app
+from synthlab.cli.curves import CurvesOptions
+from synthlab.cli.export import ExportOptions
 from synthlab.cli.fit import FitOutput
 from synthlab.cli.flags import flag_name
+from synthlab.cli.gen import GenOptions
+from synthlab.cli.ouroboros import BuildOptions, EvalOptions, TrainFiles, TrainRuntime
+from synthlab.cli.sample import SampleOptions
+from synthlab.cli.sweep import PlotOptions, StepsOptions
+from synthlab.cli.train import CapacityOutput, ProcessOptions, TrainCommand
+from synthlab.evaluation.options import CapacityOptions, EvalRunOptions
 from synthlab.models import ModelConfig
+from synthlab.report.options import ReportOptions
 from synthlab.scaling import TableColumns, TableFitOptions
 from synthlab.sweeps.options import SweepOptions
 from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig, TrainConfig
@@ -29,17 +39,33 @@ from synthlab_generators import TASKS
 runner = CliRunner()
 ROOT = typer.main.get_command(app)
 
-# command path -> the options dataclasses its flags come from (fields left out: what the command sets itself)
+# command path -> the options dataclasses its flags come from (fields left out: what the command
+# does not take); every command of the app is here, those without options with none
 GENERATED = {
-    ("train",): [(TrainConfig, ()), (ModelConfig, ("vocab_size",))],
-    ("ouroboros", "build"): [(OuroborosConfig, ())],
-    ("ouroboros", "train"): [(OuroborosTrainConfig, ()), (OuroborosConfig, ("variant",))],
-    **{("gen", task): [(spec.params_cls, ())] for task, spec in TASKS.items()},
+    ("train",): [(TrainCommand, ()), (TrainConfig, ()), (ModelConfig, ("vocab_size",)), (ProcessOptions, ())],
+    ("eval",): [(EvalRunOptions, ()), (ProcessOptions, ())],
+    ("capacity",): [(CapacityOptions, ()), (CapacityOutput, ()), (ProcessOptions, ("threads",))],
+    ("sample",): [(SampleOptions, ()), (ProcessOptions, ())],
+    ("ouroboros", "build"): [(BuildOptions, ()), (OuroborosConfig, ())],
+    ("ouroboros", "train"): [
+        (TrainFiles, ()),
+        (OuroborosTrainConfig, ()),
+        (OuroborosConfig, ("variant",)),
+        (TrainRuntime, ()),
+    ],
+    ("ouroboros", "eval"): [(EvalOptions, ())],
+    **{("gen", task): [(spec.params_cls, ()), (GenOptions, ())] for task, spec in TASKS.items()},
     ("sweep",): [(SweepOptions, ())],
+    ("plot",): [(PlotOptions, ())],
+    ("steps",): [(StepsOptions, ())],
+    ("report",): [(ReportOptions, ())],
     ("fit",): [(TableColumns, ()), (TableFitOptions, ()), (FitOutput, ())],
+    ("curves",): [(CurvesOptions, ())],
+    ("export",): [(ExportOptions, ())],
+    ("prereg", "check"): [],
+    ("version",): [],
+    ("columns",): [],
 }
-# commands whose every option is a field of their options dataclasses (nothing written by hand)
-ALL_GENERATED = [("sweep",), ("fit",)]
 
 
 def _command(path: tuple[str, ...]) -> click.Command:
@@ -50,50 +76,99 @@ def _command(path: tuple[str, ...]) -> click.Command:
 
 
 def _commands(group: click.Command = ROOT, path: tuple[str, ...] = ()):
-    if isinstance(group, click.Group):
+    """Every command of the app, subcommands of its groups included (typer's groups are those of the
+    click it vendors, not click.Group: a group is what lists commands)."""
+    if hasattr(group, "list_commands"):
         for name in group.list_commands(click.Context(group)):
             yield from _commands(group.get_command(click.Context(group), name), (*path, name))
     else:
         yield path, group
 
 
+def _options(path: tuple[str, ...]) -> dict[str, click.Option]:
+    return {p.name: p for p in _command(path).params if p.param_type_name == "option" and p.name != "help"}
+
+
 @pytest.mark.parametrize("path", GENERATED, ids=" ".join)
 def test_every_field_is_a_flag_with_help_and_its_default(path):
-    options = {p.name: p for p in _command(path).params if p.param_type_name == "option"}
+    options = _options(path)
     for cls, left_out in GENERATED[path]:
         for f in dataclasses.fields(cls):
             if f.name in left_out:
                 continue
             assert f.name in options, f"{' '.join(path)}: {cls.__name__}.{f.name} has no flag"
             option = options[f.name]
-            assert flag_name(f) in option.opts and option.help and f.metadata.get("help") in option.help
+            flag = flag_name(f).split("/")[0]  # an on/off pair as written ('--index/--one-file'): its first
+            assert flag in option.opts and option.help and f.metadata.get("help") in option.help
             if f.default not in (None, "", dataclasses.MISSING):  # the default is in the help (or shown by click)
                 assert "[default:" in option.help or option.show_default, (path, f.name)
+            assert option.required == (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
-@pytest.mark.parametrize("path", ALL_GENERATED, ids=" ".join)
+@pytest.mark.parametrize("path", [path for path, _ in _commands()], ids=" ".join)
 def test_no_option_is_written_by_hand(path):
-    command = _command(path)
-    options = {p.name for p in command.params if p.param_type_name == "option"} - {"help"}
-    assert options == {f.name for cls, _ in GENERATED[path] for f in dataclasses.fields(cls)}
-    # the function behind the command takes **kwargs (its parameters come from flags.with_signature):
-    # a signature of typer.Option defaults written out again fails here
-    function = inspect.unwrap(command.callback)
-    assert function.__code__.co_flags & inspect.CO_VARKEYWORDS and "typer.Option(" not in inspect.getsource(function)
+    """Every command of the app (subcommands included): its options are the fields of its options
+    dataclasses and nothing else, and the function behind it declares none itself (its parameters
+    come from flags.with_signature): a typer.Option, or a one-off flag beside the dataclasses, fails."""
+    assert path in GENERATED, f"{' '.join(path)}: a command whose options come from no dataclass"
+    fields = {f.name for cls, left_out in GENERATED[path] for f in dataclasses.fields(cls) if f.name not in left_out}
+    assert set(_options(path)) == fields
+    function = inspect.unwrap(_command(path).callback)
+    assert "typer.Option(" not in inspect.getsource(function)
+    if _command(path).params:
+        assert "__signature__" in vars(function), f"{' '.join(path)}: parameters written by hand"
 
 
-def test_the_flags_of_sweep_and_fit_are_short_aliases_bounds_and_plain_switches_as_before():
-    sweep, fit = ({p.name: p for p in _command(path).params if p.param_type_name == "option"} for path in ALL_GENERATED)
+def test_groups_have_no_options_but_the_apps_own():
+    """Only the app itself takes options before a command: --version (eager: it answers before any
+    command is parsed, so it is the one typer.Option written out) and shell completion."""
+    assert {p.name for p in ROOT.params} == {"version", "install_completion", "show_completion"}
+    for name in ("gen", "ouroboros", "prereg"):
+        assert [p.name for p in _command((name,)).params if p.name != "help"] == []
+
+
+def test_the_flags_are_short_aliases_bounds_switches_metavars_and_required_as_before():
+    sweep, fit = _options(("sweep",)), _options(("fit",))
     assert [sweep[n].opts for n in ("preset", "out", "jobs")] == [["--preset", "-p"], ["--out", "-o"], ["--jobs", "-j"]]
+    for path in [("plot",), ("steps",), ("report",), ("curves",)]:
+        assert _options(path)["out"].opts == ["--out", "-o"], path
     assert sweep["seeds"].min == 1 and fit["bootstrap"].min == 0 and fit["drop_top_loss"].min == 0
     for switch, flag in [
         (sweep["dry_run"], "--dry-run"),
         (sweep["reevaluate"], "--reevaluate"),
         (fit["json_out"], "--json"),
+        (_options(("capacity",))["as_json"], "--json"),
+        (_options(("export",))["overwrite"], "--overwrite"),
+        (_options(("ouroboros", "eval"))["fsdp"], "--fsdp"),
+        (_options(("gen", "mano"))["overwrite"], "--overwrite"),
     ]:
         assert switch.is_flag and switch.opts == [flag] and not switch.secondary_opts  # no --no-dry-run
+    report = _options(("report",))
+    assert (report["copy_results"].opts, report["copy_results"].secondary_opts) == (["--copy"], ["--no-copy"])
+    assert (report["index"].opts, report["index"].secondary_opts) == (["--index"], ["--one-file"])
+    assert _options(("export",))["fmt"].opts == ["--format"]
+    assert _options(("eval",))["max_prompts"].metavar == "K"
+    assert _options(("train",))["set"].metavar == "SECTION.FIELD=VALUE" and _options(("train",))["set"].multiple
+    assert _options(("sample",))["prompt"].multiple and _options(("sample",))["prompt"].required
+    assert all(_options(("ouroboros", "train"))[n].required for n in ("base", "corpus", "out"))
     result = runner.invoke(app, ["sweep", "mano", "--seeds", "0"])
     assert result.exit_code == 2 and "--seeds" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["eval", "RUN", "--max-prompts", "0"], "error: --max-prompts must be >= 1"),
+        (["sample", "RUN", "--prompt", "x", "--temperature", "-1"], "error: --temperature must be"),
+        (["sample", "RUN", "--prompt", "x", "--max-new-tokens", "0"], "error: --max-new-tokens must be >= 1"),
+        (["ouroboros", "build", "--out", "OUT"], "error: give exactly one of --base PATH or --base-config"),
+        (["ouroboros", "eval", "RUN", "--depths", ","], "error: --depths must name at least one value"),
+        (["ouroboros", "eval", "RUN", "--depths", "1,x"], "error: --depths takes comma-separated int values"),
+    ],
+)
+def test_an_options_dataclass_refuses_bad_values_in_one_line_before_any_work(args, said):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and result.output.startswith(said), result.output
 
 
 def test_importing_the_cli_imports_neither_pandas_nor_scipy():

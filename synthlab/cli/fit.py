@@ -135,7 +135,7 @@ def _fit(law: str, table: Path, **kwargs) -> None:
     from synthlab import scaling
     from synthlab.files import atomic_write_text, check_writable
 
-    columns, options, output = (cls(**flags.given(kwargs, cls)) for cls in (TableColumns, TableFitOptions, FitOutput))
+    columns, options, output = flags.parsed(kwargs, TableColumns, TableFitOptions, FitOutput)
     for path, flag in ((output.plot, "--plot"), (output.save, "--save")):
         if path is not None:
             check_writable(path, flag)

@@ -2,12 +2,13 @@
 
 Fields carry their help text in `field(metadata={"help": ...})` (`synthlab.serialize.option`,
 `synthlab_generators.common.param`). `dataclass_options(cls)` turns them into keyword parameters of
-a typer command: `--field-name` (or the field's own "flag", with its "short" alias and "min"),
-booleans as `--x/--no-x` (a boolean with its own flag: that flag alone), tuples as comma-separated
-words. With `unset=True` every default is None,
-so the command can tell a flag the user gave from one they did not (CLI flags > config file >
-defaults); the help still shows the field's default. Every command builds its options here (a
-test checks that every field is a flag with help).
+a typer command: `--field-name` (or the field's own "flag", with its "short" alias, "min" and
+"metavar"), booleans as `--x/--no-x` (a boolean with its own flag: that flag as written), tuples as
+comma-separated words, lists as a repeatable flag, a field without a default as a required flag.
+With `unset=True` every default is None, so the command can tell a flag the user gave from one they
+did not (CLI flags > config file > defaults); the help still shows the field's default. Every
+command builds its options here and nowhere else (`tests/test_cli_options.py` walks the whole app:
+every option a field with its help, no typer.Option written by hand).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import dataclasses
 import inspect
 import types
 import typing
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -24,15 +25,15 @@ from synthlab.errors import SynthlabError
 from synthlab_generators.common import field_flag as flag_name
 
 
-def option(
+def _option(
     name: str,
     annotation: Any,
     default: Any,
     flag: str,
     help: str,
     shown: str | None = None,
-    metavar: str | None = None,
     *,
+    metavar: str | None = None,
     short: str | None = None,
     min: int | None = None,
 ) -> inspect.Parameter:
@@ -86,16 +87,19 @@ def dataclass_options(cls: type, *, unset: bool = False, exclude: tuple[str, ...
             continue
         tp = _plain(hints[f.name])
         flag, help = flag_name(f), f.metadata.get("help", "")
-        extra = {"short": f.metadata.get("short"), "min": f.metadata.get("min")}
+        extra = {k: f.metadata.get(k) for k in ("short", "min", "metavar")}
         if tp is bool and not f.metadata.get("flag"):
             flag = f"{flag}/--no-{flag[2:]}"
         if typing.get_origin(tp) is tuple:  # a list of words on the command line: comma-separated
             tp, help = str, f"{help} Comma-separated."
+        elif typing.get_origin(tp) is list:  # a repeatable flag: typer's List of the element type
+            tp = List[typing.get_args(tp)[0]]
         if unset:
-            params.append(option(f.name, Optional[tp], None, flag, help, _shown(f.default) or "", **extra))
+            params.append(_option(f.name, Optional[tp], None, flag, help, _shown(f.default) or "", **extra))
         else:
             default = ",".join(str(v) for v in f.default) if isinstance(f.default, tuple) else f.default
-            params.append(option(f.name, Optional[tp] if default is None else tp, default, flag, help, **extra))
+            default = ... if default is dataclasses.MISSING else default  # no default: a required flag
+            params.append(_option(f.name, Optional[tp] if default is None else tp, default, flag, help, **extra))
     return params
 
 
@@ -120,6 +124,12 @@ def given(values: dict[str, Any], cls: type) -> dict[str, Any]:
                 ) from None
         out[f.name] = value
     return out
+
+
+def parsed(values: dict[str, Any], *classes: type) -> tuple:
+    """One instance of each options class from a command's keyword values (`given`: a flag left
+    unset keeps the field's default)."""
+    return tuple(cls(**given(values, cls)) for cls in classes)
 
 
 def with_signature(func, params: list[inspect.Parameter], name: str, doc: str):

@@ -7,12 +7,12 @@ text live in the dataclass), so the CLI and the library cannot drift apart.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
 import shutil
 import signal
-import typing
 from pathlib import Path
 
 import click
@@ -23,7 +23,7 @@ from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 from synthlab.files import lab_output
 from synthlab.progress import Progress
-from synthlab.serialize import to_dict
+from synthlab.serialize import option, to_dict
 from synthlab_generators import TASKS, TaskSpec, write_dataset
 
 
@@ -84,26 +84,28 @@ def _raise_exit(signum: int, frame) -> None:
     raise SystemExit(128 + signum)
 
 
+@dataclasses.dataclass(frozen=True)
+class GenOptions:
+    """What every `synthlab gen TASK` adds to its task's params: the seed, and where the dataset
+    goes. Purely the command line's (`write_dataset` takes them as its arguments, the default
+    folder is this command's `default_out`)."""
+
+    seed: int = option(0, "Seed of the random generator; same command and seed give byte-identical files.")
+    out: Path | None = option(
+        None,
+        "Output folder (default: data/<task>-<hash of the parameters and seed>). "
+        "Written to a temporary sibling, renamed at the end.",
+    )
+    overwrite: bool = option(False, "Replace --out if it exists and is not empty.", flag="--overwrite")
+
+
 def _command(spec: TaskSpec):
-    """A typer command whose options are the params dataclass's fields + seed, out, overwrite."""
-    options = flags.dataclass_options(spec.params_cls) + [
-        flags.option(
-            "seed", int, 0, "--seed", "Seed of the random generator; same command and seed give byte-identical files."
-        ),
-        flags.option(
-            "out",
-            typing.Optional[Path],
-            None,
-            "--out",
-            "Output folder (default: data/<task>-<hash of the parameters and seed>). "
-            "Written to a temporary sibling, renamed at the end.",
-        ),
-        flags.option("overwrite", bool, False, "--overwrite", "Replace --out if it exists and is not empty."),
-    ]
+    """A typer command whose options are the params dataclass's fields + GenOptions'."""
+    options = flags.dataclass_options(spec.params_cls) + flags.dataclass_options(GenOptions)
 
     def command(**kwargs) -> None:
-        seed, out, overwrite = kwargs.pop("seed"), kwargs.pop("out"), kwargs.pop("overwrite")
-        params = spec.params_cls(**flags.given(kwargs, spec.params_cls))
+        params, gen = flags.parsed(kwargs, spec.params_cls, GenOptions)
+        seed, out, overwrite = gen.seed, gen.out, gen.overwrite
         out = out if out is not None else default_out(spec.name, params, seed)
         held = lab_output(out) if Path(out).is_dir() else None
         if held not in (None, "a dataset"):  # --overwrite replaces a dataset, never another command's output

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 from synthlab.files import check_out
+from synthlab.serialize import option
 
 app = typer.Typer(
     help="OUROBOROS on a local Qwen2/Qwen2.5 checkpoint: a controller rewrites one recurrent layer per step.",
@@ -18,18 +19,80 @@ app = typer.Typer(
     rich_markup_mode=None,  # help text as written: no [markup] (it ate '[default: ...]', 'W[h; h]')
 )
 
-
-def _int_list(text: str, name: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SynthlabError(f"{name} must be comma-separated integers, got '{text}'") from None
-    if not values:
-        raise SynthlabError(f"{name} must name at least one value")
-    return values
-
-
+# The options of build, train and eval beside the system's and training's configs (OuroborosConfig,
+# OuroborosTrainConfig): which base, corpus and folder, and how the base runs. They are the
+# arguments of train_run / eval_run, and live here rather than in synthlab.ouroboros because that
+# package imports torch on import, which the CLI must not at its start.
 _DEVICE_HELP = "Device (default: cuda if available, else cpu)."
+_OVERWRITE_HELP = (
+    "Write into --out although it holds files this command did not write (never another command's output)."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    """Where `ouroboros build` writes its summary, the base it reads (or only its config), on what device."""
+
+    out: Path = option(dataclasses.MISSING, "Folder to write summary.json into (an earlier build's is replaced).")
+    overwrite: bool = option(False, _OVERWRITE_HELP, flag="--overwrite")
+    base: Path | None = option(None, "Local Qwen2 checkpoint folder (config.json + weights).")
+    base_config: Path | None = option(None, "A Qwen2 config.json instead of --base: shapes only, on the meta device.")
+    device: str | None = option(None, _DEVICE_HELP)
+
+    def __post_init__(self) -> None:
+        if (self.base is None) == (self.base_config is None):
+            raise SynthlabError("give exactly one of --base PATH or --base-config CONFIG.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainFiles:
+    """What `ouroboros train` trains on what, and where: the base, the corpus, the run folder, the
+    variants, a config file of OuroborosTrainConfig."""
+
+    base: Path = option(dataclasses.MISSING, "Local Qwen2 checkpoint folder (with its tokenizer).")
+    corpus: Path = option(dataclasses.MISSING, "Training text: .txt, .jsonl (field --text-field) or .parquet.")
+    out: Path = option(
+        dataclasses.MISSING, "Run folder: run.json, <variant>/trainable.safetensors, logs (a rerun resumes)."
+    )
+    overwrite: bool = option(False, _OVERWRITE_HELP, flag="--overwrite")
+    variants: tuple[str, ...] = option(("controller", "static", "nogate"), "Looped variants to train.")
+    config: Path | None = option(None, "TOML/JSON OuroborosTrainConfig; flags override it.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainRuntime:
+    """How `ouroboros train` reads its corpus and runs the base: text field, device, dtype,
+    attention, FSDP."""
+
+    text_field: str = option("text", "Field / column holding the text in .jsonl / .parquet.")
+    device: str | None = option(None, _DEVICE_HELP)
+    dtype: str | None = option(None, "Base dtype: bfloat16 (GPU default), float32 (CPU default), float16.")
+    attn: str = option("sdpa", "Attention implementation: sdpa or eager (always causal-masked).")
+    fsdp: bool = option(
+        False,
+        "Under torchrun: shard the frozen base over the processes with PyTorch's FSDP (1/K of it on "
+        "each), for a base that does not fit one device; same training and checkpoints.",
+        flag="--fsdp",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalOptions:
+    """What `ouroboros eval RUN_DIR` scores: the depths, a second corpus, how many sequences, and how
+    the base runs."""
+
+    depths: tuple[int, ...] = option((1, 4, 8, 16), "Recurrent depths to evaluate.")
+    corpus: Path | None = option(None, "A second corpus (another distribution).")
+    batch_size: int = option(4, "Sequences per evaluation batch.")
+    max_sequences: int | None = option(None, "Evaluate at most this many sequences per corpus.")
+    device: str | None = option(None, _DEVICE_HELP)
+    dtype: str | None = option(None, "Base dtype (default bfloat16 on GPU, float32 on CPU).")
+    fsdp: bool = option(False, "Under torchrun: shard the base over the processes (FSDP).", flag="--fsdp")
+
+    def __post_init__(self) -> None:
+        # --batch-size and --max-sequences are eval_run's own checks, each depth against the run's
+        if not self.depths:
+            raise SynthlabError("--depths must name at least one value")
 
 
 def _build(**kwargs) -> None:
@@ -42,16 +105,13 @@ def _build(**kwargs) -> None:
     from synthlab.training.configs import OuroborosConfig
     from synthlab.training.run_folders import resolve_device
 
-    out, base, base_config, device, overwrite = (
-        kwargs.pop(k) for k in ("out", "base", "base_config", "device", "overwrite")
-    )
-    if (base is None) == (base_config is None):
-        raise SynthlabError("give exactly one of --base PATH or --base-config CONFIG.json")
-    check_out(out, overwrite, own=_is_build)
+    (build,) = flags.parsed(kwargs, BuildOptions)
+    out, base, base_config = build.out, build.base, build.base_config
+    check_out(out, build.overwrite, own=_is_build)
     config = serialize.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
     resolve_split(base_layers(base or base_config), config)
     if base is not None:
-        dev = resolve_device(device or "auto")
+        dev = resolve_device(build.device or "auto")
         model = load_base(base, device=dev, dtype=resolve_dtype(None, dev))
     else:
         model = meta_base(base_config)
@@ -72,29 +132,11 @@ def _is_build(folder: Path) -> bool:
     return lab_output(folder) == "an OUROBOROS build" and {p.name for p in folder.iterdir()} == {"summary.json"}
 
 
-_OVERWRITE_HELP = (
-    "Write into --out although it holds files this command did not write (never another command's output)."
-)
-
-
 def _build_command():
     """`synthlab ouroboros build`: every OuroborosConfig field is a flag (help from the field)."""
     from synthlab.training.configs import OuroborosConfig
 
-    params = [
-        flags.option("out", Path, ..., "--out", "Folder to write summary.json into (an earlier build's is replaced)."),
-        flags.option("overwrite", bool, False, "--overwrite", _OVERWRITE_HELP),
-        flags.option("base", Optional[Path], None, "--base", "Local Qwen2 checkpoint folder (config.json + weights)."),
-        flags.option(
-            "base_config",
-            Optional[Path],
-            None,
-            "--base-config",
-            "A Qwen2 config.json instead of --base: shapes only, on the meta device.",
-        ),
-        *flags.dataclass_options(OuroborosConfig, unset=True),
-        flags.option("device", Optional[str], None, "--device", _DEVICE_HELP),
-    ]
+    params = [*flags.dataclass_options(BuildOptions), *flags.dataclass_options(OuroborosConfig, unset=True)]
     return flags.with_signature(
         _build,
         params,
@@ -113,27 +155,26 @@ def _train(**kwargs) -> None:
     from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig
     from synthlab.training.distributed import reporting
 
-    base, corpus, out, variants, config, overwrite = (
-        kwargs.pop(k) for k in ("base", "corpus", "out", "variants", "config", "overwrite")
-    )
-    train_config = serialize.load(OuroborosTrainConfig, config) if config else OuroborosTrainConfig()
+    files, runtime = flags.parsed(kwargs, TrainFiles, TrainRuntime)
+    base, out = files.base, files.out
+    train_config = serialize.load(OuroborosTrainConfig, files.config) if files.config else OuroborosTrainConfig()
     train_config = serialize.merge(train_config, flags.given(kwargs, OuroborosTrainConfig))
     ouroboros = serialize.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
     resolve_split(base_layers(base), ouroboros)  # a bad split is an error before the base is read
-    names = [v.strip() for v in variants.split(",") if v.strip()]
+    names = list(files.variants)
     run = train_run(
         str(base),
-        str(corpus),
+        str(files.corpus),
         out,
         names,
         ouroboros,
         train_config,
-        device=kwargs["device"],
-        dtype=kwargs["dtype"],
-        attn=kwargs["attn"],
-        text_field=kwargs["text_field"],
-        fsdp=kwargs["fsdp"],
-        overwrite=overwrite,
+        device=runtime.device,
+        dtype=runtime.dtype,
+        attn=runtime.attn,
+        text_field=runtime.text_field,
+        fsdp=runtime.fsdp,
+        overwrite=files.overwrite,
     )
     if not reporting():
         return
@@ -150,38 +191,10 @@ def _train_command():
     from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig
 
     params = [
-        flags.option("base", Path, ..., "--base", "Local Qwen2 checkpoint folder (with its tokenizer)."),
-        flags.option("corpus", Path, ..., "--corpus", "Training text: .txt, .jsonl (field --text-field) or .parquet."),
-        flags.option(
-            "out", Path, ..., "--out", "Run folder: run.json, <variant>/trainable.safetensors, logs (a rerun resumes)."
-        ),
-        flags.option("overwrite", bool, False, "--overwrite", _OVERWRITE_HELP),
-        flags.option(
-            "variants", str, "controller,static,nogate", "--variants", "Looped variants to train, comma-separated."
-        ),
-        flags.option("config", Optional[Path], None, "--config", "TOML/JSON OuroborosTrainConfig; flags override it."),
+        *flags.dataclass_options(TrainFiles),
         *flags.dataclass_options(OuroborosTrainConfig, unset=True),
         *flags.dataclass_options(OuroborosConfig, unset=True, exclude=("variant",)),
-        flags.option(
-            "text_field", str, "text", "--text-field", "Field / column holding the text in .jsonl / .parquet."
-        ),
-        flags.option("device", Optional[str], None, "--device", _DEVICE_HELP),
-        flags.option(
-            "dtype",
-            Optional[str],
-            None,
-            "--dtype",
-            "Base dtype: bfloat16 (GPU default), float32 (CPU default), float16.",
-        ),
-        flags.option("attn", str, "sdpa", "--attn", "Attention implementation: sdpa or eager (always causal-masked)."),
-        flags.option(
-            "fsdp",
-            bool,
-            False,
-            "--fsdp",
-            "Under torchrun: shard the frozen base over the processes with PyTorch's FSDP (1/K of it on "
-            "each), for a base that does not fit one device; same training and checkpoints.",
-        ),
+        *flags.dataclass_options(TrainRuntime),
     ]
     return flags.with_signature(
         _train,
@@ -196,33 +209,21 @@ app.command("build")(_build_command())
 app.command("train")(_train_command())
 
 
-@app.command("eval")
-def evaluate(
-    run_dir: Path = typer.Argument(..., help="A run folder written by `synthlab ouroboros train`."),
-    depths: str = typer.Option("1,4,8,16", help="Recurrent depths to evaluate, comma-separated."),
-    corpus: Path | None = typer.Option(None, "--corpus", help="A second corpus (another distribution)."),
-    batch_size: int = typer.Option(4, help="Sequences per evaluation batch."),
-    max_sequences: int | None = typer.Option(None, help="Evaluate at most this many sequences per corpus."),
-    device: str | None = typer.Option(None, help="Device (default: cuda if available, else cpu)."),
-    dtype: str | None = typer.Option(None, help="Base dtype (default bfloat16 on GPU, float32 on CPU)."),
-    fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard the base over the processes (FSDP)."),
-) -> None:
-    """Loss vs depth for every variant; writes results.csv, results.json, c11_loss_vs_depth.png and
-    sequence_losses.csv (each sequence's summed loss per variant and depth).
-    Under torchrun each process evaluates its share of the sequences (the same numbers as one process)."""
+def _evaluate(run_dir: Path, **kwargs) -> None:
     from synthlab.ouroboros.runs import eval_run
     from synthlab.ouroboros.system import VARIANT_ROWS
     from synthlab.training.distributed import reporting
 
+    (options,) = flags.parsed(kwargs, EvalOptions)
     table = eval_run(
         run_dir,
-        _int_list(depths, "depths"),
-        str(corpus) if corpus else None,
-        batch_size=batch_size,
-        max_sequences=max_sequences,
-        device=device,
-        dtype=dtype,
-        fsdp=fsdp,
+        list(options.depths),
+        str(options.corpus) if options.corpus else None,
+        batch_size=options.batch_size,
+        max_sequences=options.max_sequences,
+        device=options.device,
+        dtype=options.dtype,
+        fsdp=options.fsdp,
     )
     if not reporting():
         return
@@ -243,3 +244,18 @@ def evaluate(
                 f"here); the looped variants start from truncated"
             )
     typer.echo(f"-> {run_dir / 'results.csv'}, {run_dir / 'c11_loss_vs_depth.png'}")
+
+
+app.command("eval")(
+    flags.with_signature(
+        _evaluate,
+        [
+            flags.argument("run_dir", Path, "A run folder written by `synthlab ouroboros train`."),
+            *flags.dataclass_options(EvalOptions),
+        ],
+        "eval",
+        """Loss vs depth for every variant; writes results.csv, results.json, c11_loss_vs_depth.png and
+    sequence_losses.csv (each sequence's summed loss per variant and depth).
+    Under torchrun each process evaluates its share of the sequences (the same numbers as one process).""",
+    )
+)

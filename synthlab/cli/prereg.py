@@ -8,16 +8,12 @@ from typing import List
 
 import typer
 
+from synthlab.cli import flags
+
 app = typer.Typer(help="Preregistration: was each rule committed before its data began?", no_args_is_help=True)
 
 
-@app.command()
-def check(
-    results: List[Path] = typer.Argument(..., help="Sweep or results folders (each with sweep.json)."),
-) -> None:
-    """Print, per rule of each folder's definition: its status (confirmatory if the rule and the
-    preset were committed before the first run started, else exploratory), the commits (git log)
-    and the first run's start (the sweep's own record, or the latest it can have been)."""
+def _check(results: list[Path]) -> None:
     from synthlab.claims import prereg
     from synthlab.errors import SynthlabError
 
@@ -27,3 +23,15 @@ def check(
         typer.echo(f"{folder}:")
         for line in prereg.lines(prereg.check(folder)):
             typer.echo(f"  {line}")
+
+
+app.command("check")(
+    flags.with_signature(
+        _check,
+        [flags.argument("results", List[Path], "Sweep or results folders (each with sweep.json).")],
+        "check",
+        """Print, per rule of each folder's definition: its status (confirmatory if the rule and the
+    preset were committed before the first run started, else exploratory), the commits (git log)
+    and the first run's start (the sweep's own record, or the latest it can have been).""",
+    )
+)

@@ -1,17 +1,24 @@
-"""`synthlab sweep`, `plot`, `steps`, `report`: experiments as data, run and shown."""
+"""`synthlab sweep`, `plot`, `steps`, `report`: experiments as data, run and shown.
+
+Their options: SweepOptions (synthlab.sweeps.options) and ReportOptions (synthlab.report.options),
+the packages' own; plot's and steps' beside their commands (`PlotOptions`, `StepsOptions`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 from pathlib import Path
-from typing import Optional
+from typing import List
 
 import typer
 
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 from synthlab.files import check_writable
+from synthlab.report.options import ReportOptions
+from synthlab.serialize import option
 from synthlab.sweeps.options import SweepOptions
 
 
@@ -153,48 +160,68 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def plot(
-    name: str = typer.Argument(
-        ..., help="Experiment name (capacity, mano, ...), path to a TOML definition, or a built-in plot kind."
-    ),
-    sweep_dir: Path = typer.Argument(..., help="Sweep directory holding results.csv."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Figure directory (default: SWEEP_DIR/figures)."),
-    metric: Optional[str] = typer.Option(
+@dataclasses.dataclass(frozen=True)
+class PlotOptions:
+    """Where `synthlab plot` draws, and which column. Beside the command rather than in
+    synthlab.plots, which imports pandas and matplotlib on import (the CLI starts without them)."""
+
+    out: Path | None = option(None, "Figure directory (default: SWEEP_DIR/figures).", short="-o")
+    metric: str | None = option(
         None,
-        "--metric",
-        help="Draw this results column with the generic figure of the grid (default: the definition's figure; without one, the task's headline metric).",
-    ),
-) -> None:
-    """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv: its built-in figure, or
-    the generic figure of its grid (a definition without `plot`, or --metric)."""
+        "Draw this results column with the generic figure of the grid (default: the definition's figure; without "
+        "one, the task's headline metric).",
+    )
+
+
+def _plot(name: str, sweep_dir: Path, **kwargs) -> None:
     from synthlab import plots
     from synthlab.plots import generic
     from synthlab.sweeps import experiments
     from synthlab.sweeps.results_table import read_results
 
-    out = out or Path(sweep_dir) / "figures"
+    (options,) = flags.parsed(kwargs, PlotOptions)
+    out = options.out or Path(sweep_dir) / "figures"
     check_writable(out)
     table = read_results(sweep_dir)
     if name in experiments.available() or name.endswith(".toml"):
-        paths = generic.draw(experiments.load(name), table, out, metric=metric)
+        paths = generic.draw(experiments.load(name), table, out, metric=options.metric)
     else:
         paths = plots.plot(name, table, out)
     for path in paths:
         typer.echo(str(path))
 
 
-def steps(
-    sweep_dir: Path = typer.Argument(..., help="Sweep directory holding results.csv and its runs/."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="CSV to write (default: SWEEP_DIR/steps.csv)."),
-) -> None:
-    """Export one row per (run, recurrent step) with that step's loss: the table `synthlab fit steps` fits."""
+plot = flags.with_signature(
+    _plot,
+    [
+        flags.argument(
+            "name", str, "Experiment name (capacity, mano, ...), path to a TOML definition, or a built-in plot kind."
+        ),
+        flags.argument("sweep_dir", Path, "Sweep directory holding results.csv."),
+        *flags.dataclass_options(PlotOptions),
+    ],
+    "plot",
+    """Draw an experiment's figures (PNG and SVG) from a sweep's results.csv: its built-in figure, or
+    the generic figure of its grid (a definition without `plot`, or --metric).""",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepsOptions:
+    """Where `synthlab steps` writes its table (purely the command's: the file)."""
+
+    out: Path | None = option(None, "CSV to write (default: SWEEP_DIR/steps.csv).", short="-o")
+
+
+def _steps(sweep_dir: Path, **kwargs) -> None:
     import pandas as pd
 
     from synthlab.files import atomic_write_text
     from synthlab.sweeps.results_table import step_rows
 
+    (options,) = flags.parsed(kwargs, StepsOptions)
     rows = step_rows(sweep_dir)
-    path = out or Path(sweep_dir) / "steps.csv"
+    path = options.out or Path(sweep_dir) / "steps.csv"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, pd.DataFrame(rows).to_csv(index=False))
@@ -203,33 +230,43 @@ def steps(
     typer.echo(f"{len(rows)} rows: {path}")
 
 
-def report(
-    sweep_dirs: list[Path] = typer.Argument(..., help="Sweep directories (each with results.csv)."),
-    out: Path = typer.Option(Path("report.md"), "--out", "-o", help="Markdown file to write; figures go beside it."),
-    copy_results: bool = typer.Option(
-        False,
-        "--copy/--no-copy",
-        help="Copy each results.csv (and the per-prompt outcomes its verdicts read) beside the report (for results/).",
-    ),
-    notes: Optional[Path] = typer.Option(
-        None,
-        "--notes",
-        help="TOML file: experiment name (or, with --index, a sweep's page folder) -> a reading (Markdown) beside its verdicts; key 'preamble' -> text under the heading.",
-    ),
-    title: str = typer.Option("synthlab results", "--title", help="The report's heading."),
-    index: bool = typer.Option(
-        False,
-        "--index/--one-file",
-        help="Write OUT as an index (claims table with each verdict's scale, a line per sweep) and each sweep's section as a page beside it: README.md in the sweep's folder where it lies inside OUT's, else EXPERIMENT/README.md.",
-    ),
-) -> None:
-    """Write a Markdown report with each sweep's claim, commands, table, figures and verdict."""
+steps = flags.with_signature(
+    _steps,
+    [
+        flags.argument("sweep_dir", Path, "Sweep directory holding results.csv and its runs/."),
+        *flags.dataclass_options(StepsOptions),
+    ],
+    "steps",
+    "Export one row per (run, recurrent step) with that step's loss: the table `synthlab fit steps` fits.",
+)
+
+
+def _report(sweep_dirs: list[Path], **kwargs) -> None:
     from synthlab.report import markdown as reporting
 
+    (options,) = flags.parsed(kwargs, ReportOptions)
     if not sweep_dirs:
         raise SynthlabError("report needs at least one sweep directory")
-    if notes is not None and not notes.is_file():
-        raise SynthlabError(f"--notes file not found: {notes}")
-    check_writable(out)
-    path = reporting.write_report(sweep_dirs, out, copy_results=copy_results, notes=notes, title=title, index=index)
+    if options.notes is not None and not options.notes.is_file():
+        raise SynthlabError(f"--notes file not found: {options.notes}")
+    check_writable(options.out)
+    path = reporting.write_report(
+        sweep_dirs,
+        options.out,
+        copy_results=options.copy_results,
+        notes=options.notes,
+        title=options.title,
+        index=options.index,
+    )
     typer.echo(str(path))
+
+
+report = flags.with_signature(
+    _report,
+    [
+        flags.argument("sweep_dirs", List[Path], "Sweep directories (each with results.csv)."),
+        *flags.dataclass_options(ReportOptions),
+    ],
+    "report",
+    "Write a Markdown report with each sweep's claim, commands, table, figures and verdict.",
+)

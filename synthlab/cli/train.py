@@ -3,25 +3,74 @@ synthlab.evaluation.evaluate and synthlab.evaluation.capacity (torch is imported
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 import tomllib
 import typer
 
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
+from synthlab.evaluation.options import CapacityOptions, EvalRunOptions
 from synthlab.files import warn
+from synthlab.serialize import option
 from synthlab.sweeps.gpu_scheduling import default_threads, idle_cores
 
-VERIFY_HELP = (
-    "Hash the dataset's files against meta.json before use (once per change of size or mtime); "
-    "--no-verify uses them as they are."
-)
+
+@dataclasses.dataclass(frozen=True)
+class ProcessOptions:
+    """How this process runs a command on a run's data: its torch CPU threads, and whether the
+    dataset's files are hashed first. Purely the command line's (`_set_threads`, `unverified_data`
+    around the command's work), shared by train, eval, sample and capacity."""
+
+    threads: int | None = option(
+        None,
+        "torch CPU threads (default: the machine's idle cores, one when they are busy; a warning says when "
+        "more than the idle cores are asked).",
+    )
+    verify: bool = option(
+        True,
+        "Hash the dataset's files against meta.json before use (once per change of size or mtime); "
+        "--no-verify uses them as they are.",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainCommand:
+    """What `synthlab train` is told besides the run's model and training options: where the run
+    goes, a config file and overrides of its keys, a run to continue, the progress bar. Purely the
+    command line's (how `resolve_run_config` and `--resume` combine them lives here)."""
+
+    out: Path | None = option(None, "New (or empty) run directory to create.")
+    config: Path | None = option(None, "run.toml (or .json) with a model table and a train table; flags override it.")
+    resume: Path | None = option(
+        None,
+        "Continue the run in this directory from its checkpoint (no other run options but --steps N: "
+        "train a run on to N steps, the steps past its schedule at the rate of its last step; a run "
+        "its --stop-when ended is finished and stays so); auto: "
+        "with --out and the run's options, start the run there or continue it if it is there "
+        "(the same command line for torchrun --max-restarts and a Slurm requeue; ./auto names a "
+        "folder called auto).",
+    )
+    set: list[str] | None = option(
+        None,
+        "SECTION.FIELD=VALUE, as in a run.toml (model.d_model=32, train.lr=3e-4); repeatable; "
+        "overrides --config like the field's own flag.",
+        metavar="SECTION.FIELD=VALUE",
+    )
+    progress: bool = option(True, "Show the progress bar.")
+
+
+@dataclasses.dataclass(frozen=True)
+class CapacityOutput:
+    """How `synthlab capacity` prints its report (purely the command's: the terminal)."""
+
+    as_json: bool = option(False, "Print the whole report as JSON.", flag="--json")
 
 
 def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_flags: dict[str, Any]):
@@ -68,12 +117,17 @@ def _train(**kwargs) -> None:
     from synthlab.training.configs import TrainConfig
     from synthlab.training.trainer import train as run_training
 
-    out, config, resume = kwargs.pop("out"), kwargs.pop("config"), kwargs.pop("resume")
-    threads, progress, verify = kwargs.pop("threads"), kwargs.pop("progress"), kwargs.pop("verify")
-    settings = kwargs.pop("set")
-    _set_threads(threads)
+    command, process = flags.parsed(kwargs, TrainCommand, ProcessOptions)
+    out, config, resume, progress, verify = (
+        command.out,
+        command.config,
+        command.resume,
+        command.progress,
+        process.verify,
+    )
+    _set_threads(process.threads)
     model_flags, train_flags = flags.given(kwargs, ModelConfig), flags.given(kwargs, TrainConfig)
-    for section, key, value in map(_setting, settings or []):
+    for section, key, value in map(_setting, command.set or []):
         given = model_flags if section == "model" else train_flags
         if key in given:
             raise SynthlabError(f"{section}.{key} is given twice (a flag and --set); keep one")
@@ -155,47 +209,10 @@ def _train_command():
     from synthlab.training.configs import TrainConfig
 
     params = [
-        flags.option("out", Optional[Path], None, "--out", "New (or empty) run directory to create."),
-        flags.option(
-            "config",
-            Optional[Path],
-            None,
-            "--config",
-            "run.toml (or .json) with a model table and a train table; flags override it.",
-        ),
-        flags.option(
-            "resume",
-            Optional[Path],
-            None,
-            "--resume",
-            "Continue the run in this directory from its checkpoint (no other run options but --steps N: "
-            "train a run on to N steps, the steps past its schedule at the rate of its last step; a run "
-            "its --stop-when ended is finished and stays so); auto: "
-            "with --out and the run's options, start the run there or continue it if it is there "
-            "(the same command line for torchrun --max-restarts and a Slurm requeue; ./auto names a "
-            "folder called auto).",
-        ),
+        *flags.dataclass_options(TrainCommand),
         *flags.dataclass_options(TrainConfig, unset=True),
         *flags.dataclass_options(ModelConfig, unset=True, exclude=("vocab_size",)),
-        flags.option(
-            "set",
-            Optional[List[str]],
-            None,
-            "--set",
-            "SECTION.FIELD=VALUE, as in a run.toml (model.d_model=32, train.lr=3e-4); repeatable; "
-            "overrides --config like the field's own flag.",
-            metavar="SECTION.FIELD=VALUE",
-        ),
-        flags.option(
-            "threads",
-            Optional[int],
-            None,
-            "--threads",
-            "torch CPU threads (default: the machine's idle cores, one when they are busy; a warning says when "
-            "more than the idle cores are asked).",
-        ),
-        flags.option("progress", bool, True, "--progress/--no-progress", "Show the progress bar."),
-        flags.option("verify", bool, True, "--verify/--no-verify", VERIFY_HELP),
+        *flags.dataclass_options(ProcessOptions),
     ]
     return flags.with_signature(
         _train,
@@ -235,59 +252,23 @@ def _set_threads(threads: int | None) -> None:
         )
 
 
-def _at_least_one(**values: int) -> None:
-    for name, value in values.items():
-        if value < 1:
-            raise SynthlabError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-
-
-def evaluate(
-    run_dir: Path = typer.Argument(..., help="Run directory made by `synthlab train`."),
-    data: Optional[Path] = typer.Option(None, help="Dataset folder to test on (default: the run's own)."),
-    steps: Optional[int] = typer.Option(
-        None, help="Recurrent steps at evaluation (past the trained depth to test extrapolation)."
-    ),
-    exit: Optional[str] = typer.Option(
-        None, "--exit", help="Exit rule per token: static:T, q:0.8, diff:0.01 or kl:0.001."
-    ),
-    kv: Optional[str] = typer.Option(None, help="Decode with this KV-cache strategy: full, first, last or mean."),
-    batch_size: int = typer.Option(128, help="Examples per forward pass."),
-    max_prompts: Optional[int] = typer.Option(
-        None,
-        "--max-prompts",
-        help="Score at most K test prompts, and at most K of the other test lengths and of the training "
-        "sample: each group (length, hops, attribute) its even share, drawn with seed 0, so the same K "
-        "every time (default: all; the file is named ..._maxK.json).",
-        metavar="K",
-    ),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    threads: Optional[int] = typer.Option(
-        None, help="torch CPU threads (default: the machine's idle cores, one when they are busy)."
-    ),
-    progress: bool = typer.Option(
-        True,
-        "--progress/--no-progress",
-        help="Show each phase's progress (a bar on a terminal, a line every 30 s off one).",
-    ),
-    verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
-) -> None:
-    """Exact-match accuracy (QA accuracy and loss per attribute for bios) at every recurrent step -> RUN_DIR/eval/*.json."""
+def _evaluate(run_dir: Path, **kwargs) -> None:
     from synthlab.data.datasets import unverified_data
     from synthlab.evaluation.evaluate import evaluate_run
 
-    _at_least_one(batch_size=batch_size, **({"max_prompts": max_prompts} if max_prompts is not None else {}))
-    _set_threads(threads)
-    with unverified_data(not verify):
+    options, process = flags.parsed(kwargs, EvalRunOptions, ProcessOptions)
+    _set_threads(process.threads)
+    with unverified_data(not process.verify):
         result = evaluate_run(
             run_dir,
-            data_dir=data,
-            steps=steps,
-            exit_rule=exit,
-            kv=kv,
-            batch_size=batch_size,
-            device=device,
-            max_prompts=max_prompts,
-            progress=progress,
+            data_dir=options.data,
+            steps=options.steps,
+            exit_rule=options.exit,
+            kv=options.kv,
+            batch_size=options.batch_size,
+            device=options.device,
+            max_prompts=options.max_prompts,
+            progress=options.progress,
         )
     per_step = " ".join(f"{a:.3f}" for a in result["accuracy_per_step"])
     typer.echo(
@@ -309,34 +290,34 @@ def evaluate(
     typer.echo(f"wrote {Path(run_dir) / result['file']}")
 
 
-def capacity(
-    run_dir: Path = typer.Argument(..., help="Run directory of a model trained on bios."),
-    data: Optional[Path] = typer.Option(
-        None, help="The run's dataset at its new place, if it moved (checked to be the same data)."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print the whole report as JSON."),
-    steps: Optional[int] = typer.Option(
-        None, help="Recurrent steps to read the model at (default: the trained loops)."
-    ),
-    batch_size: int = typer.Option(64, help="Biographies per forward pass."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    checkpoint: Optional[int] = typer.Option(
-        None,
-        help="Read the kept checkpoint of this optimizer step instead of "
-        "the final weights (a point of the learning curve).",
-    ),
-    verify: bool = typer.Option(True, "--verify/--no-verify", help=VERIFY_HELP),
-) -> None:
-    """Bits of knowledge stored (Physics of LMs 3.3, Def. 4.3) and bits per parameter -> RUN_DIR/capacity.json."""
-    _at_least_one(batch_size=batch_size)
+evaluate = flags.with_signature(
+    _evaluate,
+    [
+        flags.argument("run_dir", Path, "Run directory made by `synthlab train`."),
+        *flags.dataclass_options(EvalRunOptions),
+        *flags.dataclass_options(ProcessOptions),
+    ],
+    "eval",
+    "Exact-match accuracy (QA accuracy and loss per attribute for bios) at every recurrent step -> "
+    "RUN_DIR/eval/*.json.",
+)
+
+
+def _capacity(run_dir: Path, **kwargs) -> None:
     from synthlab.data.datasets import unverified_data
     from synthlab.evaluation.capacity import estimate_capacity
 
-    with unverified_data(not verify):
+    options, output, process = flags.parsed(kwargs, CapacityOptions, CapacityOutput, ProcessOptions)
+    with unverified_data(not process.verify):
         report = estimate_capacity(
-            run_dir, data_dir=data, batch_size=batch_size, device=device, steps=steps, checkpoint=checkpoint
+            run_dir,
+            data_dir=options.data,
+            batch_size=options.batch_size,
+            device=options.device,
+            steps=options.steps,
+            checkpoint=options.checkpoint,
         )
-    if as_json:
+    if output.as_json:
         typer.echo(json.dumps(report, indent=2))
         return
     typer.echo(
@@ -348,3 +329,17 @@ def capacity(
         typer.echo(
             f"  {name:<11} loss {row['loss']:.3f} nats  bits {row['bits']:,.0f}  (of log2 {row['values']} per person)"
         )
+
+
+capacity = flags.with_signature(
+    _capacity,
+    [
+        flags.argument("run_dir", Path, "Run directory of a model trained on bios."),
+        *flags.dataclass_options(CapacityOptions),
+        *flags.dataclass_options(CapacityOutput),
+        # no --threads: capacity runs on torch's own thread count, as it always has
+        *flags.dataclass_options(ProcessOptions, exclude=("threads",)),
+    ],
+    "capacity",
+    "Bits of knowledge stored (Physics of LMs 3.3, Def. 4.3) and bits per parameter -> RUN_DIR/capacity.json.",
+)
