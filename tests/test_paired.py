@@ -236,3 +236,31 @@ def test_a_report_copies_the_outcomes_so_its_folder_decides_paired_as_the_sweep_
     ]
     assert len(lines[0]) == 2 and lines[0] == lines[1] and "; paired: seed x prompt bootstrap" in lines[0][0]
     assert len(list((tmp_path / "pages" / "kvcache" / "outcomes").rglob("*.csv"))) == 6
+
+
+def test_a_loss_read_per_held_out_sequence_counts_the_sequences_noise(tmp_path):
+    """C11: two variants on one base per seed, scored on the same 60 held-out sequences. Each
+    sequence's loss difference is drawn once and shared by every seed (the test set's own noise),
+    so the seeds agree exactly: without the per-sequence outcomes the interval sees no noise at
+    all; with them it counts the sequences' and cannot call a -0.05 mean with a 0.5 spread."""
+    rng, rows = np.random.default_rng(3), []
+    shared = -0.05 + 0.5 * rng.standard_normal(60)
+    shared -= shared.mean() + 0.05  # the sample's mean difference is exactly -0.05
+    for seed in range(3):
+        static = 2.0 + rng.random(60)
+        run = tmp_path / f"base{seed}"
+        for variant, losses in (("static", static), ("controller", static + shared)):
+            where = _outcomes(run, f"{variant}.csv", {"loss_depth_4": losses})
+            rows.append({"seed": seed, "variant": variant, "loss_depth_4": losses.mean(), "run_dir": str(run)})
+            rows[-1]["outcomes"] = where
+    table = pd.DataFrame(rows)
+    rule = rules.Rule(
+        claim="C11", says="controller below static", metric="loss_depth_4", column="variant", a="controller",
+        b="static", expect="below",
+    )  # fmt: skip
+    (paired_rule,) = verdicts.evaluate([rule], table, ["seed", "variant"])
+    (seeds_only,) = verdicts.evaluate([rule], table.drop(columns="outcomes"), ["seed", "variant"])
+    assert paired_rule.estimate == pytest.approx(seeds_only.estimate) == pytest.approx(-0.05)
+    assert paired_rule.statistics.startswith("paired: seed x prompt bootstrap over 60 shared prompts")
+    assert seeds_only.statistics.startswith("seeds only (no per-prompt outcomes") and seeds_only.outcome == "reproduced"
+    assert paired_rule.outcome == "inconclusive" and paired_rule.high > 0

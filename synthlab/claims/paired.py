@@ -225,13 +225,15 @@ def mean_of(vectors: list) -> np.ndarray | None:
     return np.mean(vectors, axis=0)
 
 
-def shared_variance(values, bounded: bool) -> tuple[float, int, str] | None:
-    """For a cell's per-seed values (`rule_data.SeedValue`) of a bounded statistic: (the shared
-    prompts' variance of the mean, measured from the per-prompt outcomes, the prompts, how the
-    interval was made); None where a seed lacks per-prompt outcomes (the rule then keeps the
-    binomial bound: `unpaired_note` says so)."""
+def shared_variance(values) -> tuple[float, int, str] | None:
+    """For a cell's per-seed values (`rule_data.SeedValue`): (the shared prompts' variance of the
+    mean, measured from the per-prompt outcomes, the prompts, how the interval was made); None
+    where a seed lacks per-prompt outcomes (a bounded rule then keeps the binomial bound and says
+    so, `UNPAIRED`; an unbounded one, a loss, has no binomial bound and counts the seeds alone,
+    `SEEDS_ONLY`).
+    A loss read per held-out sequence (C11) is paired sequence by sequence as an outcome is."""
     vectors = [v.per_prompt for v in values]
-    if not bounded or any(v is None for v in vectors) or len({len(v) for v in vectors}) != 1:
+    if any(v is None for v in vectors) or len({len(v) for v in vectors}) != 1:
         return None
     per_prompt = np.stack(vectors)
     variance = float(prompt_variance(per_prompt, np.random.default_rng(0)))
@@ -239,6 +241,7 @@ def shared_variance(values, bounded: bool) -> tuple[float, int, str] | None:
 
 
 UNPAIRED = "unpaired (no per-prompt outcomes)"
+SEEDS_ONLY = "seeds only (no per-prompt outcomes: the noise of the test set every seed shares is not counted)"
 
 
 def too_few_note(n: int, asked: int, needed: int | None) -> str:

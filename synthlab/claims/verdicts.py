@@ -196,8 +196,8 @@ def _paired(rule: Rule, values: list, test_var: float, prompts: float) -> tuple[
     from synthlab.claims import paired
     from synthlab.claims.per_seed import bounds
 
-    shared = paired.shared_variance(values, bounds(rule) is not None)
-    how = "" if bounds(rule) is None else paired.UNPAIRED
+    shared = paired.shared_variance(values)
+    how = paired.SEEDS_ONLY if bounds(rule) is None else paired.UNPAIRED
     if shared is not None:
         test_var, prompts, how = shared
     labels = (str(rule.a), str(rule.b)) if rule.column else ("",)
