@@ -20,7 +20,7 @@ def __getattr__(name: str):
     """`synthlab.load_model(run_dir)`: the trained model of a run folder, in eval mode. Loaded on
     first use, so that `import synthlab` stays free of torch."""
     if name == "load_model":
-        from synthlab.training.run_folders import load_model
+        from synthlab.training.run_folders import load_model  # torch: on first use (see above)
 
         return load_model
     raise AttributeError(f"module 'synthlab' has no attribute {name!r}")

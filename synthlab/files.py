@@ -8,11 +8,15 @@ Also: file locks (`filelock`), folders built once under a content-hash name (`ca
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -150,6 +154,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive lock on `path`, waited for (released by the OS if its holder dies, kill -9 included)."""
+    # filelock imports asyncio: about 25 ms of the CLI's start (`python -X importtime`), which loads this module
     from filelock import FileLock
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -207,15 +212,10 @@ def die_with_parent() -> None:
     included): Linux's parent-death signal, elsewhere a thread that watches the parent's pid."""
     parent = os.getppid()
     if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
         if os.getppid() != parent:  # it ended before the call
             os._exit(1)
         return
-    import threading
-    import time
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -4,6 +4,8 @@ and the bottom floors stay free of the heavy libraries of the floors above them.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,15 +123,33 @@ def test_no_module_is_long():
     assert not long, f"split these modules: {long}"
 
 
-def test_importing_the_cli_does_not_import_torch():
-    import subprocess
-    import sys
+# Processes that start without some heavy libraries: the reasons the library's function-local
+# imports give. A case runs its steps in order in one fresh process, each checked after it runs.
+_WORKER = "import synthlab.sweeps.executor, synthlab.sweeps.lab_runner\nfrom synthlab.sweeps import experiments\n"
+LIGHT_PROCESSES = {
+    "the command line": [
+        ("import synthlab.cli", {"torch", "pandas", "scipy", "matplotlib", "transformers", "filelock"})
+    ],
+    "synthlab fit --plot": [("import synthlab.plots", {"torch", "scipy", "matplotlib", "seaborn", "transformers"})],
+    "a sweep's worker, then its summary": [
+        (
+            _WORKER + "for name in experiments.available():\n    experiments.load(name)",
+            {"pandas", "scipy", "matplotlib", "transformers"},
+        ),
+        ("import synthlab.report.markdown", {"matplotlib", "seaborn", "transformers"}),
+    ],
+}
 
-    code = "import sys, synthlab.cli; print('torch' in sys.modules)"
-    assert (
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-        == "False"
+
+@pytest.mark.parametrize("case", sorted(LIGHT_PROCESSES))
+def test_processes_start_without_the_heavy_libraries_they_do_not_use(case):
+    steps = LIGHT_PROCESSES[case]
+    code = "".join(
+        f"{step}\nprint(*sorted(set({sorted(heavy)}) & set(__import__('sys').modules)), sep=',')\n"
+        for step, heavy in steps
     )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert {step: found for (step, _), found in zip(steps, loaded) if found} == {}
 
 
 def test_one_training_engine():

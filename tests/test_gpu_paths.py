@@ -134,7 +134,6 @@ def test_sweep_stages_run_on_the_device_the_model_trained_on(tmp_path, monkeypat
     for the scaling preset's held-out work). Faked: the run's config says it trained on cuda."""
     import json
 
-    import synthlab.evaluation.evaluate
     from synthlab.sweeps import experiments
     from synthlab.sweeps import lab_runner as point_runner
 
@@ -154,7 +153,7 @@ def test_sweep_stages_run_on_the_device_the_model_trained_on(tmp_path, monkeypat
         raise Reached(device)
 
     monkeypatch.setattr(point_runner, "train_model", trained_on_cuda)
-    monkeypatch.setattr(synthlab.evaluation.evaluate, "evaluate_run", evaluate_run)
+    monkeypatch.setattr(point_runner, "evaluate_run", evaluate_run)
     point = experiments.load("mano").points("smoke")[0]
     with pytest.raises(Reached, match="cuda"):
         point_runner.run_point(point_runner.parse(point.config), tmp_path / "run", cache_dir=tmp_path / "cache")

@@ -44,9 +44,11 @@ from __future__ import annotations
 
 import functools
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from synthlab.claims.intervals import SeedEstimate
 
@@ -78,8 +80,6 @@ def locate_runs(table, folder: Path):
 def copy_outcomes(table, to: Path) -> None:
     """Each row's outcomes file (run_dir as `locate_runs` left it) to to/outcomes/<run name>/<path>,
     so that a page folder with its results.csv decides its rules paired as the sweep did."""
-    import shutil
-
     if "outcomes" not in table or "run_dir" not in table:
         return
     for run_dir, outcomes in zip(table["run_dir"], table["outcomes"]):
@@ -93,8 +93,6 @@ def copy_outcomes(table, to: Path) -> None:
 @functools.lru_cache(maxsize=256)
 def _read(path: str) -> dict[str, np.ndarray] | None:
     """An outcomes CSV as {column: values} (None when absent)."""
-    import pandas as pd
-
     if not Path(path).is_file():
         return None
     table = pd.read_csv(path, keep_default_na=False)
@@ -147,8 +145,6 @@ def mean_vector(rows, metric: str) -> np.ndarray | None:
 def curve_vectors(rows, x: str, metric: str, xs: np.ndarray) -> np.ndarray | None:
     """Rows read as a curve along column x, per prompt, at xs (strictly inside its range): the
     linear interpolation `np.interp` makes of the mean, made prompt by prompt (it is linear)."""
-    import pandas as pd
-
     by_x = [(float(value), mean_vector(group, metric)) for value, group in rows.groupby(pd.to_numeric(rows[x]))]
     if any(v is None for _, v in by_x) or len({len(v) for _, v in by_x}) != 1:
         return None

@@ -8,14 +8,21 @@ each compared column (N from the row's `n_test`, `n_answers` or, for `acc_X`, `n
 the statistic's columns and arms (`synthlab.claims.intervals` says why and how it is used); where the
 rows name per-prompt outcomes (column `outcomes`), also the statistic per test prompt and each
 arm's accuracy, for the paired interval and the learned / stuck count (`synthlab.claims.paired`).
+
+pandas and `synthlab.claims.paired` (scipy) are imported inside the functions that read a table:
+`synthlab.claims.rules` imports this module for the forms of a rule, and every experiment definition
+is parsed through it, in a sweep's worker processes too, which read no table.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import re
 from typing import Any
+
+import numpy as np
 
 from synthlab.conditions import COMPARE, NUMBER, REQUIREMENT
 
@@ -57,7 +64,7 @@ def _count(column: str, table):
 
 def _same(series, value):
     """Rows of `series` equal to `value` (numbers compared as numbers, anything else as text)."""
-    import pandas as pd
+    import pandas as pd  # pandas, scipy: where a table is read (module docstring)
 
     values = value if isinstance(value, list) else [value]
     numeric = pd.to_numeric(series, errors="coerce")
@@ -119,7 +126,6 @@ def seed_values(rule: Rule, table, factors: list[str]) -> list[SeedValue]:
     left out): the mean over the matched cells of mean(a) - mean(b) (over |mean(b)| with
     `relative`), or the mean of a's rows alone without `b`; with `x`, b is read as a curve at the
     a rows strictly inside its range (rows at its ends are left out: there the arms coincide)."""
-    import numpy as np
     import pandas as pd
 
     from synthlab.claims import paired
@@ -219,8 +225,6 @@ def seed_values(rule: Rule, table, factors: list[str]) -> list[SeedValue]:
 def _per_prompt_curve(rule: Rule, a_cell, b_cell, xs):
     """Per prompt: each a row minus b's curve read at its x, averaged over the a rows (None
     without per-prompt outcomes)."""
-    import numpy as np
-
     from synthlab.claims import paired
 
     a_vecs = [paired.prompt_vector(row, rule.metric) for _, row in a_cell.iterrows()]
@@ -272,8 +276,6 @@ def _every_row(condition: str, table) -> str:
 
 def _regime_condition(condition: str, table) -> str:
     """'' when the compared rows meet one `regime` entry (`REGIME`), else what fails."""
-    import ast
-
     if REQUIREMENT.match(condition):
         return _every_row(condition, table)
     if found := DISTINCT.match(condition):

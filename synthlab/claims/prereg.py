@@ -21,10 +21,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import io
 import json
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import tomllib
 
 from synthlab.claims.rules import LawRule, Rule, fingerprint, table_fingerprint
@@ -163,10 +165,6 @@ def run_start(results_dir: Path, root: Path | None) -> tuple[str | None, bool, s
     first, path = tables[0]
     longest = 0.0
     try:
-        import io
-
-        import pandas as pd
-
         rows = pd.read_csv(io.StringIO(_show(root, first, path) or ""))
         longest = float(pd.to_numeric(rows.get("wall_s", pd.Series(dtype=float))).max() or 0.0)
     except ValueError:

@@ -38,6 +38,7 @@ from the fit `synthlab fit ... --save` wrote beside the results table.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import re
@@ -45,6 +46,7 @@ from typing import Any
 
 from synthlab.claims.per_seed import REGIME, REQUIREMENT
 from synthlab.errors import SynthlabError
+from synthlab.serialize import from_dict
 
 EXPECT = ("above", "below", "within")
 EACH_WORDS = re.compile(r"\beach\b|\bat l = L\b")  # a `says` with these claims a result per cell
@@ -170,8 +172,6 @@ def record_rules(info: dict, experiment, preset: str, starting: bool) -> None:
     point starts (`data_began`, when `starting`: points to run and no results yet: the first run's
     start that `synthlab.claims.prereg` compares with the commits of the rules and the preset) and each
     rule's fingerprint with the time it was first seen (`rules`)."""
-    import datetime
-
     if "seeds" in experiment.presets[preset] or "seeds" in info:
         info["seeds"] = experiment.presets[preset].get("seeds", 1)
 
@@ -184,8 +184,6 @@ def record_rules(info: dict, experiment, preset: str, starting: bool) -> None:
 
 def parse_rules(raw: Any, where: str) -> tuple[Rule, ...]:
     """The `[[verdicts]]` tables of a definition, checked."""
-    from synthlab.serialize import from_dict
-
     if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
         raise SynthlabError(f"{where}: `verdicts` must be an array of tables ([[verdicts]])")
     required = [
@@ -237,8 +235,6 @@ class LawRule:
 
 def parse_law_rules(raw: Any, where: str) -> tuple[LawRule, ...]:
     """The `[[laws]]` tables of a definition, checked."""
-    from synthlab.serialize import from_dict
-
     if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
         raise SynthlabError(f"{where}: `laws` must be an array of tables ([[laws]])")
     return tuple(from_dict(LawRule, table, where=f"{where}: law {i}: ") for i, table in enumerate(raw, 1))

@@ -39,7 +39,11 @@ import dataclasses
 import math
 from typing import Any
 
-from synthlab.claims.per_seed import SEED_COLUMNS, cells, out_of_regime, seed_values, unmet_requirements
+import numpy as np
+import pandas as pd
+
+from synthlab.claims import intervals, paired
+from synthlab.claims.per_seed import SEED_COLUMNS, bounds, cells, out_of_regime, seed_values, unmet_requirements
 from synthlab.claims.rules import LawRule, Rule
 
 OUTCOMES = ("reproduced", "contradicted", "inconclusive", "too few seeds", "no data", "not tested", "not identified")
@@ -154,11 +158,6 @@ def seed_statistics(rule: Rule, table, factors: list[str]) -> list[float]:
 
 def _cell(rule: Rule, label: str, values: list, family: int) -> tuple[Cell, Any]:
     """A cell before Holm: its Cell (outcome "", p the raw p's) and its SeedEstimate (None with too few)."""
-    import numpy as np
-
-    from synthlab.claims import intervals
-    from synthlab.claims.per_seed import bounds
-
     stats = np.array([v.value for v in values])
     estimate, replicates = float(stats.mean()), tuple(float(s) for s in stats)
     test_var = float(np.nanmean([v.test_var for v in values])) if any(v.test_var == v.test_var for v in values) else 0.0
@@ -180,9 +179,7 @@ def _cell(rule: Rule, label: str, values: list, family: int) -> tuple[Cell, Any]
         prompts=prompts,
     )  # Bonferroni over the cells
     if asked > len(values):
-        from synthlab.claims.paired import too_few_note
-
-        note = f"{too_few_note(len(values), asked, needed)}; {statistics}"
+        note = f"{paired.too_few_note(len(values), asked, needed)}; {statistics}"
         return Cell(
             label, "too few seeds", estimate, math.nan, math.nan, len(values), math.nan, replicates, needed, note
         ), None
@@ -193,9 +190,6 @@ def _paired(rule: Rule, values: list, test_var: float, prompts: float) -> tuple[
     """(the shared test set's variance, its prompts, how the interval was made, the seeds a bimodal
     arm asks for): the variance measured from per-prompt outcomes where every seed has them
     (`synthlab.claims.paired`), else the binomial bound as given; with each arm's learned / stuck seeds."""
-    from synthlab.claims import paired
-    from synthlab.claims.per_seed import bounds
-
     shared = paired.shared_variance(values)
     how = paired.SEEDS_ONLY if bounds(rule) is None else paired.UNPAIRED
     if shared is not None:
@@ -207,10 +201,6 @@ def _paired(rule: Rule, values: list, test_var: float, prompts: float) -> tuple[
 
 def decide(rule: Rule, by_cell: dict[str, list]) -> Verdict:
     """The outcome of `rule` from its per-seed values (`rule_data.SeedValue`) in each cell."""
-    import numpy as np
-
-    from synthlab.claims import intervals
-
     by_cell = {k: v for k, v in by_cell.items() if v}
     if not by_cell:
         return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0)
@@ -271,8 +261,6 @@ def evaluate(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) ->
 def aggregate(table, factors: list[str], metrics: list[str]):
     """Mean, standard error and n over seeds per cell of the other grid factors (a DataFrame with
     the factor columns, `n`, each metric's mean under its name and its standard error as `<m>_se`)."""
-    import pandas as pd
-
     keys = [f for f in factors if f in table and f not in SEED_COLUMNS]
     groups = table.groupby(keys, dropna=False, sort=False) if keys else [((), table)]
     rows = []

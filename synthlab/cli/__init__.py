@@ -14,7 +14,9 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from synthlab import __version__
 from synthlab.errors import TaskError
+from synthlab.sweeps.schema import table
 
 # Parse errors: click's own, or those of the click copy that typer >= 0.2x vendors.
 _CLICK_ERRORS = (click.ClickException, getattr(typer, "TyperException", click.ClickException))
@@ -71,8 +73,6 @@ app = typer.Typer(
 
 def _print_version(given: bool) -> None:
     if given:
-        from synthlab import __version__
-
         typer.echo(__version__)
         raise typer.Exit()
 
@@ -96,8 +96,6 @@ def version() -> None:
 def columns() -> None:
     """Print the columns of a sweep's results.csv: each family, its type, the stage that writes it
     and what it means."""
-    from synthlab.sweeps.schema import table
-
     typer.echo(table())
 
 

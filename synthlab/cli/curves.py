@@ -27,7 +27,7 @@ class CurvesOptions:
 
 
 def _curves(runs: list[Path], **kwargs) -> None:
-    from synthlab.plots import curves as curveslib
+    from synthlab.plots import curves as curveslib  # pandas, torch: only when the command runs
 
     (options,) = flags.parsed(kwargs, CurvesOptions)
     out = options.out or Path(runs[0]) / "figures"

@@ -41,7 +41,7 @@ class ExportOptions:
 
 
 def _export(run_dir: Path, **kwargs) -> None:
-    from synthlab.ouroboros.export import export_run
+    from synthlab.ouroboros.export import export_run  # torch: only when the command runs
 
     (options,) = flags.parsed(kwargs, ExportOptions)
     check_writable(options.out)

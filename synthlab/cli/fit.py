@@ -15,7 +15,9 @@ from pathlib import Path
 
 import typer
 
+from synthlab import scaling  # the package loads scipy and pandas on first use of a fitting name
 from synthlab.cli import flags
+from synthlab.files import atomic_write_text, check_writable
 from synthlab.scaling.options import TableColumns, TableFitOptions
 from synthlab.serialize import option
 
@@ -27,8 +29,6 @@ LAW_HELP = (
 
 
 def _fit_json(group) -> dict:
-    from synthlab import scaling
-
     result, boot = group.result, group.bootstrap
     nan_to_none = lambda v: None if isinstance(v, float) and math.isnan(v) else v  # noqa: E731 (JSON has no NaN)
     out = dict(result.params)
@@ -58,8 +58,6 @@ def _fit_json(group) -> dict:
 
 
 def _fit_text(law, group) -> str:
-    from synthlab import scaling
-
     result, boot = group.result, group.bootstrap
     lines = [
         group.title,
@@ -132,9 +130,6 @@ class FitOutput:
 
 
 def _fit(law: str, table: Path, **kwargs) -> None:
-    from synthlab import scaling
-    from synthlab.files import atomic_write_text, check_writable
-
     columns, options, output = flags.parsed(kwargs, TableColumns, TableFitOptions, FitOutput)
     for path, flag in ((output.plot, "--plot"), (output.save, "--save")):
         if path is not None:
@@ -146,7 +141,7 @@ def _fit(law: str, table: Path, **kwargs) -> None:
             err=True,
         )
     if output.plot is not None:
-        from synthlab.plots.scaling import plot_fit
+        from synthlab.plots.scaling import plot_fit  # pandas and matplotlib: only with --plot
 
         plot_fit(fitted.law, [(g.title, g.data, g.result) for g in fitted.fits], output.plot)
     if fitted.law.name == "steps":

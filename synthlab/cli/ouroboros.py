@@ -1,4 +1,8 @@
-"""`synthlab ouroboros`: build, train and evaluate OUROBOROS on a local Qwen2 checkpoint (C11)."""
+"""`synthlab ouroboros`: build, train and evaluate OUROBOROS on a local Qwen2 checkpoint (C11).
+
+The commands import torch and `synthlab.ouroboros` (which loads torch) inside their functions, so
+that the CLI starts without them.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ from pathlib import Path
 
 import typer
 
+from synthlab import serialize
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
-from synthlab.files import check_out
+from synthlab.files import atomic_write_text, check_out, lab_output
 from synthlab.serialize import option
+from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig
 
 app = typer.Typer(
     help="OUROBOROS on a local Qwen2/Qwen2.5 checkpoint: a controller rewrites one recurrent layer per step.",
@@ -96,13 +102,10 @@ class EvalOptions:
 
 
 def _build(**kwargs) -> None:
-    import torch
+    import torch  # torch and synthlab.ouroboros: only when a command runs (the CLI starts without them)
 
-    from synthlab import serialize
-    from synthlab.files import atomic_write_text
     from synthlab.ouroboros.checkpoint import base_layers, load_base, meta_base, resolve_dtype
     from synthlab.ouroboros.system import OuroborosLM, describe_split, resolve_split, summary
-    from synthlab.training.configs import OuroborosConfig
     from synthlab.training.run_folders import resolve_device
 
     (build,) = flags.parsed(kwargs, BuildOptions)
@@ -127,15 +130,11 @@ def _build(**kwargs) -> None:
 
 def _is_build(folder: Path) -> bool:
     """Whether `folder` holds an earlier `build`'s summary.json and nothing else."""
-    from synthlab.files import lab_output
-
     return lab_output(folder) == "an OUROBOROS build" and {p.name for p in folder.iterdir()} == {"summary.json"}
 
 
 def _build_command():
     """`synthlab ouroboros build`: every OuroborosConfig field is a flag (help from the field)."""
-    from synthlab.training.configs import OuroborosConfig
-
     params = [*flags.dataclass_options(BuildOptions), *flags.dataclass_options(OuroborosConfig, unset=True)]
     return flags.with_signature(
         _build,
@@ -148,11 +147,9 @@ def _build_command():
 
 
 def _train(**kwargs) -> None:
-    from synthlab import serialize
     from synthlab.ouroboros.checkpoint import base_layers
     from synthlab.ouroboros.runs import train_run
     from synthlab.ouroboros.system import resolve_split
-    from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig
     from synthlab.training.distributed import reporting
 
     files, runtime = flags.parsed(kwargs, TrainFiles, TrainRuntime)
@@ -188,8 +185,6 @@ def _train(**kwargs) -> None:
 
 def _train_command():
     """`synthlab ouroboros train`: every OuroborosTrainConfig and OuroborosConfig field is a flag."""
-    from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig
-
     params = [
         *flags.dataclass_options(TrainFiles),
         *flags.dataclass_options(OuroborosTrainConfig, unset=True),

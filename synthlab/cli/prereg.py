@@ -9,13 +9,13 @@ from typing import List
 import typer
 
 from synthlab.cli import flags
+from synthlab.errors import SynthlabError
 
 app = typer.Typer(help="Preregistration: was each rule committed before its data began?", no_args_is_help=True)
 
 
 def _check(results: list[Path]) -> None:
-    from synthlab.claims import prereg
-    from synthlab.errors import SynthlabError
+    from synthlab.claims import prereg  # it reads experiment definitions (torch): only when the command runs
 
     for folder in results:
         if not (folder / "sweep.json").is_file():

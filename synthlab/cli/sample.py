@@ -47,7 +47,7 @@ class SampleOptions:
 
 
 def _sample(run_dir: Path, **kwargs) -> None:
-    import torch
+    import torch  # torch, the data and the model: only when the command runs (the CLI starts without them)
 
     from synthlab.data.datasets import load_dataset, unverified_data
     from synthlab.evaluation.evaluate import check_eval_steps

@@ -1,7 +1,9 @@
 """`synthlab sweep`, `plot`, `steps`, `report`: experiments as data, run and shown.
 
 Their options: SweepOptions (synthlab.sweeps.options) and ReportOptions (synthlab.report.options),
-the packages' own; plot's and steps' beside their commands (`PlotOptions`, `StepsOptions`).
+the packages' own; plot's and steps' beside their commands (`PlotOptions`, `StepsOptions`). The
+commands import the sweep, plot and report modules (torch, pandas, matplotlib) inside their
+functions, so that the CLI starts without them.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ import typer
 
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
-from synthlab.files import check_writable
+from synthlab.files import atomic_write_text, check_writable
 from synthlab.report.options import ReportOptions
 from synthlab.serialize import option
 from synthlab.sweeps.options import SweepOptions
 
 
 def _sweep(name: str, **kwargs) -> None:
-    from synthlab.sweeps import driver, experiments
+    from synthlab.sweeps import cost, driver, experiments  # torch: only when the command runs
     from synthlab.sweeps import lab_runner as point_runner
     from synthlab.sweeps.plan import plan
     from synthlab.sweeps.runner_protocol import load_runner
@@ -35,8 +37,6 @@ def _sweep(name: str, **kwargs) -> None:
     preset, out = options.preset, options.out_dir(exp.name)
     runner_module = load_runner(options.runner) if options.runner else point_runner
     if options.dry_run:
-        from synthlab.sweeps import cost
-
         gpu, calibration = preset == "gpu", options.calibration
         with cost.measured(
             calibration=cost.load_calibration(calibration) if gpu and calibration is not None else None,
@@ -75,7 +75,7 @@ def _sweep(name: str, **kwargs) -> None:
         )
         raise typer.Exit(code=130) from None
     if runner_module is point_runner:  # the lab's own columns: say what was measured
-        from synthlab.report.markdown import summary_lines
+        from synthlab.report.markdown import summary_lines  # pandas and scipy: only for the summary
 
         for line in summary_lines(out):
             typer.echo(line)
@@ -95,6 +95,8 @@ sweep = flags.with_signature(
 
 def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:
     import pandas as pd
+
+    from synthlab.sweeps import cost
 
     table = pd.DataFrame(rows)
     total = table["cost_s"].sum(min_count=1)
@@ -117,8 +119,6 @@ def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:
         f"{len(models)} already there, reused or resumed; --runs names another store)"
     )
     if "gpu_h" in table:
-        from synthlab.sweeps import cost
-
         mfu = ", ".join(f"{m:.0%}" for m in sorted(set(table["mfu"].dropna()), reverse=True)) or "-"
         source = (
             f"measured by the GPU check in {calibration} (packed points; the others assumed)"
@@ -216,7 +216,6 @@ class StepsOptions:
 def _steps(sweep_dir: Path, **kwargs) -> None:
     import pandas as pd
 
-    from synthlab.files import atomic_write_text
     from synthlab.sweeps.results_table import step_rows
 
     (options,) = flags.parsed(kwargs, StepsOptions)

@@ -1,5 +1,6 @@
 """`synthlab train`, `synthlab eval`, `synthlab capacity`: thin wrappers over synthlab.training.trainer,
-synthlab.evaluation.evaluate and synthlab.evaluation.capacity (torch is imported inside the commands)."""
+synthlab.evaluation.evaluate and synthlab.evaluation.capacity. Those, the data and run-folder modules
+(torch, tokenizers) are imported inside the commands, so that the CLI starts without them."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from typing import Any
 import tomllib
 import typer
 
+from synthlab import serialize
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 from synthlab.evaluation.options import CapacityOptions, EvalRunOptions
 from synthlab.files import warn
+from synthlab.models import ModelConfig
 from synthlab.serialize import option
 from synthlab.sweeps.gpu_scheduling import default_threads, idle_cores
+from synthlab.training.configs import TrainConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,10 +82,7 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
 
     Paths (the data folder, init_from) are stored absolute, so the run folder works from anywhere.
     """
-    from synthlab import serialize
-    from synthlab.data.datasets import load_dataset
-    from synthlab.models import ModelConfig
-    from synthlab.training.configs import TrainConfig
+    from synthlab.data.datasets import load_dataset  # tokenizers, torch: only when a command runs
     from synthlab.training.run_folders import RunConfig
 
     for section in file:
@@ -111,10 +112,7 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
 
 
 def _train(**kwargs) -> None:
-    from synthlab import serialize
     from synthlab.data.datasets import unverified_data
-    from synthlab.models import ModelConfig
-    from synthlab.training.configs import TrainConfig
     from synthlab.training.trainer import train as run_training
 
     command, process = flags.parsed(kwargs, TrainCommand, ProcessOptions)
@@ -172,7 +170,6 @@ def _auto_resume(out: Path | None, config: Path | None, model_flags: dict, train
     """--resume auto: the run in --out to continue (checked to be the run the options describe), or
     None to start it there. Under torchrun every process decides before any writes: rank 0 writes
     only after a collective all of them join (synthlab.training.trainer), so all see the same folder."""
-    from synthlab import serialize
     from synthlab.sweeps.lab_runner import check_same_run
 
     if out is None:
@@ -205,9 +202,6 @@ def _setting(text: str) -> tuple[str, str, Any]:
 
 def _train_command():
     """`synthlab train`: every ModelConfig and TrainConfig field is a flag (help from the field)."""
-    from synthlab.models import ModelConfig
-    from synthlab.training.configs import TrainConfig
-
     params = [
         *flags.dataclass_options(TrainCommand),
         *flags.dataclass_options(TrainConfig, unset=True),

@@ -65,7 +65,7 @@ class WordTokenizer:
     def transformers_tokenizer(self):
         """This tokenizer as a transformers PreTrainedTokenizerFast (same backend, same ids; `<pad>`,
         `<bos>`, `<eos>` as its pad / bos / eos tokens)."""
-        from transformers import PreTrainedTokenizerFast
+        from transformers import PreTrainedTokenizerFast  # about 3 s to import; training never needs it
 
         named = {
             name: tok

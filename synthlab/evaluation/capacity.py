@@ -27,6 +27,10 @@ over them (p1 = ln N); a model that knows every attribute has p2 = 0.
 The work city is a function of the employer (its headquarters), so the work-city and employer
 tokens are scored together as one attribute with 263 values: whichever comes first in the text
 carries the information and the other is then determined (as far as the first fixes it).
+
+The functions that read a model import torch's modules (scoring, the run folder, the parameter
+count) inside them: `synthlab.plots.tasks` draws with `peak_capacity`, and the plots package loads
+without torch (`synthlab fit --plot`).
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from synthlab.data.datasets import load_dataset, training_examples
 from synthlab.errors import SynthlabError
+from synthlab.files import atomic_write_text
 from synthlab_generators import bios
 
 LOG2E = math.log2(math.e)
@@ -160,7 +166,7 @@ def person_losses(model, data, *, device, batch_size: int = 64, steps: int | Non
     The model reads every biography as it was trained (`<bos> text <eos>`, one per row); text token
     k sits at position k + 1, so its loss is entry k of `score_sequences`.
     """
-    from synthlab.evaluation.scoring import score_sequences
+    from synthlab.evaluation.scoring import score_sequences  # torch: see the module docstring
 
     records = data.records("train")
     losses, _ = score_sequences(
@@ -201,8 +207,6 @@ def span_losses(records: list[dict], token_losses: list[np.ndarray], n_people: i
 
 def used_token_ids(data) -> set[int]:
     """Token ids that occur in the training sequences (the embedding rows that count in P)."""
-    from synthlab.data.datasets import training_examples
-
     return set(np.unique(training_examples(data).tokens).tolist())
 
 
@@ -219,9 +223,7 @@ def estimate_capacity(
     when read at `steps` recurrent steps, capacity_checkpoint{S}.json for the kept checkpoint of
     optimizer step S: a point of the learning curve) and returned. `data_dir`: the run's dataset if
     it moved."""
-    from synthlab.data.datasets import load_dataset
-    from synthlab.evaluation.evaluate import check_eval_steps
-    from synthlab.files import atomic_write_text
+    from synthlab.evaluation.evaluate import check_eval_steps  # torch: see the module docstring
     from synthlab.models import count_params
     from synthlab.training.run_folders import load_run, open_checkpoint, open_run, resolve_device, trained_data
 

@@ -26,6 +26,8 @@ import torch
 
 from synthlab.data.datasets import Examples, Rows, load_dataset, pack_rows, pad_rows, row_layout, training_examples
 from synthlab.errors import SynthlabError
+from synthlab.models.losses import token_losses
+from synthlab.training.run_folders import autocast, open_checkpoint, open_run, read_metrics, resolve_device
 
 HELDOUT_SEED_OFFSET = 1_000_003  # the held-out dataset's seed is the training data's seed plus this
 
@@ -45,9 +47,6 @@ def heldout_loss(
     "n_tokens": target tokens scored} of the run's final model or its checkpoint at `checkpoint`;
     with `train_dir` (the run's training dataset) also "seen": the share of the scored examples that
     occur verbatim in its training split."""
-    from synthlab.models.losses import token_losses
-    from synthlab.training.run_folders import autocast, open_checkpoint, open_run, read_metrics, resolve_device
-
     dev = resolve_device(device)
     if checkpoint is None:
         model, run, _ = open_run(run_dir, dev)

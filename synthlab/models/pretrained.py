@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import safetensors.torch
 import torch
 
 from synthlab import serialize
@@ -46,8 +47,6 @@ class PretrainedMixin:
     def save_pretrained(self, folder: str | Path) -> Path:
         """Write config.json and model.safetensors (tied weights once) into `folder`; refuses a run
         folder (its config.json is the run's) and a config.json that is not a synthlab model's."""
-        from safetensors.torch import save_model
-
         folder = Path(folder)
         found = _read_config(folder)
         if found is not None:
@@ -55,15 +54,13 @@ class PretrainedMixin:
                 raise SynthlabError(f"{folder} is a training run: save_pretrained into another folder")
             serialize.from_dict(ModelConfig, found[0])  # ours to replace
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(folder / WEIGHTS, lambda tmp: save_model(self, str(tmp)))
+        atomic_write(folder / WEIGHTS, lambda tmp: safetensors.torch.save_model(self, str(tmp)))
         atomic_write_text(folder / CONFIG, json.dumps(serialize.to_dict(self.config), indent=2) + "\n")
         return folder
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, device: torch.device | str = "cpu"):
         """The model saved in `folder` (by `save_pretrained`, or a finished training run), in eval mode."""
-        from safetensors.torch import load_model
-
         folder = Path(folder)
         found = _read_config(folder)
         if found is None:
@@ -74,7 +71,7 @@ class PretrainedMixin:
         config = serialize.from_dict(ModelConfig, found[0])
         model = cls(config).to(device)  # type: ignore[call-arg]
         try:
-            load_model(model, str(folder / WEIGHTS), device=str(device))
+            safetensors.torch.load_model(model, str(folder / WEIGHTS), device=str(device))
         except RuntimeError as err:
             raise SynthlabError(f"the weights in {folder} do not fit its config: {str(err).splitlines()[0]}") from None
         return model.eval()

@@ -1,13 +1,20 @@
-"""Loading a local Qwen2-family checkpoint (never downloading), or a config-only meta model."""
+"""Loading a local Qwen2-family checkpoint (never downloading), or a config-only meta model.
+
+transformers (about 3 s to import) is imported inside the functions that use it: the lab's sweeps
+load this module with `synthlab.ouroboros.export` (`synthlab.sweeps.lab_runner` checks every point
+with it) and most of their points never read a Qwen2 checkpoint.
+"""
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from synthlab.data.tokenizer import WordTokenizer
 from synthlab.errors import SynthlabError
 
 # Implementations that honour the explicit 4-D additive causal mask the system passes to every layer.
@@ -28,8 +35,6 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
 def base_layers(path: str | Path) -> int:
     """The number of decoder layers of a base (a checkpoint folder or its config.json), read from
     the config alone, so that a split can be checked before the weights are."""
-    import json
-
     path = Path(path)
     config_path = path / "config.json" if path.is_dir() else path
     try:
@@ -45,7 +50,7 @@ def base_layers(path: str | Path) -> int:
 
 def load_base(path: str | Path, *, device: torch.device, dtype: torch.dtype, attn: str = "sdpa") -> nn.Module:
     """A Qwen2ForCausalLM from a local folder (config.json + weights), frozen, in eval mode."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM  # see the module docstring
 
     if attn not in ATTENTION:
         raise SynthlabError(
@@ -115,8 +120,6 @@ def load_tokenizer(path: str | Path):
     folder whose tokenizer.json is not the stock Qwen one.
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    from synthlab.data.tokenizer import WordTokenizer
 
     path = Path(path)
     if (path / WORD_VOCAB).is_file():

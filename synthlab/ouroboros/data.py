@@ -53,6 +53,7 @@ def read_texts(path: str | Path, text_field: str = "text") -> list[str]:
                 raise SynthlabError(f"corpus: {path} line {number}: '{text_field}' is not a string")
             docs.append(record[text_field])
     elif suffix == ".parquet":
+        # pandas: only for a Parquet corpus (the package loads this module, a sweep's workers too)
         import pandas as pd
 
         try:

@@ -24,6 +24,10 @@ decoding joins them back into the same text. Every lab sequence starts with `<bo
 does not must start with a space (` Ana was born`): a bare first word matches no added token and,
 having no bytes in the vocabulary, is dropped. synthlab itself reads an exported folder's documents
 with the lab's tokenizer (WORD_VOCAB, synthlab.ouroboros.checkpoint.load_tokenizer), where it is not.
+
+transformers is imported inside the functions that build its objects: `synthlab.sweeps.lab_runner`
+imports this module (`qwen2_refusal` checks a point), and a sweep that exports nothing never pays
+for it (about 3 s).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import shutil
 from pathlib import Path
 
 import torch
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+from tokenizers.models import BPE
 
 from synthlab.data.tokenizer import WordTokenizer
 from synthlab.errors import SynthlabError
@@ -76,7 +82,7 @@ def qwen2_refusal(c: ModelConfig) -> str | None:
 
 
 def qwen2_config(c: ModelConfig, tokenizer: WordTokenizer):
-    from transformers import Qwen2Config
+    from transformers import Qwen2Config  # see the module docstring
 
     ids = {
         name: tokenizer.id(tok) if tok in tokenizer.tokens else None
@@ -129,8 +135,6 @@ def qwen2_state(model) -> dict[str, torch.Tensor]:
 def hf_tokenizer(tokenizer: WordTokenizer):
     """The lab's vocabulary as the PreTrainedTokenizerFast that `AutoTokenizer` loads back unchanged
     (module docstring): same ids, decoding gives the text back."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
-    from tokenizers.models import BPE
     from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 

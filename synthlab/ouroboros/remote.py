@@ -17,6 +17,7 @@ import json
 import re
 from pathlib import Path
 
+import safetensors.torch
 import torch
 
 from synthlab import serialize
@@ -133,8 +134,6 @@ def vendored_source(name: str) -> str:
 def write_remote(model, folder: Path, special_ids: dict[str, int]) -> None:
     """Write `model` (a LoopedGPT) into `folder` as remote code: the code files, config.json,
     model.safetensors and generation_config.json (greedy, no cache)."""
-    from safetensors.torch import save_file
-
     for name in VENDORED:
         (folder / f"synthlab_{name}.py").write_text(vendored_source(name), encoding="utf-8")
     (folder / "synthlab_support.py").write_text(SUPPORT, encoding="utf-8")
@@ -156,6 +155,6 @@ def write_remote(model, folder: Path, special_ids: dict[str, int]) -> None:
     }
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     state = {f"looped.{k}": v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    safetensors.torch.save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     generation = {"do_sample": False, "use_cache": False, **special_ids}
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")

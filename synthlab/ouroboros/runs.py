@@ -18,6 +18,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pandas as pd
+import safetensors.torch
 import torch
 
 from synthlab import serialize
@@ -55,10 +57,8 @@ def build_variant(base, config: OuroborosConfig, variant: str, seed: int) -> Our
 
 
 def save_trainable(model: OuroborosLM, path: Path) -> None:
-    from safetensors.torch import save_file
-
     state = {k: v.contiguous().cpu() for k, v in model.trainable_state().items()}
-    atomic_write(path, lambda tmp: save_file(state, str(tmp)))
+    atomic_write(path, lambda tmp: safetensors.torch.save_file(state, str(tmp)))
 
 
 def read_state(path: Path) -> dict:
@@ -72,10 +72,8 @@ def read_state(path: Path) -> dict:
 
 
 def load_trainable(model: OuroborosLM, path: Path) -> None:
-    from safetensors.torch import load_file
-
     try:
-        state = load_file(str(path))
+        state = safetensors.torch.load_file(str(path))
     except Exception as err:  # safetensors raises its own error types for a damaged file
         raise SynthlabError(
             f"damaged weights {path} ({type(err).__name__}); train {path.parent.name} again (delete {path.parent})"
@@ -205,8 +203,6 @@ def train_run(
 def _train_run(
     base_path, corpus, out, variants, config, train_config, docs, dev, dtype, attn, text_field, progress, world, fsdp
 ) -> dict:
-    import pandas as pd
-
     base = _Base(base_path, dev, dtype, attn, fsdp, world)
     sequences = corpus_rows(docs, load_tokenizer(base_path), train_config)
     train_seqs, heldout = split_heldout(sequences, train_config.heldout_fraction)
@@ -287,8 +283,6 @@ def eval_run(
     of every corpus and the sums are added up (synthlab.ouroboros.train.evaluate): every process returns the
     one-process table, rank 0 writes it; `fsdp` shards the base as in `train_run`.
     """
-    import pandas as pd
-
     run_dir = Path(run_dir)
     if batch_size < 1:
         raise SynthlabError(f"--batch-size must be >= 1, got {batch_size}")
@@ -338,8 +332,6 @@ def _eval_rows(
     run, run_dir, config, train_config, depths, corpora, batch_size, dev, dtype, progress, world, fsdp
 ) -> list[dict]:
     base = _Base(run["base"], dev, dtype, run["attn"], fsdp, world)
-    import pandas as pd
-
     jobs = [(v, [1]) for v in ("truncated", "base")] + [(v, depths) for v in run["variants"]]
     rows, per_sequence = [], {name: {"sequence": range(len(seqs))} for name, seqs in corpora.items()}
     bar = Progress(

@@ -123,6 +123,8 @@ def run_stage(
     `corpus` and on `new_corpus` (text the base never saw, `eval_data_seed`); returns the row's
     columns, with `outcomes`: the per-sequence file (relative to out's parent, the point's run
     folder) that pairs two variants on the same sequences (`synthlab.claims.paired`)."""
+    # pandas, here and in synthlab.ouroboros.runs: only when the stage runs (synthlab.sweeps.lab_runner
+    # imports this module for `parse_section`, in a sweep's worker processes too)
     import pandas as pd
 
     from synthlab.ouroboros.runs import LOG, SEQUENCE_LOSSES, eval_run, train_run

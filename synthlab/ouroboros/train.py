@@ -207,7 +207,7 @@ def sequence_losses(
 
 def plot_loss_vs_depth(table, path: str | Path) -> None:
     """The C11 figure: loss against depth, a line per variant, a panel per corpus."""
-    import matplotlib
+    import matplotlib  # matplotlib and seaborn (seconds to import): only for the figure
 
     matplotlib.use("Agg")
     import seaborn as sns

@@ -12,6 +12,10 @@ or the seeds' range (faithfulness).
 - `tasks`, `mechanisms`, `scaling`: the built-in kinds, registered here (`PLOTTERS`, `plot`).
 - `generic`: an experiment's figure: its built-in kind, or the generic figure of its grid.
 - `curves`: training curves of runs, from their metrics.jsonl.
+
+matplotlib and seaborn (seconds to import) are imported inside the functions that draw (`style.pyplot`,
+the tick formatters), so the package loads without them: a sweep's closing summary
+(`synthlab.report.markdown.summary_lines`) imports it and draws nothing.
 """
 
 from __future__ import annotations

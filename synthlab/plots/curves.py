@@ -95,7 +95,7 @@ def plot_curves(curves: list[Curve], out: str | Path, name: str = "curves") -> l
     """Draw `curves` into OUT/<name>.png and .svg; returns the paths."""
     training, per_step = _tables(curves)
     plt, sns = pyplot()
-    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter  # where a figure is drawn (package docstring)
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     order = list(dict.fromkeys(c.group for c in curves))

@@ -20,12 +20,11 @@ from synthlab.errors import SynthlabError
 from synthlab.plots.style import bars_and_seeds, mean_and_seeds, pyplot, save, seeds_note
 from synthlab.sweeps import experiments
 from synthlab.sweeps.results_table import factor_column
+from synthlab_generators import TASKS
 
 
 def headline(task: str) -> str:
     """The results column a figure of this task leads with."""
-    from synthlab_generators import TASKS
-
     return TASKS[task].headline if task in TASKS else "accuracy"
 
 

@@ -1,6 +1,7 @@
 """The figures of scaling laws: the built-in `scaling` figure of a sweep (loss vs N, D and T with the
-fitted law) and the fit and residual plot of `synthlab fit --plot` (matplotlib imported lazily:
-`synthlab fit` starts fast; `synthlab.scaling` itself on first use: other figures need no scipy)."""
+fitted law) and the fit and residual plot of `synthlab fit --plot` (matplotlib imported where a
+figure is drawn, as in the whole package; `synthlab.scaling` loads its fitting modules on first use:
+other figures need no scipy)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from synthlab import scaling
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write, warn
 from synthlab.plots.style import need, pyplot, save
@@ -26,7 +28,7 @@ def plot_fit(law: Law, parts: Sequence[tuple[str, Data, FitResult]], path: Path)
     `parts` are (label, data, fit) triples: one for most laws, one per Tm for the step-wise law.
     Written to a temporary sibling and renamed into place.
     """
-    import matplotlib
+    import matplotlib  # where a figure is drawn (the package docstring)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -55,8 +57,6 @@ def plot_fit(law: Law, parts: Sequence[tuple[str, Data, FitResult]], path: Path)
 def fit_scaling(table: pd.DataFrame):
     """The LoopLM fit saved beside the table if it fitted these numbers (the report's verdict's), else
     a fit of the richest law the table supports: LoopLM if loops vary and rows allow, else Chinchilla."""
-    from synthlab import scaling
-
     try:
         if "sweep_dir" in table.attrs and (saved := scaling.saved_fit(table, Path(table.attrs["sweep_dir"]))):
             return saved
@@ -73,8 +73,6 @@ def fit_scaling(table: pd.DataFrame):
 def plot_scaling(table: pd.DataFrame, out: Path) -> list[Path]:
     """Loss vs N, D and T (three panels); dashed: the fitted law's prediction at each run."""
     from matplotlib.ticker import NullFormatter
-
-    from synthlab import scaling
 
     d_col, loss_col = scaling.default_columns(table.columns)  # as `synthlab fit` reads the table
     if d_col != "tokens":  # the heldout stage: the held-out loss at each scored checkpoint
@@ -128,8 +126,6 @@ def scaling_title(result) -> str:
     """The scaling figure's title: the fitted constants, or, for a degenerate fit (as `synthlab fit`
     warns), that its constants are not identified, naming those that ran off. The law's verdict
     (which also tests its form) is the report's."""
-    from synthlab import scaling
-
     if result is None:
         return "no law fitted (needs >= 3 model sizes, >= 3 data sizes and more runs than parameters)"
     if bad := scaling.implausible(result.params):

@@ -15,7 +15,7 @@ from synthlab.files import atomic_write
 
 
 def pyplot():
-    import matplotlib
+    import matplotlib  # matplotlib and seaborn: only where a figure is drawn (the package docstring)
 
     matplotlib.use("Agg")  # files only; never needs a display
     import matplotlib.pyplot as plt

@@ -78,7 +78,7 @@ def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
         title="bioS capacity: bits vs parameters",
     )
     # Ticks at 1, 2 and 5 x 10^k, labelled 20K, 500K, 2M: a range within a decade has no power of ten
-    # to label, and labelled minor ticks of a log axis overlap.
+    # to label, and labelled minor ticks of a log axis overlap. (matplotlib: where a figure is drawn)
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))

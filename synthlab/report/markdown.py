@@ -22,11 +22,14 @@ from pathlib import Path
 import pandas as pd
 import tomllib
 
+from synthlab import scaling
 from synthlab.claims import law_verdicts, paired, prereg, verdicts
+from synthlab.claims.per_seed import CONTAINS, DISTINCT, REQUIREMENT
 from synthlab.claims.rules import LawRule, fingerprint
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
 from synthlab.plots.generic import figures_of
+from synthlab.report import results_index
 from synthlab.sweeps import experiments
 from synthlab.sweeps.info import read_info
 from synthlab.sweeps.results_table import factor_column, read_results
@@ -116,8 +119,6 @@ def _over_seeds(table: pd.DataFrame, shown: list[str], factors: list[str]) -> pd
 def law_verdict(rule: LawRule, sweep_dir: Path) -> verdicts.Verdict:
     """A `[[laws]]` rule decided from the fit saved in `sweep_dir` (and the digest of the numbers
     its table holds now, read with the saved fit's columns)."""
-    from synthlab import scaling
-
     path = sweep_dir / rule.fit
     if not path.is_file():
         return law_verdicts.decide_law(rule, None, None)
@@ -181,8 +182,6 @@ def preregistered(found: list[verdicts.Verdict], sweep_dir: Path) -> list[verdic
 def regime_columns(table: pd.DataFrame, rules, points: list) -> pd.DataFrame:
     """The table with each preset setting a rule's regime names ("1 in ouroboros.depths") that it
     lacks as a column, read from each row's grid point (the setting's value, e.g. [2, 4, 8])."""
-    from synthlab.claims.per_seed import CONTAINS, DISTINCT, REQUIREMENT
-
     named = {
         (form.match(c).group(2) if form is CONTAINS else form.match(c).group(1))
         for r in rules
@@ -323,8 +322,6 @@ def write_report(
     sections = [_section(Path(d), out.parent, readings, copy_results, f) for d, f in folders.items()]
     found = [v for _, vs in sections for v in vs]
     if index:
-        from synthlab.report import results_index
-
         return results_index.write_index(
             folders,
             [s for s, _ in sections],

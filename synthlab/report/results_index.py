@@ -21,7 +21,10 @@ from pathlib import Path
 import pandas as pd
 
 from synthlab.claims.rules import LawRule
+from synthlab.files import atomic_write_text
 from synthlab.plots.style import seed_count, short_count
+from synthlab.sweeps.info import read_info
+from synthlab.sweeps.results_table import read_results
 
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 
@@ -111,10 +114,6 @@ def write_index(
     """`out` as the index, each sweep's section as `<folder>/README.md` beside it (folders: sweep
     directory -> its page folder relative to out's; sections written for a page in out's folder,
     their links rebased)."""
-    from synthlab.files import atomic_write_text
-    from synthlab.sweeps.info import read_info
-    from synthlab.sweeps.results_table import read_results
-
     root = out.parent
     scales, lines = {}, []
     for (directory, folder), section in zip(folders.items(), sections):

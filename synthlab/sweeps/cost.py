@@ -13,13 +13,19 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import tempfile
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from synthlab import serialize
+from synthlab.data.datasets import Examples, pack_rows
+from synthlab.errors import SynthlabError
+from synthlab.files import sha256_file
 from synthlab.models import (
     LoopedGPT,
     ModelConfig,
@@ -241,12 +247,6 @@ _host_rates: dict[str, float] = {}  # in use (read by the dry run's summary)
 def host_rates(repeats: int = 3) -> dict[str, float]:
     """Seconds per packed example and per checkpoint byte (written; snapshot), measured here: the
     best of `repeats` tries (other work on the machine only slows a try down)."""
-    import tempfile
-    import time
-
-    from synthlab.data.datasets import Examples, pack_rows
-    from synthlab.files import sha256_file
-
     n, size = 20_000, 32 * 2**20
     examples = Examples.from_lists([[1] * 25] * n, [1] * n)
     state = {"w": torch.zeros(size // 4)}
@@ -306,10 +306,6 @@ _calibration: dict[str, Any] = {}
 def load_calibration(path) -> dict[str, Any]:
     """The calibration file the GPU check writes (OUT/cost_calibration.json), checked: one measured
     on a GPU (a --dry-run's, measured on the CPU at tiny sizes, calibrates nothing)."""
-    from pathlib import Path
-
-    from synthlab.errors import SynthlabError
-
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:

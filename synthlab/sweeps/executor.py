@@ -8,14 +8,19 @@ run dir); its `wall_s` counts every attempt (`points/<point_id>.elapsed` keeps t
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import multiprocessing
 import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text, die_with_parent, file_lock
@@ -46,8 +51,6 @@ def run_unit(unit: Unit) -> list[dict[str, Any]]:
     if unit.cuda_visible is not None:  # a fresh worker: CUDA starts after this, on these GPUs only
         os.environ["CUDA_VISIBLE_DEVICES"] = unit.cuda_visible
     if unit.threads:
-        import torch
-
         torch.set_num_threads(unit.threads)
     runner = load_runner(unit.runner)
     run_dir = Path(unit.run_dir)
@@ -181,13 +184,8 @@ def execute(
         for unit in units:
             on_done(run_unit(unit))
         return
-    import concurrent.futures
-    import multiprocessing
-
     # spawn: a fresh interpreter per worker (fork would copy torch's thread pools and locks); each ends with the driver
     ctx = multiprocessing.get_context("spawn")
-    from concurrent.futures.process import BrokenProcessPool
-
     try:
         with concurrent.futures.ProcessPoolExecutor(
             max_workers=jobs, mp_context=ctx, initializer=die_with_parent

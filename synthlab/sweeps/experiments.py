@@ -73,8 +73,10 @@ from typing import Any
 
 import tomllib
 
+from synthlab.claims.rules import parse_law_rules, parse_rules
 from synthlab.errors import SynthlabError
 from synthlab.serialize import content_hash
+from synthlab.sweeps.lab_runner import STAGES
 
 SECTIONS = ("data", "model", "train", "eval", "gate", "ouroboros")
 # Sections every resolved config carries; the others only where a definition sets them, so adding a
@@ -271,8 +273,6 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
             raise SynthlabError(f"{where}: missing key '{key}'")
     if source.endswith(".toml") and Path(source).stem != raw["name"]:
         raise SynthlabError(f"{where}: name '{raw['name']}' does not match the file name")
-    from synthlab.sweeps.lab_runner import STAGES
-
     stages = tuple(raw["stages"])
     bad = [s for s in stages if s not in STAGES]
     if bad or "train" not in stages:
@@ -289,8 +289,6 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
         _check_grid(spec.get("grid", {}), f"{where}: presets.{name}.grid")
         _check_seeds(spec, f"{where}: presets.{name}")
         _check_size(spec, f"{where}: presets.{name}")
-    from synthlab.claims.rules import parse_law_rules, parse_rules
-
     verdicts = parse_rules(raw.get("verdicts", []), where)
     laws = parse_law_rules(raw.get("laws", []), where)
     return Experiment(

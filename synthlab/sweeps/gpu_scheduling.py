@@ -12,10 +12,14 @@ Ray gets the same estimate as a fractional GPU request (`ray_gpus`).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
+import multiprocessing
 import os
 from dataclasses import dataclass, field
+
+from synthlab.errors import SynthlabError
 
 # Of a GPU's memory, the part the estimates may fill: the rest is the CUDA context (about 0.5 GiB a
 # process), the allocator's fragmentation and the estimate's error (within 4% of measured activations).
@@ -139,7 +143,7 @@ def local_gpus() -> list[float]:
     only: the driver's callers without GPUs never pay for it."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         return []
-    import torch
+    import torch  # the CLI imports this module at its start (`default_threads`)
 
     if not torch.cuda.is_available():
         return []
@@ -152,10 +156,6 @@ def run_placed(items: list, demands: list[Demand], gpus: Gpus, jobs: int, start,
     a later item that fits passing one that waits for room. `on_done(result)` gets each result as
     it comes. A demand no GPU of the node can ever meet is a SynthlabError before anything starts.
     """
-    import concurrent.futures
-
-    from synthlab.errors import SynthlabError
-
     for demand in demands:
         if not gpus.fits(demand):
             what = f"{demand.gpus} GPU(s)" + (f" of {demand.gib:.1f} GiB" if demand.gib is not None else "")
@@ -183,9 +183,6 @@ def run_on_gpus(units: list, gpus_gib: list[float], jobs: int, work, on_done) ->
     """`work(unit)` of each sweep unit (a dataclass with `demand` and `cuda_visible`) in a fresh
     spawn process of its own, its `cuda_visible` set to the GPUs `run_placed` gives it (a process
     per unit: CUDA_VISIBLE_DEVICES only counts before CUDA starts in a process)."""
-    import concurrent.futures
-    import multiprocessing
-
     parent = os.environ.get("CUDA_VISIBLE_DEVICES")
 
     def start(unit, got: tuple[int, ...]):
@@ -200,7 +197,7 @@ def run_on_gpus(units: list, gpus_gib: list[float], jobs: int, work, on_done) ->
 def run_on_ray(units: list, address: str | None, work, on_done) -> None:
     """`work(unit)` of each sweep unit as a Ray task asking `ray_resources` (of the driver's GPU
     memory, else RAY_GPU_GIB); `on_done(result)` as each finishes."""
-    import ray
+    import ray  # an optional extra (synthlab[ray]): only a sweep with --executor ray needs it
 
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False)

@@ -14,16 +14,29 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from synthlab import serialize
 from synthlab.errors import SynthlabError, from_tasks
+from synthlab.evaluation.evaluate import biography_generation, evaluate_run
+from synthlab.evaluation.heldout import HELDOUT_SEED_OFFSET, heldout_loss
 from synthlab.files import cached_dir
+from synthlab.ouroboros.export import export_run, qwen2_refusal
+from synthlab.ouroboros.stage import parse_section, run_stage
 from synthlab.serialize import content_hash
 from synthlab.sweeps.cost import estimate_seconds, gpu_cost, size_metrics
 from synthlab.sweeps.results_table import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
 from synthlab.training.configs import PointConfig, parse_point
+from synthlab.training.run_folders import RunConfig, load_run
+from synthlab.training.trainer import train
+from synthlab_generators import write_dataset
 
 __all__ = ["columns", "estimate_seconds", "gpu_cost", "gpu_memory_gib", "parse", "run_point"]
 
@@ -40,9 +53,6 @@ def parse(config: dict[str, Any]) -> PointConfig:
     point = parse_point(config)
     if "ouroboros" not in point.stages:
         return point
-    from synthlab.ouroboros.export import qwen2_refusal
-    from synthlab.ouroboros.stage import parse_section
-
     if "ouroboros" not in config:
         raise SynthlabError("the ouroboros stage needs an [ouroboros] section")
     if qwen2_refusal(point.model):
@@ -70,8 +80,6 @@ def columns(point: PointConfig) -> list[str]:
 
 def dataset(point: PointConfig, cache_dir: Path) -> Path:
     """The point's dataset, generated once per (task, params, seed) into the cache."""
-    from synthlab_generators import write_dataset
-
     key = {"task": point.task, **point.data_key, **point.spec.version_key()}
     with from_tasks():
         return cached_dir(
@@ -84,7 +92,6 @@ def dataset(point: PointConfig, cache_dir: Path) -> Path:
 
 def train_model(point: PointConfig, data_dir: Path, model_dir: Path, nproc: int = 0) -> dict[str, Any]:
     """Train (or resume, or reuse) the point's model in model_dir; returns the training metrics."""
-    from synthlab.training.run_folders import RunConfig
 
     def new_run():
         train = dataclasses.replace(point.train, data=str(Path(data_dir).resolve()))
@@ -99,8 +106,6 @@ def train_gate(point: PointConfig, model_dir: Path, run_dir: Path, nproc: int = 
 
     One stage II run per gate config, beside the stage I model (points that share both share it).
     """
-    from synthlab.training.run_folders import load_run
-
     gate_dir = run_dir / f"gate-{content_hash(dataclasses.asdict(point.gate))}"
 
     def new_run():
@@ -120,8 +125,6 @@ def train_gate(point: PointConfig, model_dir: Path, run_dir: Path, nproc: int = 
 def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> bool:
     """Reuse a finished run (returns True), resume a started one, or start `new_run()` (a RunConfig)
     afresh (False); in this process, or (nproc >= 1) as a torchrun job of nproc processes."""
-    from synthlab.training.trainer import train
-
     resume = (run_dir / "config.json").is_file()  # resume from the last checkpoint (or step 0 before one)
     if resume:
         check_same_run(run_dir, new_run())
@@ -161,9 +164,6 @@ def check_same_run(
     """Refuse to reuse or resume `run_dir` for a point whose configuration (`wanted`, a RunConfig) is
     not the one the run was trained with: a changed default or definition keeps a point's id.
     `asked` and `remedy` word the error for the caller (a sweep's point, `train --resume auto`)."""
-    from synthlab import serialize
-    from synthlab.training.run_folders import load_run
-
     stored, _ = load_run(run_dir)
     changed = []
     for section, old, new in [
@@ -192,14 +192,6 @@ def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
     """`torchrun --standalone --nproc-per-node nproc -m synthlab train` of `run` (a RunConfig, or
     None to resume run_dir) in a child process, with this process's torch threads per process;
     True if a signal interrupted it (a checkpoint was written). A failure is one error line."""
-    import subprocess
-    import sys
-    import tempfile
-
-    import torch
-
-    from synthlab import serialize
-
     with tempfile.TemporaryDirectory() as tmp:
         if run is None:
             args = ["--resume", str(run_dir)]
@@ -238,8 +230,6 @@ def _torchrun_train(run_dir: Path, run, nproc: int) -> bool:
 def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path, device: str = "cpu") -> dict[str, Any]:
     """The held-out loss columns of the point's model (or its eval.checkpoint) on a fresh dataset:
     the same generator parameters under the data seed + HELDOUT_SEED_OFFSET."""
-    from synthlab.evaluation.heldout import HELDOUT_SEED_OFFSET, heldout_loss
-
     seed = point.data_seed + HELDOUT_SEED_OFFSET
     fresh = dataclasses.replace(point, data_seed=seed, data_key={**point.data_key, "seed": seed})
     result = heldout_loss(
@@ -257,8 +247,6 @@ def heldout_metrics(point: PointConfig, model_dir: Path, cache_dir: Path, device
 def changed_since(point: PointConfig, run_dir: Path) -> str:
     """Why the model in `run_dir` is not the one `point` asks for now ("" when it is, or when no
     model is there): a finished point whose definition or defaults changed keeps its id and row."""
-    from synthlab.training.run_folders import RunConfig
-
     model_dir = Path(run_dir) / "model"
     if _given_base(point) or not (model_dir / "config.json").is_file():
         return ""
@@ -302,8 +290,6 @@ def _gate(work: Work) -> dict[str, Any]:  # the later stages evaluate the stage 
 
 
 def _eval(work: Work) -> dict[str, Any]:
-    from synthlab.evaluation.evaluate import evaluate_run
-
     options = work.point.eval
     result = evaluate_run(
         work.model_dir,
@@ -322,8 +308,6 @@ def _heldout(work: Work) -> dict[str, Any]:
 
 
 def _generate(work: Work) -> dict[str, Any]:
-    from synthlab.evaluation.evaluate import biography_generation
-
     result = biography_generation(
         work.model_dir, kv=work.point.eval.kv or "full", steps=work.point.eval.steps, device=work.device
     )
@@ -331,14 +315,13 @@ def _generate(work: Work) -> dict[str, Any]:
 
 
 def _capacity(work: Work) -> dict[str, Any]:
+    # pandas: only a point with this stage loads it (a sweep's worker processes run without it)
     from synthlab.evaluation.capacity import estimate_capacity
 
     return capacity_metrics(estimate_capacity(work.model_dir, device=work.device))
 
 
 def _export(work: Work) -> dict[str, Any]:  # once per trained model: the points on it share the folder
-    from synthlab.ouroboros.export import export_run
-
     qwen2 = work.run_dir / "qwen2"
     if not (qwen2 / "config.json").is_file():
         export_run(work.model_dir, qwen2)
@@ -346,8 +329,6 @@ def _export(work: Work) -> dict[str, Any]:  # once per trained model: the points
 
 
 def _ouroboros(work: Work) -> dict[str, Any]:
-    from synthlab.ouroboros.stage import run_stage
-
     options, new_people = work.point.ouroboros, None
     if options.eval.eval_data_seed is not None:
         if options.eval.eval_data_seed == work.point.data_seed:
@@ -393,8 +374,6 @@ def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int 
     """Run the point's stages in the registry's order (data first, training always); returns the
     row's metrics. nproc >= 1: the training stages run as torchrun jobs of nproc processes."""
     if _given_base(point):
-        from synthlab.ouroboros.stage import run_stage
-
         return run_stage(point.ouroboros, None, None, Path(run_dir) / "ouroboros")
     work = Work(point, Path(run_dir), cache_dir, nproc, dataset(point, cache_dir), Path(run_dir) / "model")
     metrics = describe(point)

@@ -98,7 +98,7 @@ def _check_repeats(rows: list[dict[str, str]], path: Path) -> None:
 def check_numbers(table, path: Path):
     """`table` (read from `path`), checked: a column of numbers with a cell that is not one (edited
     by hand, damaged) is a SynthlabError naming the cell; a column mostly of labels is left alone."""
-    import pandas as pd
+    import pandas as pd  # only readers of a whole table need it, not the sweep workers that append rows
 
     for column in [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]:
         numbers = pd.to_numeric(table[column], errors="coerce")

@@ -24,6 +24,10 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from synthlab.data.datasets import Rows
@@ -180,9 +184,6 @@ def shard(
     The parameters in `keep` stay whole on every process (moved to `device`), their gradients
     left to the caller (`average_gradients`): the few trainable ones on a large frozen model.
     """
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
     check_shardable(world, device)
     mesh = init_device_mesh(device.type, (world.size,))
     for unit in units:
@@ -204,8 +205,6 @@ def fill_from_rank0(
     {}; each parameter is broadcast in turn and every process keeps its own shard, so no process
     but rank 0 ever holds the whole module, and rank 0 only in host memory (read once per run).
     Buffers (the non-persistent rotary tables are in no state dict) are broadcast whole."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
     module.to_empty(device=device)
     set_model_state_dict(
         module, full if world.main else {}, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
@@ -220,8 +219,6 @@ def fill_from_rank0(
 def most_held(world: World, params, device: torch.device) -> int:
     """The largest number of parameter elements of `params` that one process holds (of a sharded
     parameter, its own shard)."""
-    from torch.distributed.tensor import DTensor
-
     local = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params)
     if world.size == 1:
         return local

@@ -23,6 +23,7 @@ WANDB_ID = "wandb_id"  # RUN_DIR/wandb_id: the W&B run a resumed run goes on log
 def summary_writer():
     """torch's SummaryWriter class; a missing tensorboard package is one error line."""
     try:
+        # optional extras, here and in wandb_module: imported only when a run asks for them
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise SynthlabError(

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch
 import torch
 
 from synthlab import serialize
@@ -239,9 +240,7 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any], keep: int = 2, e
 
 def save_weights(run_dir: str | Path, model: torch.nn.Module) -> None:
     """Write the model's weights as the run's model.safetensors (atomically; tied tensors once)."""
-    from safetensors.torch import save_model
-
-    atomic_write(Path(run_dir) / WEIGHTS, lambda tmp: save_model(model, str(tmp)))
+    atomic_write(Path(run_dir) / WEIGHTS, lambda tmp: safetensors.torch.save_model(model, str(tmp)))
 
 
 def record_stop(run_dir: str | Path, condition: str, step: int) -> None:
@@ -279,12 +278,10 @@ def _finite(state: dict[str, Any]) -> str | None:
 def _load_safetensors(model: torch.nn.Module, path: Path, device: torch.device | str) -> bool:
     """Load `path` into `model`: True, or False when it is absent or damaged (said in a warning).
     A RuntimeError (weights of another shape) goes to the caller."""
-    from safetensors.torch import load_model
-
     if not path.is_file():
         return False
     try:
-        load_model(model, str(path), device=str(device))
+        safetensors.torch.load_model(model, str(path), device=str(device))
         return True
     except RuntimeError:
         raise
