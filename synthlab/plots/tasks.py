@@ -37,9 +37,11 @@ def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
     params = "params_capacity" if "params_capacity" in table else "params"
     need(table, "capacity", params, "bits", "n_people", "loops")
     plt, sns = pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = plt.subplots(figsize=(7.5, 4))
     data = table.assign(bits_shown=table["bits"].clip(lower=1.0))  # log axis: an empty model stores ~0 (or < 0)
-    sns.scatterplot(data=data, x=params, y="bits_shown", hue="n_people", style="loops", s=70, palette="viridis", ax=ax)
+    sns.scatterplot(
+        data=data, x=params, y="bits_shown", hue="n_people", style="loops", s=70, palette="viridis", ax=ax, zorder=3
+    )
     empty = data[data["bits"] < 1.0]
     if len(empty):  # say so, rather than let a clipped point pass for a measured one
         ax.scatter(
@@ -57,9 +59,11 @@ def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
             peaks["params_counted"],
             peaks["bits"].clip(lower=1.0),
             marker="*",
-            s=260,
+            s=420,
             facecolors="none",
             edgecolors="black",
+            linewidths=0.8,
+            zorder=2,  # under the runs' own markers, which stay visible inside it
             label="each model's peak over N (mean of seeds)",
         )
     p = np.geomspace(table[params].min() / 1.5, table[params].max() * 1.5, 50)
@@ -84,7 +88,7 @@ def plot_capacity(table: pd.DataFrame, out: Path) -> list[Path]:
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: short_count(v)))
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)  # beside: never over a run
     return save(fig, out, "capacity")
 
 
