@@ -197,7 +197,7 @@ def _tiny_qwen2(dtype):
 @pytest.mark.parametrize("dtype,policy", [(torch.bfloat16, False), (torch.float32, True)])
 def test_every_ouroboros_variant_trains_and_evaluates(dtype, policy):
     from synthlab.ouroboros import OuroborosConfig, OuroborosLM, lm_loss
-    from synthlab.ouroboros.train import OuroborosTrainConfig, evaluate
+    from synthlab.ouroboros.train import OuroborosTrainConfig, mean_loss
     from synthlab.ouroboros.train import train as hf_train
 
     base = _tiny_qwen2(dtype)
@@ -207,7 +207,7 @@ def test_every_ouroboros_variant_trains_and_evaluates(dtype, policy):
         model = OuroborosLM(base, OuroborosConfig(variant=variant, max_steps=4), torch.Generator().manual_seed(0))
         with context():
             if variant in ("truncated", "base"):
-                assert math.isfinite(evaluate(model, batch, 1, 2))
+                assert math.isfinite(mean_loss(model, batch, 1, 2))
                 continue
             loss = lm_loss(model(batch, 3), batch)
             loss.backward()
@@ -219,7 +219,7 @@ def test_every_ouroboros_variant_trains_and_evaluates(dtype, policy):
                 progress=False,
             )
             assert all(isinstance(row["loss"], float) and math.isfinite(row["loss"]) for row in log)
-            assert math.isfinite(evaluate(model, batch, 2, 2))
+            assert math.isfinite(mean_loss(model, batch, 2, 2))
 
 
 # --- the defects, one test each -----------------------------------------------------------------

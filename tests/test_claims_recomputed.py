@@ -34,7 +34,7 @@ def _verdicts(name: str, says_start: str):
     exp = experiments.load(name)
     table = pd.read_csv(RESULTS / name / "results.csv")
     rules = [r for r in exp.verdicts if r.says.startswith(says_start)]
-    return table, verdicts.evaluate(rules, table, ["seed", "L", "model"])
+    return table, verdicts.decide_all(rules, table, ["seed", "L", "model"])
 
 
 def test_c2_per_length_cells_match_a_recomputation():
@@ -62,7 +62,7 @@ def test_c9_level_near_a_ceiling_matches_a_recomputation_and_stays_below_one():
     exp = experiments.load("faithfulness")
     rule = next(r for r in exp.verdicts if r.metric == "agree_7_8")
     table = pd.read_csv(RESULTS / "faithfulness" / "results.csv")
-    verdict = verdicts.evaluate([rule], table, ["seed", "train.loss"])[0]
+    verdict = verdicts.decide_all([rule], table, ["seed", "train.loss"])[0]
     rows = table[table["train.loss"] == "mean"].sort_values("seed")
     p = rows["agree_7_8"]
     estimate, low, high = _logit_bounds(
@@ -76,7 +76,7 @@ def test_c11_loss_difference_keeps_the_plain_one_sided_student_t():
     exp = experiments.load("ouroboros")
     rule = next(r for r in exp.verdicts if r.metric == "loss_depth_8" and r.b == "static")
     table = pd.read_csv(RESULTS / "ouroboros" / "results.csv")
-    verdict = verdicts.evaluate([rule], table, ["seed", "variant"])[0]
+    verdict = verdicts.decide_all([rule], table, ["seed", "variant"])[0]
     rows = table.set_index(["seed", "variant"])["loss_depth_8"]
     diff = (rows.xs("controller", level="variant") - rows.xs("static", level="variant")).sort_index().to_numpy()
     half = stats.t.ppf(0.95, len(diff) - 1) * diff.std(ddof=1) / math.sqrt(len(diff))

@@ -18,7 +18,7 @@ from synthlab.ouroboros import OuroborosConfig, OuroborosLM, lm_loss, lora_bases
 from synthlab.ouroboros.checkpoint import load_base, load_tokenizer, meta_base  # noqa: E402
 from synthlab.ouroboros.data import pack, read_texts, split_heldout  # noqa: E402
 from synthlab.ouroboros.lora import TARGETS, mean_residual, target_linear  # noqa: E402
-from synthlab.ouroboros.train import OuroborosTrainConfig, evaluate, train  # noqa: E402
+from synthlab.ouroboros.train import OuroborosTrainConfig, mean_loss, train  # noqa: E402
 
 WORDS = "the a cat dog bird sat ran flew on under over mat log tree and then . red blue".split()
 
@@ -195,9 +195,9 @@ def test_a_few_training_steps_lower_the_loss(checkpoint):
     )
     for variant in ("controller", "static"):
         model = _system(base, variant)
-        before = evaluate(model, heldout, 2, 16)
+        before = mean_loss(model, heldout, 2, 16)
         log = train(model, train_seqs, config, progress=False)
-        after = evaluate(model, heldout, 2, 16)
+        after = mean_loss(model, heldout, 2, 16)
         assert len(log) == 12 and {row["depth"] for row in log} <= {1, 2}
         assert after < before - 0.05, (variant, before, after)
     # Seeded data order, depth draws and init: a rerun reproduces the run.
@@ -407,7 +407,7 @@ def test_per_document_rows_are_padded_and_padding_is_never_scored(checkpoint):
         for row, loss in zip(rows, cut):
             torch.testing.assert_close(lm_loss(model(row[None], 2), row[None]), loss)
     expected = sum(float(loss) * (n - 1) for loss, n in zip(cut, lengths)) / sum(n - 1 for n in lengths)
-    assert evaluate(model, rows, 2, batch_size=2) == pytest.approx(expected, rel=1e-6)
+    assert mean_loss(model, rows, 2, batch_size=2) == pytest.approx(expected, rel=1e-6)
 
 
 def test_a_lost_process_is_one_error_line(checkpoint, tmp_path, monkeypatch):

@@ -176,8 +176,8 @@ def _kv_rule(**fields):
 def test_two_read_outs_with_outcomes_are_decided_paired_and_without_say_unpaired(tmp_path):
     table = _kv_table(tmp_path)
     rule = _kv_rule(expect="below")
-    (with_outcomes,) = verdicts.evaluate([rule], table, ["seed", "kv"])
-    (without,) = verdicts.evaluate([rule], table.drop(columns="outcomes"), ["seed", "kv"])
+    (with_outcomes,) = verdicts.decide_all([rule], table, ["seed", "kv"])
+    (without,) = verdicts.decide_all([rule], table.drop(columns="outcomes"), ["seed", "kv"])
     assert with_outcomes.estimate == pytest.approx(without.estimate) == pytest.approx(-0.02)
     assert with_outcomes.statistics.startswith("paired: seed x prompt bootstrap over 400 shared prompts")
     assert without.statistics.startswith("unpaired (no per-prompt outcomes)")
@@ -188,7 +188,7 @@ def test_two_read_outs_with_outcomes_are_decided_paired_and_without_say_unpaired
 
 
 def test_a_bimodal_arm_with_three_seeds_reads_too_few(tmp_path):
-    (verdict,) = verdicts.evaluate([_kv_rule(expect="below")], _kv_table(tmp_path, stuck_seed=True), ["seed", "kv"])
+    (verdict,) = verdicts.decide_all([_kv_rule(expect="below")], _kv_table(tmp_path, stuck_seed=True), ["seed", "kv"])
     assert verdict.outcome == "too few seeds" and math.isnan(verdict.low)
     assert verdict.summary().startswith("too few seeds (bimodal: 3 seeds too few (8 asked))")
     assert "last 2/1 (bimodal)" in verdict.statistics
@@ -258,8 +258,8 @@ def test_a_loss_read_per_held_out_sequence_counts_the_sequences_noise(tmp_path):
         claim="C11", says="controller below static", metric="loss_depth_4", column="variant", a="controller",
         b="static", expect="below",
     )  # fmt: skip
-    (paired_rule,) = verdicts.evaluate([rule], table, ["seed", "variant"])
-    (seeds_only,) = verdicts.evaluate([rule], table.drop(columns="outcomes"), ["seed", "variant"])
+    (paired_rule,) = verdicts.decide_all([rule], table, ["seed", "variant"])
+    (seeds_only,) = verdicts.decide_all([rule], table.drop(columns="outcomes"), ["seed", "variant"])
     assert paired_rule.estimate == pytest.approx(seeds_only.estimate) == pytest.approx(-0.05)
     assert paired_rule.statistics.startswith("paired: seed x prompt bootstrap over 60 shared prompts")
     assert seeds_only.statistics.startswith("seeds only (no per-prompt outcomes") and seeds_only.outcome == "reproduced"

@@ -43,12 +43,12 @@ def _c1(**kw) -> rules.Rule:
 
 
 def test_the_one_sided_capacity_rule_reads_less_storage_as_reproduced_and_reports_the_equivalence():
-    (less,) = verdicts.evaluate([_c1()], _capacity(0.75, 1000), ["seed", "loops"])
+    (less,) = verdicts.decide_all([_c1()], _capacity(0.75, 1000), ["seed", "loops"])
     assert less.outcome == "reproduced" and less.estimate == pytest.approx(-0.25, abs=0.01)
     assert less.equivalence() == "not equivalent within +-0.1"  # the old two-sided rule's "contradicted"
-    (more,) = verdicts.evaluate([_c1()], _capacity(1.3, 1000), ["seed", "loops"])
+    (more,) = verdicts.decide_all([_c1()], _capacity(1.3, 1000), ["seed", "loops"])
     assert more.outcome == "contradicted" and more.low > 0.1
-    (same,) = verdicts.evaluate([_c1()], _capacity(1.0, 1000), ["seed", "loops"])
+    (same,) = verdicts.decide_all([_c1()], _capacity(1.0, 1000), ["seed", "loops"])
     assert same.outcome == "reproduced" and same.equivalence() == "equivalent within +-0.1"
     text = _c1().condition()
     assert "one-sided 95% upper bound below 0.1" in text and "regime exposures >= 1000" in text
@@ -56,27 +56,27 @@ def test_the_one_sided_capacity_rule_reads_less_storage_as_reproduced_and_report
 
 
 def test_a_table_outside_the_regime_is_not_tested_and_names_the_condition_and_the_preset():
-    (verdict,) = verdicts.evaluate([_c1()], _capacity(0.75, 100), ["seed", "loops"])
+    (verdict,) = verdicts.decide_all([_c1()], _capacity(0.75, 100), ["seed", "loops"])
     assert verdict.outcome == "not tested" and verdict.estimate == pytest.approx(-0.25, abs=0.01)
     assert verdict.why == (
         "out of regime (exposures >= 1000: 6 of 6 compared rows fail, lowest 100; preset `calib1000-64` reaches it)"
     )
     grows = _c1(regime=("distinct(diameter) >= 2",), regime_preset="gpu")
-    (one,) = verdicts.evaluate([grows], _capacity(0.75, 1000), ["seed", "loops"])
+    (one,) = verdicts.decide_all([grows], _capacity(0.75, 1000), ["seed", "loops"])
     assert one.outcome == "not tested" and "distinct(diameter) >= 2: 1 value(s) of diameter" in one.why
     two = pd.concat([_capacity(0.75, 1000), _capacity(0.75, 1000).assign(diameter=8)])
-    (both,) = verdicts.evaluate([grows], two, ["seed", "loops", "diameter"])
+    (both,) = verdicts.decide_all([grows], two, ["seed", "loops", "diameter"])
     assert both.outcome == "reproduced"
 
 
 def test_a_list_setting_holds_the_value_or_the_row_is_out_of_regime():
     table = _capacity(0.75, 1000).assign(**{"ouroboros.depths": "[2, 4, 8]"})
     rule = _c1(regime=("1 in ouroboros.depths",), regime_preset="")
-    (out,) = verdicts.evaluate([rule], table, ["seed", "loops"])
+    (out,) = verdicts.decide_all([rule], table, ["seed", "loops"])
     assert out.why == "out of regime (1 in ouroboros.depths: 6 of 6 compared rows fail)"
-    (inside,) = verdicts.evaluate([rule], table.assign(**{"ouroboros.depths": "[1, 2]"}), ["seed", "loops"])
+    (inside,) = verdicts.decide_all([rule], table.assign(**{"ouroboros.depths": "[1, 2]"}), ["seed", "loops"])
     assert inside.outcome == "reproduced"
-    (missing,) = verdicts.evaluate([rule], _capacity(0.75, 1000), ["seed", "loops"])
+    (missing,) = verdicts.decide_all([rule], _capacity(0.75, 1000), ["seed", "loops"])
     assert "neither results.csv nor the preset has ouroboros.depths" in missing.why
 
 

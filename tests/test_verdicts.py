@@ -122,7 +122,7 @@ def _rule(**kw) -> rules.Rule:
     ],
 )
 def test_every_outcome_is_reachable(diffs, rule, outcome):
-    verdict = verdicts.evaluate([_rule(**rule)], _paired(diffs), ["seed", "L", "model"])[0]
+    verdict = verdicts.decide_all([_rule(**rule)], _paired(diffs), ["seed", "L", "model"])[0]
     assert verdict.outcome == outcome, verdict
     if outcome == "no data":
         assert verdict.summary() in ("no data (no row or pair the rule can use)", "no data (results.csv has no nope)")
@@ -134,7 +134,7 @@ def test_every_outcome_is_reachable(diffs, rule, outcome):
 def test_an_unbounded_statistic_has_one_sided_student_t_bounds_over_seeds():
     diffs = [0.10, 0.12, 0.09, 0.2]
     table = _paired(diffs).rename(columns={"accuracy": "score"})  # not a share: no range to respect
-    v = verdicts.evaluate([_rule(level=0.9, metric="score")], table, ["seed", "L", "model"])[0]
+    v = verdicts.decide_all([_rule(level=0.9, metric="score")], table, ["seed", "L", "model"])[0]
     half = stats.t.ppf(0.9, 3) * np.std(diffs, ddof=1) / math.sqrt(4)
     assert (v.low, v.high) == pytest.approx((np.mean(diffs) - half, np.mean(diffs) + half))
     assert "n = 4" in v.summary() and "one-sided 90% lower bound above 0" in v.rule.condition()
@@ -147,15 +147,15 @@ def test_an_accuracy_interval_stays_in_range_and_counts_the_test_set():
     (n_test) the interval widens by the test set's binomial noise."""
     rows = [{"seed": s, "model": "loop", "accuracy": a} for s, a in enumerate([0.99, 0.97, 0.98])]
     rule = _rule(b=None, threshold=0.9)
-    bare = verdicts.evaluate([rule], pd.DataFrame(rows), ["seed", "model"])[0]
-    counted = verdicts.evaluate([rule], pd.DataFrame(rows).assign(n_test=100), ["seed", "model"])[0]
+    bare = verdicts.decide_all([rule], pd.DataFrame(rows), ["seed", "model"])[0]
+    counted = verdicts.decide_all([rule], pd.DataFrame(rows).assign(n_test=100), ["seed", "model"])[0]
     for v in (bare, counted):
         assert 0 < v.low < v.estimate < v.high < 1
     assert counted.low < bare.low and counted.high > bare.high
 
 
 def test_one_seed_is_too_few_and_says_n():
-    v = verdicts.evaluate([_rule()], _paired([0.5], seeds_column=False), ["L", "model"])[0]
+    v = verdicts.decide_all([_rule()], _paired([0.5], seeds_column=False), ["L", "model"])[0]
     assert v.outcome == "too few seeds" and v.n == 1 and "n = 1 < 3" in v.summary()
     assert math.isnan(v.low) and v.estimate == pytest.approx(0.5)
 
@@ -335,21 +335,21 @@ def test_a_rule_scoped_to_other_presets_is_listed_untested_not_decided():
 def test_requires_turns_a_verdict_into_not_tested_when_a_compared_model_did_not_learn():
     table = _paired([-0.10, -0.12, -0.09]).assign(train_acc=0.99)
     assert (
-        verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], table, ["L", "model", "seed"])[0].outcome
+        verdicts.decide_all([_rule(requires=("train_acc >= 0.95",))], table, ["L", "model", "seed"])[0].outcome
         == "contradicted"
     )
     table.loc[(table.model == "base") & (table.seed == 1) & (table.L == 3), "train_acc"] = 0.4
-    found = verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], table, ["L", "model", "seed"])[0]
+    found = verdicts.decide_all([_rule(requires=("train_acc >= 0.95",))], table, ["L", "model", "seed"])[0]
     assert found.outcome == "not tested" and "1 of 12 compared rows fail, lowest 0.4" in found.why
     assert found.n == 3 and found.high < 0  # the estimate and interval are still there to read
     assert "not tested (requires train_acc >= 0.95" in found.summary()
     # rows outside the compared arms do not count
     other = pd.concat([table.assign(train_acc=0.99), table.assign(model="other", train_acc=0.0)])
     assert (
-        verdicts.evaluate([_rule(requires=("train_acc >= 0.95",))], other, ["L", "model", "seed"])[0].outcome
+        verdicts.decide_all([_rule(requires=("train_acc >= 0.95",))], other, ["L", "model", "seed"])[0].outcome
         == "contradicted"
     )
-    missing = verdicts.evaluate([_rule(requires=("nope > 0",))], table, ["L", "model", "seed"])[0]
+    missing = verdicts.decide_all([_rule(requires=("nope > 0",))], table, ["L", "model", "seed"])[0]
     assert missing.outcome == "not tested" and "results.csv has no nope" in missing.why
 
 
@@ -384,13 +384,13 @@ def test_units_replicate_over_a_column_when_each_value_is_an_independent_run():
         units=("d_model",),
         expect="below",
     )
-    found = verdicts.evaluate([rule], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0]
+    found = verdicts.decide_all([rule], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0]
     assert found.n == 4 and found.outcome == "reproduced" and found.estimate == pytest.approx(-0.258, abs=0.02)
     assert np.argsort(found.replicates).tolist() == [3, 2, 1, 0]  # d_model 24, 32, 48, 128 in numeric order
     assert "one replicate per seed x d_model" in rule.condition()
     without = dataclasses.replace(rule, units=(), match=("d_model", "checkpoint"))  # one seed: no interval
     assert (
-        verdicts.evaluate([without], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0].outcome
+        verdicts.decide_all([without], pd.DataFrame(rows), ["d_model", "loops", "checkpoint"])[0].outcome
         == "too few seeds"
     )
 
@@ -414,7 +414,7 @@ def test_each_decides_per_cell_with_holm_and_names_the_deciding_cell():
     from synthlab.claims import intervals
 
     table = _cells_table({2: [0.16, 0.15, 0.17], 3: [0.1, -0.02, 0.06]})
-    pooled, per_cell = verdicts.evaluate(
+    pooled, per_cell = verdicts.decide_all(
         [_rule(metric="score", match=("L",)), _rule(metric="score", each=("L",), says="loop beats base at each L")],
         table,
         ["seed", "L", "model"],
@@ -432,7 +432,7 @@ def test_each_decides_per_cell_with_holm_and_names_the_deciding_cell():
     assert per_cell.per_cell().startswith("L=2: reproduced +0.16") and per_cell.per_cell().endswith("decided by L=3")
     assert "in every L (Holm over the cells)" in per_cell.rule.condition()
     # contradicted if any cell is, whatever the others say
-    worse = verdicts.evaluate(
+    worse = verdicts.decide_all(
         [_rule(metric="score", each=("L",))],
         _cells_table({2: [0.16, 0.15, 0.17], 3: [-0.2, -0.22, -0.21]}),
         ["seed", "L", "model"],

@@ -237,7 +237,7 @@ def decide(rule: Rule, by_cell: dict[str, list]) -> Verdict:
     )
 
 
-def evaluate(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) -> list[Verdict]:
+def decide_all(rules: tuple[Rule, ...] | list[Rule], table, factors: list[str]) -> list[Verdict]:
     """Every rule's verdict on a results table (`factors`: its grid factor columns)."""
     out = []
     for rule in rules:

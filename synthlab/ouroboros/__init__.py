@@ -5,7 +5,7 @@ Public API:
     TARGETS, lora_bases, mean_residual, ModulatedLinear     (synthlab.ouroboros.lora)
     load_base, meta_base, base_layers, load_tokenizer       (synthlab.ouroboros.checkpoint)
     read_texts, pack, split_heldout                         (synthlab.ouroboros.data)
-    OuroborosTrainConfig, train, evaluate                   (synthlab.ouroboros.train)
+    OuroborosTrainConfig, train, mean_loss                  (synthlab.ouroboros.train)
     build_variant, train_run, eval_run                      (synthlab.ouroboros.runs: run folders)
     export_run, export_model, qwen2_refusal, hf_tokenizer   (synthlab.ouroboros.export: synthlab -> Qwen2)
     model_card                                              (synthlab.ouroboros.card: an export's README.md)

@@ -280,7 +280,7 @@ def eval_run(
 
     Truncated and base do not loop: each is evaluated once per corpus and its loss is listed at
     every depth (a flat reference line in the plot). Under torchrun each process evaluates its share
-    of every corpus and the sums are added up (synthlab.ouroboros.train.evaluate): every process returns the
+    of every corpus and the sums are added up (synthlab.ouroboros.train.sequence_losses): every process returns the
     one-process table, rank 0 writes it; `fsdp` shards the base as in `train_run`.
     """
     run_dir = Path(run_dir)

@@ -157,7 +157,7 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
     return log
 
 
-def evaluate(
+def mean_loss(
     model: OuroborosLM,
     sequences: torch.Tensor,
     depth: int,

@@ -135,7 +135,7 @@ def _verdict_lines(
 ) -> tuple[list[str], list[verdicts.Verdict]]:
     """The rules' verdicts as report lines; a rule scoped to other presets is listed as untested."""
     preset = info["preset"]
-    found = verdicts.evaluate([r for r in rules if r.applies_to(preset)], table, factors)
+    found = verdicts.decide_all([r for r in rules if r.applies_to(preset)], table, factors)
     found += [law_verdict(r, sweep_dir) for r in laws if r.applies_to(preset)]
     found = preregistered(found, sweep_dir)
     rules = [*rules, *laws]
