@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from synthlab.claims import verdicts
+from synthlab.claims import paired, verdicts
 from synthlab.sweeps import experiments
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -81,3 +81,37 @@ def test_c11_loss_difference_keeps_the_plain_one_sided_student_t():
     diff = (rows.xs("controller", level="variant") - rows.xs("static", level="variant")).sort_index().to_numpy()
     half = stats.t.ppf(0.95, len(diff) - 1) * diff.std(ddof=1) / math.sqrt(len(diff))
     assert (verdict.low, verdict.high) == pytest.approx((diff.mean() - half, diff.mean() + half), rel=1e-9)
+
+
+def test_c7_paired_cache_row_matches_a_recomputation_from_the_outcomes():
+    """The confirmatory C7 row (two caches of one model, paired prompt by prompt) from its committed
+    per-prompt outcomes: the mean per-seed difference exactly; the bounds with the shared prompts'
+    variance written in closed form (what the engine's seeded bootstrap estimates: the variance of
+    a multinomial-weighted mean is the prompts' population variance over N), less the two-way
+    seed x prompt residual, within the bootstrap's Monte Carlo error."""
+    folder = RESULTS / "kvcache" / "confirm"
+    exp = experiments.load("kvcache")
+    rule = next(r for r in exp.verdicts if r.a == "first" and r.b == "full")
+    table = pd.read_csv(folder / "results.csv")
+    verdict = verdicts.decide_all([rule], paired.locate_runs(table, folder), ["seed", "kv"])[0]
+    assert verdict.statistics.startswith("paired")
+
+    def outcomes(row) -> np.ndarray:
+        path = folder / "outcomes" / Path(row["run_dir"]).name / row["outcomes"]
+        return pd.read_csv(path)["kv"].to_numpy(float)
+
+    rows = table.set_index(["seed", "kv"])
+    seeds = sorted(table["seed"].unique())
+    diffs = np.stack([outcomes(rows.loc[(s, "first")]) - outcomes(rows.loc[(s, "full")]) for s in seeds])
+    n, prompts = diffs.shape
+    per_prompt = diffs.mean(0)
+    resid = diffs - diffs.mean(1, keepdims=True) - per_prompt + diffs.mean()
+    variance = max(
+        per_prompt.var() / prompts - (resid**2).sum() / ((n - 1) * (prompts - 1)) / (n * prompts),
+        (prompts - 1) / prompts**3,
+    )
+    estimate, low, high = _logit_bounds(diffs.mean(1), variance, -1.0, 1.0, prompts)
+    assert verdict.estimate == pytest.approx(estimate, rel=1e-12)
+    assert (verdict.low, verdict.high) == pytest.approx((low, high), abs=5e-4)
+    # unpaired, the two binomials' variances would have been added: the paired bound is narrower
+    assert variance < float(diffs.var(1).mean()) / prompts
