@@ -33,7 +33,7 @@ from synthlab.ouroboros.stage import parse_section, run_stage
 from synthlab.serialize import content_hash
 from synthlab.sweeps.cost import estimate_seconds, gpu_cost, size_metrics
 from synthlab.sweeps.results_table import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
-from synthlab.training.configs import PointConfig, parse_point
+from synthlab.training.configs import PointConfig, flat_train, parse_point
 from synthlab.training.run_folders import RunConfig, load_run
 from synthlab.training.trainer import train
 from synthlab_generators import write_dataset
@@ -141,7 +141,8 @@ def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> bool:
     return False
 
 
-# Train options that change no number a run produces (where things are written, how often it logs).
+# Train options that change no number a run produces (where things are written, how often it logs),
+# by their flat keys (synthlab.training.configs.flat_train).
 _OPERATIONAL = {
     "data",
     "device",
@@ -168,7 +169,7 @@ def check_same_run(
     changed = []
     for section, old, new in [
         ("model", stored.model.as_built(), wanted.model.as_built()),
-        ("train", serialize.to_dict(stored.train), serialize.to_dict(wanted.train)),
+        ("train", flat_train(serialize.to_dict(stored.train)), flat_train(serialize.to_dict(wanted.train))),
     ]:
         changed += [
             f"{section}.{k} {old.get(k)!r} -> {new.get(k)!r}"
