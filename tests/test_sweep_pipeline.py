@@ -235,5 +235,5 @@ def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_p
     capsys.readouterr()
     driver.run_sweep(exp, "smoke", tmp_path, runner=point_runner, progress=False)
     err = capsys.readouterr().err
-    assert err.count("its row is kept, but") == 2 and "train.warmup_steps" in err
+    assert err.count("its row is kept, but") == 2 and "train.schedule.warmup_steps" in err
     assert _table(results) == before

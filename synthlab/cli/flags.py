@@ -4,7 +4,9 @@ Fields carry their help text in `field(metadata={"help": ...})` (`synthlab.seria
 `synthlab_generators.common.param`). `dataclass_options(cls)` turns them into keyword parameters of
 a typer command: `--field-name` (or the field's own "flag", with its "short" alias, "min" and
 "metavar"), booleans as `--x/--no-x` (a boolean with its own flag: that flag as written), tuples as
-comma-separated words, lists as a repeatable flag, a field without a default as a required flag.
+comma-separated words, lists as a repeatable flag, a field without a default as a required flag; a
+section (`synthlab.serialize.section`: `TrainConfig.optim`) gives its fields' flags, flat (`--lr`),
+which --help lists under the section's heading (`PanelCommand`).
 With `unset=True` every default is None, so the command can tell a flag the user gave from one they
 did not (CLI flags > config file > defaults); the help still shows the field's default. Every
 command builds its options here and nowhere else (`tests/test_cli_options.py` walks the whole app:

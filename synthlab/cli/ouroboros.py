@@ -89,7 +89,9 @@ class EvalOptions:
 
     depths: tuple[int, ...] = option((1, 4, 8, 16), "Recurrent depths to evaluate.")
     corpus: Path | None = option(None, "A second corpus (another distribution).")
-    batch_size: int = option(4, "Sequences per forward pass of the evaluation (a chunk, no optimizer batch).")
+    batch_size: int = option(
+        4, "Sequences per forward pass: a chunk that bounds memory, not an optimizer batch (nothing is trained)."
+    )
     max_sequences: int | None = option(None, "Evaluate at most this many sequences per corpus.")
     device: str | None = option(None, _DEVICE_HELP)
     dtype: str | None = option(None, "Base dtype (default bfloat16 on GPU, float32 on CPU).")

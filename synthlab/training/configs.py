@@ -205,7 +205,9 @@ class EvalOptions:
     exit: str | None = option(None, "Exit rule per token: static:T, q:0.8, diff:0.01 or kl:0.001.")
     kv: str | None = option(None, "Decode-time KV-cache strategy: full, first, last or mean.")
     agreement: bool = option(False, "Report the step x step answer agreement matrix.")
-    batch_size: int = option(256, "Examples per forward pass.")
+    batch_size: int = option(
+        256, "Examples per forward pass: a chunk that bounds memory, not an optimizer batch (nothing is trained)."
+    )
     checkpoint: int | None = option(
         None,
         "heldout stage: score the checkpoint of this optimizer step instead of the "
