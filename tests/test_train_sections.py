@@ -17,6 +17,7 @@ from synthlab.errors import SynthlabError
 from synthlab.ouroboros.runs import _read_run
 from synthlab.ouroboros.stage import parse_section
 from synthlab.sweeps import experiments
+from synthlab.sweeps.lab_runner import check_same_run
 from synthlab.training.configs import (
     OuroborosTrainConfig,
     TrainConfig,
@@ -118,6 +119,7 @@ def test_a_run_folder_written_flat_loads_and_resumes_as_the_same_run(mano, tmp_p
     shutil.copytree(new, old)
     (old / "config.json").write_text(json.dumps({**stored, "train": flat_train(stored["train"])}, indent=2))
     assert load_run(old) == load_run(new)
+    check_same_run(old, load_run(new)[0])  # a sweep or --resume auto takes it for the same run
     for run_dir in (new, old):
         result = runner.invoke(app, ["train", "--resume", str(run_dir), "--steps", "6", "--no-progress"])
         assert result.exit_code == 0 and "done: 6 steps" in result.output, result.output
