@@ -68,7 +68,7 @@ from synthlab.evaluation.groups import GroupProbe, group_columns, group_label
 from synthlab.models import ModelConfig, build_model
 from synthlab.models.layers import attention_mask
 from synthlab.training import engine
-from synthlab.training.configs import TrainConfig
+from synthlab.training.configs import TrainConfig, flat_types
 from synthlab.training.distributed import World
 from synthlab.training.objectives import model_forward, step_losses, to_device
 from synthlab.training.trainer import build_optimizer, lr_schedule
@@ -198,7 +198,7 @@ class SynthlabTrainer:
             objective, _ = step_losses(self.forward, inputs, targets, mask, doc_ids, self.cfg, self.generator, False)
             return objective, (objective.detach(),)
 
-        done = engine.step(self.state, 1, micro, world=World(), grad_clip=self.cfg.grad_clip, check=False)
+        done = engine.step(self.state, 1, micro, world=World(), grad_clip=self.cfg.optim.grad_clip, check=False)
         return float(done.logged[0])
 
 
@@ -240,7 +240,7 @@ def parse_pairs(text: str, flag: str) -> list[tuple[str, str]]:
 
 def parse_overrides(text: str) -> tuple[dict, dict]:
     """'k=v,k=v' -> (ModelConfig overrides, TrainConfig overrides), typed by the field annotations."""
-    model_hints, train_hints = typing.get_type_hints(ModelConfig), typing.get_type_hints(TrainConfig)
+    model_hints, train_hints = typing.get_type_hints(ModelConfig), flat_types()
     model_over, train_over = {}, {}
     for key, value in parse_pairs(text, "--synthlab"):
         if key in model_hints and key != "vocab_size":
@@ -363,18 +363,18 @@ def main() -> None:
     mcfg = serialize.merge(
         ModelConfig(vocab_size=vocab, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads), model_over
     )
-    tcfg = serialize.merge(
-        TrainConfig(
-            task=task,
-            seed=args.seed,
-            batch_size=args.batch_size,
-            steps=args.steps,
-            lr=args.lr,
-            pack=spec.pack,
-            seq_len=seq_len if spec.pack else None,
-            device=device.type,
-        ),
-        train_over,
+    tcfg = TrainConfig.flat(
+        **{
+            "task": task,
+            "seed": args.seed,
+            "batch_size": args.batch_size,
+            "steps": args.steps,
+            "lr": args.lr,
+            "pack": spec.pack,
+            "seq_len": seq_len if spec.pack else None,
+            "device": device.type,
+            **train_over,
+        }
     )
     syn = build_model(mcfg, seed=tcfg.seed).to(device)
     syn_trainer = SynthlabTrainer(syn, tcfg, args.steps)

@@ -12,8 +12,8 @@ other processes hits all alike, and rates are steps per CPU second of the (one) 
 time spent waiting for a busy core is left out; per shape the median of the per-round ratios
 lab / reference is printed with its min and max.
 
-Optional contenders: `--impl foreach fused` (train.optimizer_impl), `--bf16` (train.cpu_bf16: bf16
-autocast on the CPU), `--compile` (train.compile; the first compile is timed and excluded).
+Optional contenders: `--impl foreach fused` (train.optim.optimizer_impl), `--bf16` (train.system.cpu_bf16: bf16
+autocast on the CPU), `--compile` (train.system.compile; the first compile is timed and excluded).
 
 Measured (`--impl foreach fused --bf16`, one thread, load average 8-10 on 2 cores, 9 rounds; ratios
 to the reference, the lab's default first): calib1000-small 1.11 / foreach 1.11 / fused 1.18 / bf16
@@ -130,15 +130,17 @@ class RefGPT(nn.Module):
 
 def reference_step(c: ModelConfig, cfg, batch) -> Callable[[], None]:
     model = RefGPT(c)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps
+    )
     inputs, targets, mask, doc_ids = batch
     labels = targets.masked_fill(~mask, -100).view(-1)
 
     def step():
         logits = model(inputs, doc_ids)
         F.cross_entropy(logits.view(-1, logits.shape[-1]), labels).backward()
-        if cfg.grad_clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        if cfg.optim.grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -149,14 +151,14 @@ def lab_step(run: RunConfig, batch) -> Callable[[], None]:
     """One `synthlab train` step (no logging) on the fixed batch."""
     model = build_model(run.model, seed=run.train.seed).train()
     state = engine.TrainState(model, build_optimizer(model, run.train), lr_schedule(run.train, 10**6))
-    forward, generator = model_forward(model, run.train.compile), torch.Generator().manual_seed(1)
+    forward, generator = model_forward(model, run.train.system.compile), torch.Generator().manual_seed(1)
 
     def micro(_):
-        with autocast(torch.device("cpu"), run.train.cpu_bf16):
+        with autocast(torch.device("cpu"), run.train.system.cpu_bf16):
             objective, _ = step_losses(forward, *batch, run.train, generator, False)
         return objective, (objective.detach(),)
 
-    return lambda: engine.step(state, 1, micro, world=World(), grad_clip=run.train.grad_clip, check=False)
+    return lambda: engine.step(state, 1, micro, world=World(), grad_clip=run.train.optim.grad_clip, check=False)
 
 
 # --- one shape -------------------------------------------------------------------------------------
@@ -173,7 +175,7 @@ def resolve(name: str, cache: Path) -> tuple[RunConfig, tuple[torch.Tensor, ...]
     model, train = point.model, dataclasses.replace(point.train, data=str(data_dir))
     if name == "bench":  # bench_model.py's model, rows of 256 tokens, batch 16
         model = dataclasses.replace(model, **BENCH_MODEL)
-        train = dataclasses.replace(train, seq_len=256, batch_size=16)
+        train = train.replaced(seq_len=256, batch_size=16)
     run = RunConfig(model, train)
     derived, batcher = prepare_run(run, load_dataset(data_dir))
     batch = to_device(batcher.next_batch(), torch.device("cpu"))
@@ -184,13 +186,11 @@ def contenders(run: RunConfig, batch, impls: list[str], bf16: bool, compile: boo
     train = run.train
     found = {"reference": reference_step(run.model, train, batch), "lab": lab_step(run, batch)}
     for impl in impls:
-        found[f"lab {impl}"] = lab_step(
-            dataclasses.replace(run, train=dataclasses.replace(train, optimizer_impl=impl)), batch
-        )
+        found[f"lab {impl}"] = lab_step(dataclasses.replace(run, train=train.replaced(optimizer_impl=impl)), batch)
     if bf16:
-        found["lab bf16"] = lab_step(dataclasses.replace(run, train=dataclasses.replace(train, cpu_bf16=True)), batch)
+        found["lab bf16"] = lab_step(dataclasses.replace(run, train=train.replaced(cpu_bf16=True)), batch)
     if compile:
-        found["lab compile"] = lab_step(dataclasses.replace(run, train=dataclasses.replace(train, compile=True)), batch)
+        found["lab compile"] = lab_step(dataclasses.replace(run, train=train.replaced(compile=True)), batch)
     return found
 
 
@@ -253,10 +253,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         "--chunk", type=float, default=0.2, help="seconds of steps per contender per round (default: 0.2)"
     )
     parser.add_argument(
-        "--impl", nargs="*", default=[], choices=["foreach", "fused"], help="also time these train.optimizer_impl"
+        "--impl", nargs="*", default=[], choices=["foreach", "fused"], help="also time these train.optim.optimizer_impl"
     )
     parser.add_argument("--bf16", action="store_true", help="also time bf16 autocast on the CPU")
-    parser.add_argument("--compile", action="store_true", help="also time train.compile (compile time excluded)")
+    parser.add_argument("--compile", action="store_true", help="also time train.system.compile (compile time excluded)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument(
         "--cache",

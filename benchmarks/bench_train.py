@@ -63,7 +63,7 @@ def main() -> None:
                 objective, _ = step_losses(forward, *batch, run.train, generator, False)
                 return objective, (objective.detach(),)
 
-            engine.step(state, 1, micro, world=World(), grad_clip=run.train.grad_clip, check=False)
+            engine.step(state, 1, micro, world=World(), grad_clip=run.train.optim.grad_clip, check=False)
 
         def timed(batch_source) -> float:
             start = time.perf_counter()

@@ -118,7 +118,7 @@ def step_mfu(point, peak: float, repeats: int) -> float:
 
 def timed_step(config, point, repeats: int):
     _, seq = cost.positions(point)
-    rows = point.train.batch_size // point.train.grad_accum
+    rows = point.train.batch.batch_size // point.train.batch.grad_accum
     return gpu_calibrate.timed_step(config, point.train, rows, seq, torch.device("cpu"), False, 2, repeats)
 
 

@@ -79,10 +79,10 @@ def memory(args, part: Part, device: torch.device) -> None:
     for point in largest_points(1 if args.dry_run else 3):
         model_cfg, train = point.model, point.train
         steps, seq = cost.positions(point)
-        rows = train.batch_size // train.grad_accum
+        rows = train.batch.batch_size // train.batch.grad_accum
         if args.dry_run:
             model_cfg, rows, seq = dataclasses.replace(model_cfg, d_model=32, n_heads=2), 2, min(seq, 32)
-        pack = train.pack if train.pack is not None else point.spec.pack
+        pack = train.batch.pack if train.batch.pack is not None else point.spec.pack
         for checkpoint in (False, True):
             name = f"{point.task}_d{model_cfg.d_model}_{'ckpt' if checkpoint else 'plain'}"
             predicted = cost.peak_gib(
@@ -148,7 +148,7 @@ def packed(args, part: Part, device: torch.device) -> None:
     from synthlab.sweeps import cost, experiments, lab_runner
 
     point = lab_runner.parse(experiments.load("capacity").points("gpu")[-1].config)
-    rows, seq = (2, 64) if args.dry_run else (point.train.batch_size // point.train.grad_accum, 512)
+    rows, seq = (2, 64) if args.dry_run else (point.train.batch.batch_size // point.train.batch.grad_accum, 512)
     kinds = ("sdpa",) if args.dry_run else ("sdpa", "flex")
     warmup, repeats = (1, 1) if args.dry_run else (3, 10)
     peak = part.data["peak_bf16_flops"]  # None on the CPU (dry run) and on a GPU of unknown peak

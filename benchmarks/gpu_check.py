@@ -149,7 +149,7 @@ def mano_gpu_shape(dry: bool):
     seq = point.spec.shape(point.data).row_len
     if dry:
         model = dataclasses.replace(model, d_model=32, n_heads=2, n_layers=1, loops=2)
-        train = dataclasses.replace(train, batch_size=2)
+        train = train.replaced(batch_size=2)
         seq = 16
     return model, train, seq
 
@@ -175,7 +175,7 @@ def throughput(args, part: Part) -> None:
     device = device_of(args.dry_run)
     torch.set_float32_matmul_precision("high")  # what training does on CUDA (TrainConfig.tf32)
     cfg, train_cfg, seq = mano_gpu_shape(args.dry_run)
-    batch, steps = train_cfg.batch_size, args.steps or (1 if args.dry_run else 20)
+    batch, steps = train_cfg.batch.batch_size, args.steps or (1 if args.dry_run else 20)
     g = torch.Generator().manual_seed(0)
     inputs = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
     targets = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)

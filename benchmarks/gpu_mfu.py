@@ -36,7 +36,7 @@ def main() -> None:
     torch.set_float32_matmul_precision("high")  # what training does on CUDA (TrainConfig.tf32)
     part = Part(args.out, "mfu", args.dry_run)
     point = lab_runner.parse(experiments.load("capacity").points("gpu")[0].config)
-    rows, seq = (2, 64) if args.dry_run else (point.train.batch_size // point.train.grad_accum, 512)
+    rows, seq = (2, 64) if args.dry_run else (point.train.batch.batch_size // point.train.batch.grad_accum, 512)
     warmup, repeats = (1, 1) if args.dry_run else (2, 5)
     peak = part.data["peak_bf16_flops"]
     for d in (16, 32) if args.dry_run else (64, 128, 256, 1024):

@@ -2,7 +2,7 @@
 >=, <=, >, <).
 
 A verdict's `requires` entries (synthlab.claims) state in it what every compared row of a results
-table must have learned ("train_acc_l1 >= 0.99"); `train.stop_when` (synthlab.training.configs)
+table must have learned ("train_acc_l1 >= 0.99"); `train.schedule.stop_when` (synthlab.training.configs)
 states when a training run has learned enough to stop, over the columns its probe logs, several
 conditions joined by `and` ("train_acc_l1 >= 0.99 and train_acc_l2 >= 0.99").
 """

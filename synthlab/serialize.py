@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import types
 import typing
 from pathlib import Path
@@ -37,9 +38,17 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 def _check_keys(cls: type, data: dict[str, Any], where: str) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
+    hints = typing.get_type_hints(cls)
+    inner = {  # a section's fields by name: the suggestion for a key given outside its section
+        g.name: f"{f.name}.{g.name}"
+        for f in dataclasses.fields(cls)
+        if "section" in f.metadata
+        for g in dataclasses.fields(hints[f.name])
+    }
     for key in data:
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
+            candidates = {name: name for name in names} | inner
+            close = [candidates[c] for c in difflib.get_close_matches(key, list(candidates), n=1)]
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise SynthlabError(f"unknown config key '{where}{key}' for {cls.__name__}{hint}")
 
@@ -153,3 +162,23 @@ def option(
     return dataclasses.field(
         default=default, metadata={"help": help, **{k: v for k, v in given.items() if v is not None}}
     )
+
+
+def section(cls: type, help: str) -> Any:
+    """A config field that is a section, a dataclass of its own (`[train.optim]` in a run.toml);
+    the generated CLI keeps each of its fields a flag of its own, grouped under `help` in --help."""
+    return dataclasses.field(default_factory=cls, metadata={"help": help, "section": True})
+
+
+def check_finite(where: str, **values: float | None) -> None:
+    """Refuse a NaN or infinite setting, naming it as `where` + its name (None: not set)."""
+    for name, value in values.items():
+        if value is not None and not math.isfinite(value):
+            raise SynthlabError(f"{where}{name} must be a finite number, got {value}")
+
+
+def check_at_least(where: str, least: int, **values: int) -> None:
+    """Refuse a count below `least`, naming it as `where` + its name."""
+    for name, value in values.items():
+        if value < least:
+            raise SynthlabError(f"{where}{name} must be >= {least}, got {value}")

@@ -215,7 +215,7 @@ def test_every_ouroboros_variant_trains_and_evaluates(dtype, policy):
             log = hf_train(
                 model,
                 batch.repeat(4, 1),
-                OuroborosTrainConfig(steps=2, seq_len=12, batch_size=2, grad_accum=2, depths=(1, 2)),
+                OuroborosTrainConfig(steps=2, seq_len=12, micro_batch_size=2, grad_accum=2, depths=(1, 2)),
                 progress=False,
             )
             assert all(isinstance(row["loss"], float) and math.isfinite(row["loss"]) for row in log)
@@ -274,7 +274,7 @@ def test_normal_initial_state_is_drawn_on_the_state_device_from_the_generator():
 def test_tf32_is_on_for_cuda_float32_matmuls_by_default_and_can_be_turned_off():
     from synthlab.training.configs import TrainConfig
 
-    assert TrainConfig(steps=1).tf32 and not TrainConfig(steps=1, tf32=False).tf32
+    assert TrainConfig.flat(steps=1).system.tf32 and not TrainConfig.flat(steps=1, tf32=False).system.tf32
     before = torch.get_float32_matmul_precision()
     with float32_matmul(torch.device("cuda"), True):
         assert torch.get_float32_matmul_precision() == "high"
@@ -300,4 +300,4 @@ def test_unmarked_tests_see_no_gpu():
 def test_stage2_run_config_records_tf32(tmp_path, mano_data):
     run = _run(mano_data, "last", tf32=False)
     train(tmp_path / "r", run, progress=False)
-    assert json.loads((tmp_path / "r" / "config.json").read_text())["train"]["tf32"] is False
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["train"]["system"]["tf32"] is False

@@ -77,5 +77,7 @@ def test_grid_runs_and_summarises_real_runs(tmp_path):
     table = seeds.paired(seeds.read_runs([out / "g"]))
     assert set(table.step) == {3, 6} and set(table.n) == {2}
     configs = seeds.configs([out / "g"])
-    assert list(configs) == ["mano_tiny"] and configs["mano_tiny"]["synthlab"]["train"]["warmup_steps"] == 50
+    assert (
+        list(configs) == ["mano_tiny"] and configs["mano_tiny"]["synthlab"]["train"]["schedule"]["warmup_steps"] == 50
+    )
     json.dumps(configs)

@@ -99,7 +99,7 @@ def test_a_run_writes_its_checkpoints_off_the_training_thread(tmp_path, mano, mo
         "checkpoint-4.pt",
     ]
     assert load_checkpoint(tmp_path / "run")["step"] == 12
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["checkpoints"] == 3
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["checkpoint"]["checkpoints"] == 3
 
 
 def test_epochs_packed_ahead_are_the_epochs_packed_on_demand(mano):

@@ -22,7 +22,7 @@ from synthlab.cli import app
 from synthlab.cli.curves import CurvesOptions
 from synthlab.cli.export import ExportOptions
 from synthlab.cli.fit import FitOutput
-from synthlab.cli.flags import flag_name
+from synthlab.cli.flags import flag_name, leaf_fields
 from synthlab.cli.gen import GenOptions
 from synthlab.cli.ouroboros import BuildOptions, EvalOptions, TrainFiles, TrainRuntime
 from synthlab.cli.sample import SampleOptions
@@ -93,7 +93,7 @@ def _options(path: tuple[str, ...]) -> dict[str, click.Option]:
 def test_every_field_is_a_flag_with_help_and_its_default(path):
     options = _options(path)
     for cls, left_out in GENERATED[path]:
-        for f in dataclasses.fields(cls):
+        for f in leaf_fields(cls):  # a section's fields are flags of their own
             if f.name in left_out:
                 continue
             assert f.name in options, f"{' '.join(path)}: {cls.__name__}.{f.name} has no flag"
@@ -111,7 +111,7 @@ def test_no_option_is_written_by_hand(path):
     dataclasses and nothing else, and the function behind it declares none itself (its parameters
     come from flags.with_signature): a typer.Option, or a one-off flag beside the dataclasses, fails."""
     assert path in GENERATED, f"{' '.join(path)}: a command whose options come from no dataclass"
-    fields = {f.name for cls, left_out in GENERATED[path] for f in dataclasses.fields(cls) if f.name not in left_out}
+    fields = {f.name for cls, left_out in GENERATED[path] for f in leaf_fields(cls) if f.name not in left_out}
     assert set(_options(path)) == fields
     function = inspect.unwrap(_command(path).callback)
     assert "typer.Option(" not in inspect.getsource(function)
@@ -218,9 +218,9 @@ def test_set_overrides_in_the_toml_keys(tmp_path, mano):
             "--set",
             "train.steps=2",
             "--set",
-            "train.schedule=wsd",
+            "train.schedule.kind=wsd",
             "--set",
-            "train.lr=3e-3",
+            "train.optim.lr=3e-3",
             "--batch-size",
             "8",
             "--no-progress",
@@ -228,17 +228,36 @@ def test_set_overrides_in_the_toml_keys(tmp_path, mano):
     )
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert saved["model"]["d_model"] == 32 and saved["train"]["steps"] == 2  # --set over the file
-    assert saved["train"]["schedule"] == "wsd" and saved["train"]["lr"] == 3e-3 and saved["train"]["batch_size"] == 8
+    train = saved["train"]  # written in its sections; the file and --set train.steps in the flat form
+    assert saved["model"]["d_model"] == 32 and train["schedule"]["steps"] == 2  # --set over the file
+    assert train["schedule"]["kind"] == "wsd" and train["optim"]["lr"] == 3e-3 and train["batch"]["batch_size"] == 8
     for bad, said in [
         (["--set", "d_model=32"], "--set takes model.FIELD=VALUE"),
         (["--set", "model.d_modle=32"], "d_modle"),
         (["--set", "train.steps=3"], "given twice"),
+        (["--set", "train.schedule.steps=3"], "given twice"),
+        (["--set", "train.optim.lrr=3"], "did you mean 'lr'"),
+        (["--set", "train.warmup=3"], "did you mean 'schedule.warmup_steps'"),
     ]:
         result = runner.invoke(
             app, ["train", "--data", str(mano), "--out", str(tmp_path / "bad"), "--steps", "1", *bad]
         )
         assert result.exit_code == 2 and said in result.output, result.output
+
+
+def test_train_help_lists_the_options_by_the_sections_of_a_run_toml():
+    """--help follows the nesting: each section's flags under its heading, in the order of the
+    dataclass, the flags keeping their names."""
+    result = runner.invoke(app, ["train", "--help"], terminal_width=200)
+    headings = [line for line in result.output.splitlines() if line and not line.startswith(" ")]
+    sections = [h.split(":")[0] for h in headings if h.startswith(("train", "model"))]
+    assert sections == [
+        "train",
+        *(f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if "section" in f.metadata),
+        "model",
+    ]
+    after = result.output.split("train.optim: AdamW:")[1]
+    assert after.lstrip().startswith("--lr") and after.index("--lr") < after.index("train.schedule")
 
 
 @pytest.mark.parametrize("load,warned", [(0.0, False), (50.0, True)])

@@ -96,9 +96,7 @@ def test_gpu_cost_counts_tokens_flops_and_hours_of_a_point():
     flops = 3 * flops_per_token(point.model, seq, all_steps=False) * got["tokens"]
     assert got["pflop"] == pytest.approx(flops / 1e15, abs=0.05)
     assert got["gpu_h"] == pytest.approx(flops / (0.35 * cost.GPU_PEAK_FLOPS) / 3600, abs=0.005)
-    checkpointed = cost.gpu_cost(
-        dataclasses.replace(point, train=dataclasses.replace(point.train, activation_checkpointing=True))
-    )
+    checkpointed = cost.gpu_cost(dataclasses.replace(point, train=point.train.replaced(activation_checkpointing=True)))
     assert checkpointed["gpu_h"] == pytest.approx(got["gpu_h"] * 4 / 3, abs=0.005)  # one more forward
     plain, ckpt = (float(x) for x in got["act_gib"].split("/"))
     assert checkpointed["peak_gib"] == pytest.approx(got["peak_gib"] - plain + ckpt, abs=0.11)

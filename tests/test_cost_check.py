@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_a_calibrations_peak_and_eager_mfu_set_an_eager_points_hours():
     point = lab_runner.parse(experiments.load("capacity").points("gpu")[0].config)
-    point = dataclasses.replace(point, train=dataclasses.replace(point.train, compile=False))
+    point = dataclasses.replace(point, train=point.train.replaced(compile=False))
     assumed = cost.gpu_cost(point, exact=True)
     assert assumed["mfu"] == cost.ASSUMED_MFU[False]
     d = str(point.model.d_model)
@@ -31,7 +31,7 @@ def test_a_calibrations_peak_and_eager_mfu_set_an_eager_points_hours():
     }
     with cost.measured(calibration=calibration):
         measured = cost.gpu_cost(point, exact=True)
-        compiled = cost.gpu_cost(dataclasses.replace(point, train=dataclasses.replace(point.train, compile=True)))
+        compiled = cost.gpu_cost(dataclasses.replace(point, train=point.train.replaced(compile=True)))
     assert measured["mfu"] == pytest.approx(0.5 * 0.8)
     # the same FLOPs at 0.4 of a quarter of the peak instead of 0.25 of all of it
     assert measured["gpu_h"] == pytest.approx(assumed["gpu_h"] * 0.25 / (0.4 / 4))
@@ -64,7 +64,7 @@ def test_a_looped_point_runs_at_its_own_mix_of_the_parts_rates():
     from synthlab.models import flops_per_token_parts
 
     point = lab_runner.parse(experiments.load("capacity").points("gpu")[0].config)
-    point = dataclasses.replace(point, train=dataclasses.replace(point.train, compile=False))
+    point = dataclasses.replace(point, train=point.train.replaced(compile=False))
     d = str(point.model.d_model)
     calibration = {"eager_mfu_packed": {"sdpa": {d: {"layers": 0.4, "head": 0.1}}}, "trainer_vs_bare": 1.0}
     _, seq = cost.positions(point)

@@ -107,6 +107,6 @@ def test_tensorboard_logs_the_metrics_records(runs, tmp_path):
 
 def test_tensorboard_without_the_package_is_one_line_and_writes_nothing(runs, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were not installed
-    with pytest.raises(SynthlabError, match=r"^train.tensorboard needs the tensorboard package: pip install"):
+    with pytest.raises(SynthlabError, match=r"^train.logging.tensorboard needs the tensorboard package: pip install"):
         train(tmp_path / "run", _tiny(runs[0].parent / "data", tensorboard=True), progress=False)
     assert not (tmp_path / "run").exists()

@@ -154,7 +154,7 @@ def test_bad_eval_every_is_one_error_line(tmp_path):
     result = runner.invoke(
         app, ["train", "--data", str(tmp_path), "--steps", "5", "--eval-every", "-1", "--out", str(tmp_path / "r")]
     )
-    assert result.exit_code == 2 and "train.eval_every" in result.output
+    assert result.exit_code == 2 and "train.logging.eval_every" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
 

@@ -132,6 +132,31 @@ def test_kept_definitions_beside_results_reproduce_their_runs():
     assert checked >= 6  # the five scaling pilots and the one-layer grid
 
 
+def test_shipped_definitions_still_give_the_point_ids_of_their_committed_results():
+    """Every committed sweep of a shipped definition (sweep.json naming experiments/<name>.toml): the
+    point ids its results.csv holds are among those the definition gives now, so the way configs are
+    read (nested sections, renamed keys) moved no point. A preset may since have been renamed (a
+    point ran as `calib100` that `calib100-screened` now names): all the definition's presets count.
+    Folders under `earlier/` ran under earlier versions of their presets (their README says so)."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    checked = 0
+    for info_path in sorted((root / "results").rglob("sweep.json")):
+        info = json.loads(info_path.read_text())
+        definition = Path(info.get("definition", ""))
+        if definition.parent.name != "experiments" or "earlier" in info_path.relative_to(root).parts:
+            continue
+        experiment = experiments.load(experiments.builtin_dir() / definition.name)
+        assert info["preset"] in experiment.presets, info_path
+        ids = {p.point_id for preset in experiment.presets for p in experiment.points(preset)}
+        table = pd.read_csv(info_path.parent / "results.csv")
+        assert set(table["experiment"]) == {experiment.name}, info_path
+        assert set(table["point_id"]) <= ids, info_path
+        checked += 1
+    assert checked >= 25  # each experiment's main table, its confirmatory rerun, the capacity calibration
+
+
 def test_index_pages_rebase_links_and_state_scale():
     from synthlab.report import results_index as ri
 

@@ -142,7 +142,7 @@ def _trained_run(data, run_dir, **model):
 
     config = RunConfig(
         ModelConfig(vocab_size=len(WordTokenizer.from_file(data)), **{**QWEN2, **model}),
-        TrainConfig(task="bios", data=str(data), steps=2, batch_size=4, seq_len=96, warmup_steps=1, log_every=1),
+        TrainConfig.flat(task="bios", data=str(data), steps=2, batch_size=4, seq_len=96, warmup_steps=1, log_every=1),
     )
     train(run_dir, config, progress=False)
     return run_dir

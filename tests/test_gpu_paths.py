@@ -200,7 +200,7 @@ def test_a_gpu_checks_calibration_recosts_the_presets(tmp_path):
     from synthlab.sweeps import lab_runner as point_runner
 
     point = point_runner.parse(experiments.load("capacity").points("gpu")[-1].config)
-    point = type(point)(**{**vars(point), "train": type(point.train)(**{**vars(point.train), "compile": True})})
+    point = type(point)(**{**vars(point), "train": point.train.replaced(compile=True)})
     assumed = cost.gpu_cost(point)
     path = tmp_path / "cost_calibration.json"
     measured = {

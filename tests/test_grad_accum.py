@@ -1,4 +1,4 @@
-"""Gradient accumulation (`train.grad_accum`): micro-batches add up to exactly one big batch."""
+"""Gradient accumulation (`train.batch.grad_accum`): micro-batches add up to exactly one big batch."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_accumulated_micro_batches_equal_one_batch(tmp_path, datasets, task, mod
 
 
 def test_accumulation_must_divide_the_batch():
-    with pytest.raises(SynthlabError, match="grad_accum 3 must divide train.batch_size 8"):
-        TrainConfig(batch_size=8, grad_accum=3, steps=1)
+    with pytest.raises(SynthlabError, match="grad_accum 3 must divide train.batch.batch_size 8"):
+        TrainConfig.flat(batch_size=8, grad_accum=3, steps=1)
     with pytest.raises(SynthlabError, match="grad_accum must be >= 1"):
-        TrainConfig(grad_accum=0, steps=1)
+        TrainConfig.flat(grad_accum=0, steps=1)

@@ -189,7 +189,7 @@ def ouroboros_train(base: Path, out: Path, *extra):
         2,
         "--seq-len",
         8,
-        "--batch-size",
+        "--micro-batch-size",
         4,
         "--grad-accum",
         1,

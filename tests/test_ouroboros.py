@@ -191,7 +191,7 @@ def test_a_few_training_steps_lower_the_loss(checkpoint):
     sequences = pack(read_texts(checkpoint / "train.jsonl"), tokenizer, 24)
     train_seqs, heldout = split_heldout(sequences, 0.2)
     config = OuroborosTrainConfig(
-        steps=12, seq_len=24, batch_size=8, grad_accum=1, lr=1e-2, warmup_steps=2, depths=(1, 2)
+        steps=12, seq_len=24, micro_batch_size=8, grad_accum=1, lr=1e-2, warmup_steps=2, depths=(1, 2)
     )
     for variant in ("controller", "static"):
         model = _system(base, variant)
@@ -285,7 +285,7 @@ def test_cli_build_train_eval(checkpoint, tmp_path):
             "2",
             "--seq-len",
             "16",
-            "--batch-size",
+            "--micro-batch-size",
             "4",
             "--grad-accum",
             "1",
@@ -342,7 +342,14 @@ def test_training_resumes_bit_identically(checkpoint, tmp_path, monkeypatch):
     from synthlab.ouroboros.runs import train_run
 
     config = OuroborosTrainConfig(
-        steps=6, seq_len=16, batch_size=8, grad_accum=2, lr=1e-2, warmup_steps=2, depths=(1, 2, 3), checkpoint_every=2
+        steps=6,
+        seq_len=16,
+        micro_batch_size=8,
+        grad_accum=2,
+        lr=1e-2,
+        warmup_steps=2,
+        depths=(1, 2, 3),
+        checkpoint_every=2,
     )
     args = (str(checkpoint), str(checkpoint / "train.jsonl"))
     system = OuroborosConfig(max_steps=4)
@@ -417,7 +424,7 @@ def test_a_lost_process_is_one_error_line(checkpoint, tmp_path, monkeypatch):
         raise RuntimeError("[gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4711")
 
     monkeypatch.setattr(runs, "train", lost)
-    config = OuroborosTrainConfig(steps=2, seq_len=16, batch_size=4, grad_accum=1, depths=(1,))
+    config = OuroborosTrainConfig(steps=2, seq_len=16, micro_batch_size=4, grad_accum=1, depths=(1,))
     with pytest.raises(SynthlabError, match=r"process 0 of 1 lost contact .* \(rerun the same command to resume\)"):
         runs.train_run(
             str(checkpoint),

@@ -26,7 +26,7 @@ from synthlab.training.distributed import World, check_shardable  # noqa: E402
 TINY = [
     "--seq-len",
     "16",
-    "--batch-size",
+    "--micro-batch-size",
     "4",
     "--grad-accum",
     "2",
@@ -210,7 +210,7 @@ def test_two_processes_evaluate_as_one(checkpoint, tmp_path):
 def test_fsdp_without_processes_to_shard_over_is_one_line(checkpoint, tmp_path):
     from synthlab.ouroboros.runs import eval_run, train_run
 
-    config = OuroborosTrainConfig(steps=1, seq_len=16, batch_size=4, grad_accum=1, depths=(1,))
+    config = OuroborosTrainConfig(steps=1, seq_len=16, micro_batch_size=4, grad_accum=1, depths=(1,))
     with pytest.raises(SynthlabError, match=r"FSDP shards the model across processes and this is the only one"):
         train_run(
             str(checkpoint),

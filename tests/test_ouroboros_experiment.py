@@ -96,7 +96,7 @@ def test_every_preset_validates_and_gpu_uses_the_given_checkpoint():
         first.system.rank,
         first.system.controller_hidden,
         first.train.seq_len,
-        first.train.batch_size * first.train.grad_accum,
+        first.train.micro_batch_size * first.train.grad_accum,
         first.train.depths,
     ) == (32, 320, 2048, 32, (4, 8, 16))
 

@@ -61,7 +61,7 @@ def test_a_finished_run_loads_like_load_model(tmp_path, mano):
 
     config = RunConfig(
         ModelConfig(vocab_size=14, d_model=16, n_heads=2, n_layers=1, loops=2, max_seq_len=64),
-        TrainConfig(task="mano", data=str(mano), steps=2, batch_size=4, seq_len=64, warmup_steps=1),
+        TrainConfig.flat(task="mano", data=str(mano), steps=2, batch_size=4, seq_len=64, warmup_steps=1),
     )
     train(tmp_path / "run", config, progress=False)
     assert _mode(tmp_path / "run" / "model.safetensors") == _mode(tmp_path / "run" / "config.json")

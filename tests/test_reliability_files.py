@@ -12,7 +12,20 @@ from test_reliability import FAKE, TINY, invoke, one_error_line
 
 from synthlab.files import folder_lock
 
-SMALL_RUN = ["--steps", 1, "--seq-len", 16, "--batch-size", 4, "--grad-accum", 1, "--depths", "1,2", "--max-steps", 4]
+SMALL_RUN = [
+    "--steps",
+    1,
+    "--seq-len",
+    16,
+    "--micro-batch-size",
+    4,
+    "--grad-accum",
+    1,
+    "--depths",
+    "1,2",
+    "--max-steps",
+    4,
+]
 
 
 def ouroboros_train(checkpoint, out, *extra):

@@ -91,5 +91,5 @@ def test_resume_auto_speaks_of_the_run_not_a_sweep(finished, tmp_path, mano):
     shutil.copytree(finished, run_dir)
     args = ["--data", mano, "--out", run_dir, "--steps", 7, "--warmup-steps", 2, "--log-every", 1, *TINY]
     result = invoke("train", "--resume", "auto", *args, "--checkpoint-every", 3, "--no-progress")
-    assert result.exit_code == 2 and "train.steps 6 -> 7" in result.output, result.output
+    assert result.exit_code == 2 and "train.schedule.steps 6 -> 7" in result.output, result.output
     assert "sweep" not in result.output and "point" not in result.output and "--resume RUN_DIR alone" in result.output

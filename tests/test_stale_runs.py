@@ -26,10 +26,10 @@ def test_the_same_configuration_is_reused_and_a_changed_one_is_refused(run, tmp_
     folder = tmp_path / "model"
     assert _train_or_resume(folder, lambda: run) is False  # trained
     assert _train_or_resume(folder, lambda: run) is True  # reused
-    quieter = dataclasses.replace(run, train=dataclasses.replace(run.train, log_every=1, checkpoint_every=7))
+    quieter = dataclasses.replace(run, train=run.train.replaced(log_every=1, checkpoint_every=7))
     assert _train_or_resume(folder, lambda: quieter) is True  # logging and checkpointing change no number
-    faster = dataclasses.replace(run, train=dataclasses.replace(run.train, lr=run.train.lr * 2))
-    with pytest.raises(SynthlabError, match=r"trained with another configuration .*train\.lr"):
+    faster = dataclasses.replace(run, train=run.train.replaced(lr=run.train.optim.lr * 2))
+    with pytest.raises(SynthlabError, match=r"trained with another configuration .*train\.optim\.lr"):
         _train_or_resume(folder, lambda: faster)
     wider = dataclasses.replace(run, model=dataclasses.replace(run.model, d_model=64, n_heads=2))
     with pytest.raises(SynthlabError, match=r"model\.d_model 32 -> 64"):
@@ -40,8 +40,8 @@ def test_a_started_run_is_checked_before_it_resumes(run, tmp_path):
     folder = tmp_path / "model"
     _train_or_resume(folder, lambda: run)
     (folder / "summary.json").unlink()  # as if stopped before the end: the next call resumes
-    changed = dataclasses.replace(run, train=dataclasses.replace(run.train, warmup_steps=2))
-    with pytest.raises(SynthlabError, match=r"train\.warmup_steps 1 -> 2"):
+    changed = dataclasses.replace(run, train=run.train.replaced(warmup_steps=2))
+    with pytest.raises(SynthlabError, match=r"train\.schedule\.warmup_steps 1 -> 2"):
         _train_or_resume(folder, lambda: changed)
 
 

@@ -58,19 +58,21 @@ def test_a_run_its_condition_ended_stays_finished(runs, mano, tmp_path):
     shutil.copytree(runs / "easy", run_dir)
     before = files(run_dir)
     result = invoke("train", "--resume", run_dir, "--no-progress")
-    assert result.exit_code == 0 and f"done: 4 steps (train.stop_when met: {EASY})" in result.output, result.output
+    assert result.exit_code == 0 and f"done: 4 steps (train.schedule.stop_when met: {EASY})" in result.output, (
+        result.output
+    )
     again = invoke("train", "--resume", "auto", "--data", mano, "--out", run_dir, *BUDGET, *TINY, "--stop-when", EASY)
     assert again.exit_code == 0 and "done: 4 steps" in again.output, again.output
     longer = invoke("train", "--resume", run_dir, "--steps", 30, "--no-progress")
     assert longer.exit_code == 2 and longer.output.count("\n") == 1, longer.output
-    assert longer.output.startswith("error:") and "its train.stop_when met: it is finished" in longer.output
+    assert longer.output.startswith("error:") and "its train.schedule.stop_when met: it is finished" in longer.output
     assert files(run_dir) == before  # nothing trained, nothing rewritten
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--stop-when", NEVER], "set train.eval_every"),  # nothing would check it
+        (["--stop-when", NEVER], "set it (--eval-every K)"),  # nothing would check it
         (["--eval-every", 4, "--stop-when", "train_acc_l1 => 0.9"], "is not 'column >= number'"),
         (["--eval-every", 4, "--stop-when", "train_acc_l1 >= 0.9 or acc_l2 > 0"], "is not 'column >= number'"),
         (["--eval-every", 4, "--stop-when", "train_acc_l1 >= 1.2.3"], "is not 'column >= number'"),
@@ -80,7 +82,7 @@ def test_a_run_its_condition_ended_stays_finished(runs, mano, tmp_path):
 )
 def test_a_bad_condition_is_one_error_line_before_anything_is_written(mano, tmp_path, args, message):
     result = invoke("train", "--data", mano, "--out", tmp_path / "run", "--steps", 8, *TINY, *args)
-    assert result.exit_code == 2 and result.output.startswith("error: train.stop_when"), result.output
+    assert result.exit_code == 2 and result.output.startswith("error: train.schedule.stop_when"), result.output
     assert message in result.output and result.output.count("\n") == 1, result.output
     assert not (tmp_path / "run").exists()
 
@@ -104,7 +106,7 @@ def test_stage_two_trains_its_gate_without_the_stage_one_rule():
     model = {"d_model": 16, "n_heads": 2, "max_seq_len": 16, "exit_gate": True}
     train = {"steps": 8, "loss": "ouro", "eval_every": 4, "stop_when": "train_acc_l1 >= 0.5"}
     point = parse_point({"task": "mano", "data": {"L": 2}, "model": model, "train": train, "stages": ["gate"]})
-    assert point.train.stop_when and point.stage2_train(point.train, "stage1").stop_when == ""
+    assert point.train.schedule.stop_when and point.stage2_train(point.train, "stage1").schedule.stop_when == ""
 
 
 EXPERIMENT = """

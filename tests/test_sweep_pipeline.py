@@ -97,7 +97,7 @@ def test_cost_estimate_shapes_match_the_generated_data(name, tmp_path):
     assert point.model.vocab_size == len(data.tokenizer)
     steps, seq = positions(point)
     assert seq == derived["seq_len"]
-    assert steps == pytest.approx(derived["total_steps"], rel=0 if point.train.steps else 0.1)
+    assert steps == pytest.approx(derived["total_steps"], rel=0 if point.train.schedule.steps else 0.1)
 
 
 def test_eval_results_flatten_to_columns():
@@ -225,7 +225,7 @@ def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_p
     def parse_under_a_new_default(config):  # as if TrainConfig's default warmup had changed since
         point = parse(config)
         return dataclasses.replace(
-            point, train=dataclasses.replace(point.train, warmup_steps=point.train.warmup_steps + 1)
+            point, train=point.train.replaced(warmup_steps=point.train.schedule.warmup_steps + 1)
         )
 
     monkeypatch.setattr(point_runner, "parse", parse_under_a_new_default)
@@ -235,5 +235,5 @@ def test_a_finished_point_whose_config_changed_is_flagged_and_its_row_kept(tmp_p
     capsys.readouterr()
     driver.run_sweep(exp, "smoke", tmp_path, runner=point_runner, progress=False)
     err = capsys.readouterr().err
-    assert err.count("its row is kept, but") == 2 and "train.warmup_steps" in err
+    assert err.count("its row is kept, but") == 2 and "train.schedule.warmup_steps" in err
     assert _table(results) == before

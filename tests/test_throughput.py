@@ -1,7 +1,7 @@
 """The training step's speed work keeps its numerics: attention with RoPE and the document mask
 built once equals the old per-layer formulas bit for bit, the summed `last` loss gives the same
 gradients as the per-position losses, the trainable list is walked once, and the optimizer kernels
-(train.optimizer_impl) apply the same update within rounding. benchmarks/bench_shapes.py runs."""
+(train.optim.optimizer_impl) apply the same update within rounding. benchmarks/bench_shapes.py runs."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_the_summed_last_loss_gives_the_logged_forms_gradients():
     g = torch.Generator().manual_seed(3)
     inputs, targets = torch.randint(0, 40, (3, 24), generator=g), torch.randint(0, 40, (3, 24), generator=g)
     mask = torch.rand(3, 24, generator=g) > 0.3
-    cfg, forward = TrainConfig(steps=1), model_forward(model)
+    cfg, forward = TrainConfig.flat(steps=1), model_forward(model)
     results = []
     for logging in (False, True):  # off a logging step: the summed loss; on one: per-position losses
         model.zero_grad()
@@ -118,9 +118,9 @@ def test_optimizer_kernels_apply_the_default_update_within_rounding(impl):
 
 
 def test_an_unknown_optimizer_impl_is_an_error():
-    assert TrainConfig(steps=1).optimizer_impl == "default"
+    assert TrainConfig.flat(steps=1).optim.optimizer_impl == "default"
     with pytest.raises(SynthlabError, match="optimizer_impl must be one of default, foreach, fused"):
-        TrainConfig(steps=1, optimizer_impl="apex")
+        TrainConfig.flat(steps=1, optimizer_impl="apex")
 
 
 @pytest.mark.slow
@@ -170,7 +170,7 @@ def test_cpu_bf16_autocast_is_opt_in():
     from synthlab.training.run_folders import autocast
 
     cpu = torch.device("cpu")
-    assert not TrainConfig(steps=1).cpu_bf16
+    assert not TrainConfig.flat(steps=1).system.cpu_bf16
     with autocast(cpu):
         assert not torch.is_autocast_enabled("cpu")
     with autocast(cpu, cpu_bf16=True):

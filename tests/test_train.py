@@ -80,7 +80,7 @@ def test_constant_and_wsd_hold_the_peak_after_warmup(schedule):
 
 def test_weight_decay_only_on_matrices():
     model = build_model(ModelConfig(vocab_size=20, **TINY_MODEL))
-    optimizer = build_optimizer(model, TrainConfig(steps=1, weight_decay=0.3))
+    optimizer = build_optimizer(model, TrainConfig.flat(steps=1, weight_decay=0.3))
     decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] == 0.3 for p in g["params"]}
     for name, p in model.named_parameters():
         assert (id(p) in decayed) == (p.dim() >= 2), name
@@ -125,7 +125,7 @@ def test_bad_input_is_one_readable_line(tmp_path, datasets):
     data = datasets("mano")
     with pytest.raises(SynthlabError, match="does not match"):
         run_config(data, "bios")
-    with pytest.raises(SynthlabError, match="did you mean 'lr'"):
+    with pytest.raises(SynthlabError, match="did you mean 'optim.lr'"):
         resolve_run_config({"train": {"lrr": 1.0}}, {}, {"data": str(data), "steps": 1})
     with pytest.raises(SynthlabError, match="did you mean 'd_model'"):
         resolve_run_config({"model": {"d_modle": 8}}, {}, {"data": str(data), "steps": 1})
@@ -133,7 +133,7 @@ def test_bad_input_is_one_readable_line(tmp_path, datasets):
         run_config(data, "mano", exposures=2.0)
     # the flag replaces the file's choice of length
     file = {"train": {"steps": 5}}
-    assert resolve_run_config(file, TINY_MODEL, {"data": str(data), "exposures": 2.0}).train.steps is None
+    assert resolve_run_config(file, TINY_MODEL, {"data": str(data), "exposures": 2.0}).train.schedule.steps is None
 
 
 def test_corrupt_checkpoint_and_occupied_out(tmp_path, datasets):

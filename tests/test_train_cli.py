@@ -47,7 +47,7 @@ def test_train_eval_from_a_config_file_with_flag_overrides(tmp_path, mano):
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["model"]["loops"] == 2 and saved["model"]["d_model"] == 32  # flag and file
-    assert saved["train"]["steps"] == 4  # the flag wins over the file
+    assert saved["train"]["schedule"]["steps"] == 4  # the flag wins over the file
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 4
 
     result = invoke("eval", tmp_path / "run", "--steps", 3)
@@ -69,7 +69,7 @@ def test_train_eval_from_a_config_file_with_flag_overrides(tmp_path, mano):
         (["--task", "bios"], "does not match"),
         (["--task", "mano", "--d-model", "30"], "n_heads"),
         (["--task", "mano", "--loss", "best"], "train.loss"),
-        (["--task", "mano", "--steps", "0"], "train.steps"),
+        (["--task", "mano", "--steps", "0"], "train.schedule.steps"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, mano, args, message):
@@ -140,8 +140,7 @@ def test_ctrl_c_on_the_real_command_writes_a_checkpoint_and_exits_130(tmp_path, 
 
 
 def test_every_model_and_train_field_is_a_flag_with_help():
-    import dataclasses
-
+    from synthlab.cli.flags import flag_name, leaf_fields
     from synthlab.models import ModelConfig
     from synthlab.training.configs import TrainConfig
 
@@ -149,10 +148,10 @@ def test_every_model_and_train_field_is_a_flag_with_help():
         app, ["train", "--help"], env={"COLUMNS": "400"}
     )  # rich wraps at COLUMNS (80 off a terminal)
     for cls in (ModelConfig, TrainConfig):
-        for f in dataclasses.fields(cls):
+        for f in leaf_fields(cls):  # TrainConfig's sections: each of their fields a flag
             if f.name != "vocab_size":
                 assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help text"
-                assert "--" + f.name.replace("_", "-") in result.output, f.name
+                assert flag_name(f).split("/")[0] in result.output, f.name
 
 
 def test_new_model_and_schedule_flags_reach_the_run_config(tmp_path, mano):
@@ -197,13 +196,13 @@ def test_new_model_and_schedule_flags_reach_the_run_config(tmp_path, mano):
         "learned",
         "torch",
     )
-    assert saved["model"]["lora_targets"] == ["q", "v"] and saved["train"]["schedule"] == "wsd"
+    assert saved["model"]["lora_targets"] == ["q", "v"] and saved["train"]["schedule"]["kind"] == "wsd"
     assert Path(saved["train"]["data"]).is_absolute()  # the run folder works from anywhere
 
 
 def test_a_non_finite_setting_is_one_error_line(tmp_path, mano):
     result = invoke("train", "--data", mano, "--out", tmp_path / "run", "--steps", 3, "--lr", "inf")
-    assert result.exit_code == 2 and result.output.startswith("error: train.lr must be a finite number")
+    assert result.exit_code == 2 and result.output.startswith("error: train.optim.lr must be a finite number")
     assert not (tmp_path / "run").exists()
 
 

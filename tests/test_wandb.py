@@ -49,6 +49,8 @@ def test_offline_run_gets_every_record(mano, tmp_path, monkeypatch):
 
 def test_without_the_package_is_one_line_and_writes_nothing(mano, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # as if wandb were not installed
-    with pytest.raises(SynthlabError, match=r"^train.wandb needs the wandb package: pip install 'synthlab\[wandb\]'$"):
+    with pytest.raises(
+        SynthlabError, match=r"^train.logging.wandb needs the wandb package: pip install 'synthlab\[wandb\]'$"
+    ):
         train(tmp_path / "run", _tiny(mano, wandb="p"), progress=False)
     assert not (tmp_path / "run").exists()

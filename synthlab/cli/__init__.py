@@ -135,9 +135,10 @@ app.command("plot")(_sweep.plot)
 app.command("steps")(_sweep.steps)
 app.command("report")(_sweep.report)
 
+from synthlab.cli import flags as _flags  # noqa: E402
 from synthlab.cli import train as _train  # noqa: E402
 
-app.command("train")(_train.train)
+app.command("train", cls=_flags.PanelCommand)(_train.train)  # --help in the run.toml's sections
 app.command("eval")(_train.evaluate)
 app.command("capacity")(_train.capacity)
 

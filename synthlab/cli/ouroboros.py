@@ -17,7 +17,7 @@ from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text, check_out, lab_output
 from synthlab.serialize import option
-from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig
+from synthlab.training.configs import OuroborosConfig, OuroborosTrainConfig, ouroboros_train_keys
 
 app = typer.Typer(
     help="OUROBOROS on a local Qwen2/Qwen2.5 checkpoint: a controller rewrites one recurrent layer per step.",
@@ -89,7 +89,9 @@ class EvalOptions:
 
     depths: tuple[int, ...] = option((1, 4, 8, 16), "Recurrent depths to evaluate.")
     corpus: Path | None = option(None, "A second corpus (another distribution).")
-    batch_size: int = option(4, "Sequences per evaluation batch.")
+    batch_size: int = option(
+        4, "Sequences per forward pass: a chunk that bounds memory, not an optimizer batch (nothing is trained)."
+    )
     max_sequences: int | None = option(None, "Evaluate at most this many sequences per corpus.")
     device: str | None = option(None, _DEVICE_HELP)
     dtype: str | None = option(None, "Base dtype (default bfloat16 on GPU, float32 on CPU).")
@@ -154,7 +156,11 @@ def _train(**kwargs) -> None:
 
     files, runtime = flags.parsed(kwargs, TrainFiles, TrainRuntime)
     base, out = files.base, files.out
-    train_config = serialize.load(OuroborosTrainConfig, files.config) if files.config else OuroborosTrainConfig()
+    train_config = (
+        serialize.from_dict(OuroborosTrainConfig, ouroboros_train_keys(serialize.load_dict(files.config)))
+        if files.config
+        else OuroborosTrainConfig()
+    )
     train_config = serialize.merge(train_config, flags.given(kwargs, OuroborosTrainConfig))
     ouroboros = serialize.merge(OuroborosConfig(), flags.given(kwargs, OuroborosConfig))
     resolve_split(base_layers(base), ouroboros)  # a bad split is an error before the base is read

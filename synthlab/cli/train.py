@@ -23,7 +23,7 @@ from synthlab.files import warn
 from synthlab.models import ModelConfig
 from synthlab.serialize import option
 from synthlab.sweeps.gpu_scheduling import default_threads, idle_cores
-from synthlab.training.configs import TrainConfig
+from synthlab.training.configs import TrainConfig, flat_train, nested_train
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +63,8 @@ class TrainCommand:
     )
     set: list[str] | None = option(
         None,
-        "SECTION.FIELD=VALUE, as in a run.toml (model.d_model=32, train.lr=3e-4); repeatable; "
+        "SECTION.FIELD=VALUE, as in a run.toml (model.d_model=32, train.optim.lr=3e-4; train.lr=3e-4, "
+        "the key before train's sections, too); repeatable; "
         "overrides --config like the field's own flag.",
         metavar="SECTION.FIELD=VALUE",
     )
@@ -90,14 +91,14 @@ def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_
             close = difflib.get_close_matches(section, ["model", "train"], n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise SynthlabError(f"unknown config section '{section}'{hint}; a run config has [model] and [train]")
-    train_dict = {**file.get("train", {}), **train_flags}
+    train_dict = {**flat_train(file.get("train", {})), **train_flags}  # a run.toml of either form
     for flag, other in (("steps", "exposures"), ("exposures", "steps")):
         if flag in train_flags and other not in train_flags:
             train_dict.pop(other, None)  # a length on the command line replaces the file's
     for key in ("data", "init_from"):
         if train_dict.get(key):
             train_dict[key] = str(Path(train_dict[key]).resolve())
-    train_cfg = serialize.from_dict(TrainConfig, train_dict, where="train.")
+    train_cfg = serialize.from_dict(TrainConfig, nested_train(train_dict), where="train.")
     if not train_cfg.data:
         raise SynthlabError("no data folder: pass --data DIR (or train.data in the config file)")
     data = load_dataset(train_cfg.data, train_cfg.task or None)
@@ -124,9 +125,11 @@ def _train(**kwargs) -> None:
         process.verify,
     )
     _set_threads(process.threads)
-    model_flags, train_flags = flags.given(kwargs, ModelConfig), flags.given(kwargs, TrainConfig)
+    # the training options flat, as their flags are (`lr`; --set train.optim.lr=... too)
+    model_flags, train_flags = flags.given(kwargs, ModelConfig), flat_train(flags.given(kwargs, TrainConfig))
     for section, key, value in map(_setting, command.set or []):
         given = model_flags if section == "model" else train_flags
+        key = key if section == "model" else next(iter(flat_train({key: value})))
         if key in given:
             raise SynthlabError(f"{section}.{key} is given twice (a flag and --set); keep one")
         given[key] = value
@@ -162,7 +165,7 @@ def _train(**kwargs) -> None:
             )
         raise typer.Exit(code=130)
     if result.main:
-        met = f" (train.stop_when met: {result.stopped_by})" if result.stopped_by else ""
+        met = f" (train.schedule.stop_when met: {result.stopped_by})" if result.stopped_by else ""
         typer.echo(f"done: {result.step} steps{met}, final loss {result.final_loss:.4f}, run in {run_dir}")
 
 
@@ -192,7 +195,9 @@ def _setting(text: str) -> tuple[str, str, Any]:
     key, sep, raw = text.partition("=")
     section, dot, field = key.strip().partition(".")
     if not sep or not dot or section not in ("model", "train") or not field:
-        raise SynthlabError(f"--set takes model.FIELD=VALUE or train.FIELD=VALUE (the run.toml keys), got '{text}'")
+        raise SynthlabError(
+            f"--set takes model.FIELD=VALUE or train.[SECTION.]FIELD=VALUE (the run.toml keys), got '{text}'"
+        )
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:
@@ -204,8 +209,8 @@ def _train_command():
     """`synthlab train`: every ModelConfig and TrainConfig field is a flag (help from the field)."""
     params = [
         *flags.dataclass_options(TrainCommand),
-        *flags.dataclass_options(TrainConfig, unset=True),
-        *flags.dataclass_options(ModelConfig, unset=True, exclude=("vocab_size",)),
+        *flags.dataclass_options(TrainConfig, unset=True, panel="train: the data, seed and objective"),
+        *flags.dataclass_options(ModelConfig, unset=True, exclude=("vocab_size",), panel="model: the architecture"),
         *flags.dataclass_options(ProcessOptions),
     ]
     return flags.with_signature(

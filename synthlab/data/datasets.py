@@ -346,10 +346,10 @@ def pack_rows(examples: Examples, order: np.ndarray, seq_len: int, pad_id: int) 
 
 
 def row_layout(train, max_seq_len: int, examples: Examples, task: str) -> tuple[bool, int]:
-    """(pack, row length) of a run's rows (`train`: its TrainConfig): packed rows of train.seq_len
+    """(pack, row length) of a run's rows (`train`: its TrainConfig): packed rows of train.batch.seq_len
     (default max_seq_len) where the run packs (default: the task's choice), else the longest example."""
-    pack = train.pack if train.pack is not None else TASKS[task].pack
-    return pack, (train.seq_len or max_seq_len) if pack else int(examples.lengths.max()) - 1
+    pack = train.batch.pack if train.batch.pack is not None else TASKS[task].pack
+    return pack, (train.batch.seq_len or max_seq_len) if pack else int(examples.lengths.max()) - 1
 
 
 class Batcher:

@@ -251,16 +251,18 @@ def estimate_capacity(
             "params_all": count_params(model),
             "model": {k: getattr(run.model, k) for k in ("d_model", "n_layers", "n_heads", "loops", "topology")},
             "steps": steps or run.model.loops,
-            "exposures": run.train.exposures,
+            "exposures": run.train.schedule.exposures,
             "pool_scale": pool_scale,
             "data": str(data.path),
         }
     )
     if checkpoint is not None:
-        # The passes over the data the checkpoint has made (the global batch is train.batch_size rows
+        # The passes over the data the checkpoint has made (the global batch is train.batch.batch_size rows
         # whatever the number of processes), beside the run's whole budget.
-        seen = checkpoint * run.train.batch_size / derived["rows_per_epoch"]
-        report.update(checkpoint=checkpoint, tokens_seen=tokens_seen, exposures=seen, run_exposures=run.train.exposures)
+        seen = checkpoint * run.train.batch.batch_size / derived["rows_per_epoch"]
+        report.update(
+            checkpoint=checkpoint, tokens_seen=tokens_seen, exposures=seen, run_exposures=run.train.schedule.exposures
+        )
     name = "capacity.json" if steps is None else f"capacity_steps{steps}.json"
     name = name if checkpoint is None else name.replace(".json", f"_checkpoint{checkpoint}.json")
     atomic_write_text(run_dir / name, json.dumps(report, indent=2) + "\n")

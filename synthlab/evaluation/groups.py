@@ -1,7 +1,7 @@
 """Evaluation by group (the task SPEC's `group_key`: the bioS attribute, the Mano length, the
 multihop hop count, reach's distance and class): the QA items of a split, each group's accuracy and
 answer loss on held-out prompts and on a sample of training prompts (`group_scores`), their results
-columns (`group_columns`), and the fixed-sample probe `train.eval_every` logs (`GroupProbe`).
+columns (`group_columns`), and the fixed-sample probe `train.logging.eval_every` logs (`GroupProbe`).
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def _train_qa(data: Dataset) -> list[dict]:
 
 class GroupProbe:
     """Per-group scores on fixed samples of held-out and training prompts (up to `per_group` of
-    each group, drawn once from `seed`): the learning curve `train.eval_every` logs, and what
-    `train.stop_when` reads (`met`; its columns checked against the probe's here, before training)."""
+    each group, drawn once from `seed`): the learning curve `train.logging.eval_every` logs, and what
+    `train.schedule.stop_when` reads (`met`; its columns checked against the probe's here, before training)."""
 
     def __init__(
         self, data: Dataset, *, per_group: int = 256, seed: int = 0, batch_size: int = 256, stop_when: str = ""
@@ -136,13 +136,13 @@ class GroupProbe:
             split: _qa_items(data, _sample_by_group(records, key, per_group, rng))
             for split, records in (("heldout", data.records("test")), ("train", _train_qa(data)))
         }
-        self.stop = parse_conditions(stop_when, "train.stop_when", prefix="eval/") if stop_when else []
+        self.stop = parse_conditions(stop_when, "train.schedule.stop_when", prefix="eval/") if stop_when else []
         logged = self.columns
         for column, _, _ in self.stop:
             if f"eval/{column}" not in logged:
                 accuracies = sorted(c.removeprefix("eval/") for c in logged if "acc_" in c)
                 raise SynthlabError(
-                    f"train.stop_when: the probe logs no {column} on {data.path} "
+                    f"train.schedule.stop_when: the probe logs no {column} on {data.path} "
                     f"(it logs {', '.join(accuracies)}, and answer_loss_ and n_ of the same groups)"
                 )
 
@@ -158,7 +158,7 @@ class GroupProbe:
         return list(group_columns({s: dict.fromkeys(found, empty) for s, found in labels.items()}, prefix="eval/"))
 
     def met(self, record: dict[str, float]) -> bool:
-        """Whether a metrics record this probe scored meets `train.stop_when` (never without one)."""
+        """Whether a metrics record this probe scored meets `train.schedule.stop_when` (never without one)."""
         return bool(self.stop) and holds(self.stop, record, prefix="eval/")
 
     def groups(self, model, device: torch.device, steps: int | None = None) -> dict[str, dict[str, dict]]:

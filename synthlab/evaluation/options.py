@@ -33,7 +33,9 @@ class EvalRunOptions:
     steps: int | None = option(None, "Recurrent steps at evaluation (past the trained depth to test extrapolation).")
     exit: str | None = option(None, "Exit rule per token: static:T, q:0.8, diff:0.01 or kl:0.001.")
     kv: str | None = option(None, "Decode with this KV-cache strategy: full, first, last or mean.")
-    batch_size: int = option(128, "Examples per forward pass.")
+    batch_size: int = option(
+        128, "Examples per forward pass: a chunk that bounds memory, not an optimizer batch (nothing is trained)."
+    )
     max_prompts: int | None = option(
         None,
         "Score at most K test prompts, and at most K of the other test lengths and of the training "
@@ -55,7 +57,9 @@ class CapacityOptions:
 
     data: Path | None = option(None, "The run's dataset at its new place, if it moved (checked to be the same data).")
     steps: int | None = option(None, "Recurrent steps to read the model at (default: the trained loops).")
-    batch_size: int = option(64, "Biographies per forward pass.")
+    batch_size: int = option(
+        64, "Biographies per forward pass: a chunk that bounds memory, not an optimizer batch (nothing is trained)."
+    )
     device: str = option("auto", DEVICE_HELP)
     checkpoint: int | None = option(
         None,

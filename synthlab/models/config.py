@@ -82,7 +82,7 @@ class ModelConfig:
         "Attention over packed rows: sdpa (scaled_dot_product_attention with a dense "
         "causal-and-same-document mask) or flex (flex_attention with a document block "
         "mask: blocks across documents are skipped, and the kernel is fused under "
-        "train.compile; the same numbers to float rounding; CPU training, which torch's "
+        "train.system.compile; the same numbers to float rounding; CPU training, which torch's "
         "flex_attention cannot differentiate, keeps the dense mask). Rows of one "
         "document always use the fused causal kernel.",
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from synthlab import serialize
+from synthlab.training.configs import flat_train
 from synthlab.training.run_folders import RunConfig
 
 _FRONT_MATTER = """---
@@ -96,7 +97,7 @@ def model_card(
             "## Model configuration\n",
             _block(serialize.to_dict(run.model)),
             "## Training recipe\n",
-            _block(serialize.to_dict(run.train)),
+            _block(flat_train(serialize.to_dict(run.train))),  # the recipe as its flags name it
             "Derived at training start:\n",
             _block({k: v for k, v in derived.items() if k != "data_sha256"}),
             final,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import safetensors.torch
@@ -31,12 +32,19 @@ from synthlab.ouroboros.system import LOOPED_VARIANTS, VARIANTS, OuroborosConfig
 from synthlab.ouroboros.train import OuroborosTrainConfig, plot_loss_vs_depth, sequence_losses, train
 from synthlab.progress import Progress
 from synthlab.training import distributed
+from synthlab.training.configs import ouroboros_train_keys
 from synthlab.training.run_folders import load_state_file, resolve_device
 
 CHECKPOINT = "trainable.safetensors"
 STATE = "state.pt"
 LOG = "train_log.csv"
 SEQUENCE_LOSSES = "sequence_losses.csv"
+
+
+def _read_run(run_dir: Path) -> dict[str, Any]:
+    """run.json, its training options under their current names (a run of either age resumes)."""
+    run = json.loads((Path(run_dir) / "run.json").read_text())
+    return {**run, "train": ouroboros_train_keys(run["train"])}
 
 
 def corpus_rows(docs: list[str], tokenizer, config: OuroborosTrainConfig, max_sequences: int | None = None):
@@ -220,10 +228,10 @@ def _train_run(
     }
     trained = any((out / v / name).is_file() for v in VARIANTS for name in (STATE, CHECKPOINT, LOG))
     if (out / "run.json").is_file() and trained:  # a rerun resumes: it must be the same run
-        if json.loads((out / "run.json").read_text()) != json.loads(json.dumps(run)):
+        if _read_run(out) != json.loads(json.dumps(run)):
             raise SynthlabError(f"{out} holds another OUROBOROS run (its run.json differs): use a new --out")
     elif world.main:
-        if (out / "run.json").is_file() and json.loads((out / "run.json").read_text()) != json.loads(json.dumps(run)):
+        if (out / "run.json").is_file() and _read_run(out) != json.loads(json.dumps(run)):
             warn(f"replacing {out / 'run.json'}: its run stopped before any variant was trained")
         atomic_write(out / "run.json", lambda tmp: tmp.write_text(json.dumps(run, indent=2) + "\n"))
     counts, held = {}, {}
@@ -290,7 +298,7 @@ def eval_run(
         raise SynthlabError(f"--max-sequences must be >= 1 (or left out: all), got {max_sequences}")
     if not (run_dir / "run.json").is_file():
         raise SynthlabError(f"run directory '{run_dir}' has no run.json (train into it first)")
-    run = json.loads((run_dir / "run.json").read_text())
+    run = _read_run(run_dir)
     config = serialize.from_dict(OuroborosConfig, run["ouroboros"])
     train_config = serialize.from_dict(OuroborosTrainConfig, run["train"])
     if not depths or min(depths) < 1 or max(depths) > config.max_steps:

@@ -31,6 +31,7 @@ from synthlab.files import atomic_write
 from synthlab.ouroboros.system import LOOPED_VARIANTS, OuroborosConfig
 from synthlab.ouroboros.train import OuroborosTrainConfig
 from synthlab.serialize import content_hash
+from synthlab.training.configs import ouroboros_train_keys
 
 NEW = "train"  # eval_run names a corpus by its file's stem: the new people's train.jsonl
 
@@ -91,6 +92,7 @@ class OuroborosOptions:
 
 def parse_section(raw: dict[str, Any]) -> OuroborosOptions:
     """The section's flat keys, each given to the dataclass that owns it (unknown keys fail)."""
+    raw = ouroboros_train_keys(raw)  # a preset's batch_size: micro_batch_size
     classes = (OuroborosConfig, OuroborosTrainConfig, OuroborosEval, OuroborosSource)
     names = [{f.name for f in dataclasses.fields(cls)} for cls in classes]
     unknown = sorted(set(raw).difference(*names))
@@ -129,7 +131,7 @@ def run_stage(
 
     from synthlab.ouroboros.runs import LOG, SEQUENCE_LOSSES, eval_run, train_run
 
-    folder = Path(out) / content_hash(options.to_dict())
+    folder = Path(out) / content_hash(ouroboros_train_keys(options.to_dict(), old=True))  # the folders of old runs
     variant = options.system.variant
     if options.source.base is not None:
         base, corpus = Path(options.source.base), Path(options.source.corpus)

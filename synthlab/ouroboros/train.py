@@ -68,8 +68,8 @@ def train(
     """
     if max(config.depths) > model.config.max_steps:
         raise SynthlabError(f"depths {config.depths} exceed the model's max_steps {model.config.max_steps}")
-    if config.batch_size % world.size:
-        raise SynthlabError(f"batch_size {config.batch_size} does not split into {world.size} processes")
+    if config.micro_batch_size % world.size:
+        raise SynthlabError(f"micro_batch_size {config.micro_batch_size} does not split into {world.size} processes")
     device = next(p for p in model.parameters() if p.requires_grad).device
     with float32_matmul(device, config.tf32):
         return _train(model, sequences, config, device, on_checkpoint, resume, progress and world.main, world)
@@ -116,12 +116,12 @@ def _train(model, sequences, config, device, on_checkpoint, resume, progress, wo
     bar = Progress(
         config.steps, initial=state.step, enabled=progress, desc=f"train {model.config.variant}", unit="step"
     )
-    share = config.batch_size // world.size  # this process's rows of each micro-batch
+    share = config.micro_batch_size // world.size  # this process's rows of each micro-batch
     while state.step < config.steps:
         depth = config.depths[int(torch.randint(len(config.depths), (1,), generator=state.generators["depth_gen"]))]
 
         def micro(i: int):
-            batch = order.next(config.batch_size)
+            batch = order.next(config.micro_batch_size)
             rows = batch[world.rank * share : (world.rank + 1) * share]
             # this process's part of the micro-batch's mean: its targets over all of the micro-batch's
             # (counted on the host, known to every process; 1 / K of them in packed rows)

@@ -28,7 +28,7 @@ from synthlab.training.run_folders import read_metrics
 
 EVAL_ACCURACY = re.compile(
     r"^eval/(train_)?acc_(.+)$"
-)  # train.eval_every's records (synthlab.evaluation.groups.GroupProbe)
+)  # train.logging.eval_every's records (synthlab.evaluation.groups.GroupProbe)
 
 
 @dataclass(frozen=True)

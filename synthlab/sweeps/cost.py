@@ -36,6 +36,7 @@ from synthlab.models import (
     flops_per_token_parts,
     layer_activation_bytes,
 )
+from synthlab.training.configs import flat_train
 
 
 # Training FLOP/s assumed until a finished point of the sweep has measured one, on a 2-core machine
@@ -53,9 +54,10 @@ def size_metrics(run_config: dict[str, Any]) -> dict[str, Any]:
     model_config = serialize.from_dict(ModelConfig, run_config["model"])
     model = build_model(model_config)
     derived = run_config["derived"]
-    positions = derived["total_steps"] * run_config["train"]["batch_size"] * derived["seq_len"]
+    train = flat_train(run_config["train"])  # a config.json of either age
+    positions = derived["total_steps"] * train["batch_size"] * derived["seq_len"]
     # with the `last` objective training reads out only the last step (synthlab.training.objectives.step_losses)
-    per_token = flops_per_token(model_config, derived["seq_len"], all_steps=run_config["train"]["loss"] != "last")
+    per_token = flops_per_token(model_config, derived["seq_len"], all_steps=train["loss"] != "last")
     return {
         "params": count_params(model),
         "params_nonemb": count_params(model, exclude_embedding=True),
@@ -67,17 +69,17 @@ def positions(point) -> tuple[int, int]:
     """(total optimizer steps, row length) of a PointConfig, from the task's shape."""
     train = point.train
     shape = point.spec.shape(point.data)
-    pack = train.pack if train.pack is not None else point.spec.pack
-    seq = (train.seq_len or point.model.max_seq_len) if pack else shape.row_len
-    if train.steps:
-        return train.steps, seq
-    return math.ceil(train.exposures * rows_per_epoch(point, seq) / train.batch_size), seq
+    pack = train.batch.pack if train.batch.pack is not None else point.spec.pack
+    seq = (train.batch.seq_len or point.model.max_seq_len) if pack else shape.row_len
+    if train.schedule.steps:
+        return train.schedule.steps, seq
+    return math.ceil(train.schedule.exposures * rows_per_epoch(point, seq) / train.batch.batch_size), seq
 
 
 def rows_per_epoch(point, seq: int) -> float:
     """Rows of one pass over the training records (packed or one per row)."""
     shape = point.spec.shape(point.data)
-    pack = point.train.pack if point.train.pack is not None else point.spec.pack
+    pack = point.train.batch.pack if point.train.batch.pack is not None else point.spec.pack
     if not pack:
         return shape.train_records
     inputs = shape.tokens_per_record - 1  # next-fit leaves about a third of an example free per row (bioS)
@@ -90,7 +92,9 @@ def estimate_seconds(point, *, finished: list[dict[str, str]]) -> float:
     rate = sum(f for f, _ in measured) / sum(s for _, s in measured) if measured else assumed_flops_per_s(point.model)
     steps, seq = positions(point)
     all_steps = point.train.loss != "last"
-    return 3 * flops_per_token(point.model, seq, all_steps=all_steps) * steps * point.train.batch_size * seq / rate
+    return (
+        3 * flops_per_token(point.model, seq, all_steps=all_steps) * steps * point.train.batch.batch_size * seq / rate
+    )
 
 
 # --- one GPU: the cost model `synthlab sweep NAME --preset gpu --dry-run` prints ----------------
@@ -100,7 +104,7 @@ def estimate_seconds(point, *, finished: list[dict[str, str]]) -> float:
 GPU = "H200"
 GPU_PEAK_FLOPS = 989e12
 GPU_MEMORY_GIB = 140.0
-ASSUMED_MFU = {True: 0.35, False: 0.25}  # by train.compile
+ASSUMED_MFU = {True: 0.35, False: 0.25}  # by train.system.compile
 # the loss's per-token working set per readout: bf16 logits, their float32 copy, the saved
 # log-softmax and its gradient (2 + 4 + 4 + 4 bytes per vocabulary entry)
 LOSS_BYTES_PER_LOGIT = 14
@@ -121,11 +125,11 @@ def ouroboros_cost(options) -> tuple[int, float, float]:
     t = options.train
     depths = sorted(OUROBOROS_3B_MEASURED)
     seconds, peak = (np.polyfit(depths, [OUROBOROS_3B_MEASURED[d][i] for d in depths], 1) for i in (0, 1))
-    scale = t.batch_size * t.seq_len / (4 * 2048)
+    scale = t.micro_batch_size * t.seq_len / (4 * 2048)
     micro_batches = t.steps * t.grad_accum
     hours = micro_batches * scale * float(np.mean(np.polyval(seconds, t.depths))) / 3600
     peak_gib = OUROBOROS_3B_BASE_GIB + scale * (float(np.polyval(peak, max(t.depths))) - OUROBOROS_3B_BASE_GIB)
-    return micro_batches * t.batch_size * t.seq_len, hours, peak_gib
+    return micro_batches * t.micro_batch_size * t.seq_len, hours, peak_gib
 
 
 _PARAMS: dict[str, int] = {}  # unique_params by the config's JSON
@@ -192,14 +196,14 @@ def gpu_cost(point, *, exact: bool = False) -> dict[str, Any]:
     train, model = point.train, point.model
     steps, seq = positions(point)
     all_steps = train.loss != "last"
-    pack = train.pack if train.pack is not None else point.spec.pack
-    tokens = steps * train.batch_size * seq
+    pack = train.batch.pack if train.batch.pack is not None else point.spec.pack
+    tokens = steps * train.batch.batch_size * seq
     per_token = flops_per_token(model, seq, all_steps=all_steps)
     flops = 3 * per_token * tokens
-    work = flops * (4 / 3 if train.activation_checkpointing else 1)
+    work = flops * (4 / 3 if train.system.activation_checkpointing else 1)
     if "gate" in point.stages:
-        work += per_token * point.gate.steps * train.batch_size * seq
-    micro = train.batch_size // train.grad_accum * seq  # tokens per micro-batch
+        work += per_token * point.gate.steps * train.batch.batch_size * seq
+    micro = train.batch.batch_size // train.batch.grad_accum * seq  # tokens per micro-batch
 
     def act(checkpoint: bool, dense: bool) -> float:
         kept, recomputed = activation_bytes_per_token(
@@ -210,9 +214,15 @@ def gpu_cost(point, *, exact: bool = False) -> dict[str, Any]:
     layer = {
         dense: layer_activation_bytes(model, seq, masked=pack, dense=dense) * micro / 2**20 for dense in (False, True)
     }
-    mfu = calibrated_mfu(model, seq, all_steps=all_steps, compile=train.compile, packed=pack)
+    mfu = calibrated_mfu(model, seq, all_steps=all_steps, compile=train.system.compile, packed=pack)
     peak = peak_gib(
-        model, seq, micro, all_steps=all_steps, masked=pack, dense=pack, checkpoint=train.activation_checkpointing
+        model,
+        seq,
+        micro,
+        all_steps=all_steps,
+        masked=pack,
+        dense=pack,
+        checkpoint=train.system.activation_checkpointing,
     )
     if _calibration.get("memory_measured_over_predicted"):
         peak *= max(1.0, _calibration["memory_measured_over_predicted"])
@@ -280,19 +290,21 @@ def host_cost(point, gpu_h: float, *, exact: bool = False) -> dict[str, Any]:
     `stall_h` is the part on the critical path (snapshots, and packing beyond the GPU's epoch time)."""
     train, shape = point.train, point.spec.shape(point.data)
     steps, seq = positions(point)
-    pack = train.pack if train.pack is not None else point.spec.pack
+    pack = train.batch.pack if train.batch.pack is not None else point.spec.pack
     rates = _host_rates
     params = unique_params(point.model)
-    epochs = steps * train.batch_size / rows_per_epoch(point, seq)
+    epochs = steps * train.batch.batch_size / rows_per_epoch(point, seq)
     pack_h = epochs * shape.train_records * rates["pack_s_per_example"] / 3600 if pack else 0.0
-    every = -(-steps // train.checkpoints) if train.checkpoints else train.checkpoint_every
+    every = (
+        -(-steps // train.checkpoint.checkpoints) if train.checkpoint.checkpoints else train.checkpoint.checkpoint_every
+    )
     count = -(-steps // every)
     state = STATE_BYTES_PER_PARAM * params
     write_h = count * state * rates["write_s_per_byte"] / 3600
     snapshot_h = count * state * rates["snapshot_s_per_byte"] / 3600
     stages = sum(s in point.stages for s in ("eval", "heldout", "generate", "capacity"))
     eval_flops = stages * shape.train_records * shape.tokens_per_record * flops_per_token(point.model, seq)
-    mfu = calibrated_mfu(point.model, seq, all_steps=True, compile=train.compile, packed=pack)
+    mfu = calibrated_mfu(point.model, seq, all_steps=True, compile=train.system.compile, packed=pack)
     eval_h = eval_flops / (mfu * peak_flops()) / 3600
     stall_h = snapshot_h + max(0.0, pack_h - gpu_h) + max(0.0, write_h - gpu_h)
     hours = {"pack_h": pack_h, "ckpt_n": count, "ckpt_h": write_h, "eval_h": eval_h, "stall_h": stall_h}

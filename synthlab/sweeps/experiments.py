@@ -77,6 +77,7 @@ from synthlab.claims.rules import parse_law_rules, parse_rules
 from synthlab.errors import SynthlabError
 from synthlab.serialize import content_hash
 from synthlab.sweeps.lab_runner import STAGES
+from synthlab.training.configs import flat_train, ouroboros_train_keys
 
 SECTIONS = ("data", "model", "train", "eval", "gate", "ouroboros")
 # Sections every resolved config carries; the others only where a definition sets them, so adding a
@@ -149,7 +150,7 @@ class Experiment:
                             config.setdefault(section, {})[field] = val
                     factors[axis] = value["label"]
             config.update(task=self.task, stages=list(self.stages))
-            points.append(Point(factors=factors, config=config))
+            points.append(Point(factors=factors, config=hashed_form(config)))
         ids = [p.point_id for p in points]
         if len(set(ids)) != len(ids):
             raise SynthlabError(f"{self.name}.{preset}: two grid points resolve to the same config")
@@ -194,6 +195,19 @@ def with_seeds(experiment: Experiment, preset: str, seeds: Any) -> Experiment:
     _check_seeds(spec, f"{experiment.name}: presets.{preset} with --seeds")
     _check_size(spec, f"{experiment.name}: presets.{preset} with --seeds")
     return dataclasses.replace(experiment, presets={**experiment.presets, preset: spec})
+
+
+def hashed_form(sections: dict[str, Any]) -> dict[str, Any]:
+    """A definition's (or a point's) sections in the form a point's id hashes, whichever form they
+    were written in: [train] flat (`lr`, also for `[train.optim]` tables and "train.optim.lr" axes;
+    synthlab.training.configs.flat_train), [ouroboros] under its keys' names before the renaming
+    (`batch_size`): the ids of every point written before sections stay as they were."""
+    out = dict(sections)
+    if isinstance(out.get("train"), dict):
+        out["train"] = flat_train(out["train"])
+    if isinstance(out.get("ouroboros"), dict):
+        out["ouroboros"] = ouroboros_train_keys(out["ouroboros"], old=True)
+    return out
 
 
 def train_part(config: dict[str, Any]) -> dict[str, Any]:
@@ -279,9 +293,10 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
         raise SynthlabError(f"{where}: stages must include 'train' and be among {tuple(STAGES)}, got {list(stages)}")
     base = raw.get("base", {})
     _check_sections(base, set(SECTIONS), f"{where}: base")
+    base = hashed_form(base)
     if not isinstance(raw["presets"], dict) or not raw["presets"]:
         raise SynthlabError(f"{where}: no preset (add e.g. [presets.smoke])")
-    presets = resolve_likes(raw["presets"], where)
+    presets = resolve_likes({k: hashed_form(v) if isinstance(v, dict) else v for k, v in raw["presets"].items()}, where)
     if "gate" not in stages and ("gate" in base or any("gate" in p for p in presets.values())):
         raise SynthlabError(f"{where}: a [gate] section needs the 'gate' stage in stages")
     for name, spec in presets.items():

@@ -141,17 +141,26 @@ def _train_or_resume(run_dir: Path, new_run, nproc: int = 0) -> bool:
     return False
 
 
-# Train options that change no number a run produces (where things are written, how often it logs).
+# Train options that change no number a run produces (where things are written, how often it logs),
+# by their paths in the [train] table.
 _OPERATIONAL = {
     "data",
-    "device",
-    "checkpoint_every",
-    "checkpoints",
-    "keep_checkpoints",
-    "log_every",
-    "tensorboard",
-    "wandb",
+    "system.device",
+    "checkpoint.checkpoint_every",
+    "checkpoint.checkpoints",
+    "checkpoint.keep_checkpoints",
+    "logging.log_every",
+    "logging.tensorboard",
+    "logging.wandb",
 }
+
+
+def _paths(table: dict[str, Any]) -> dict[str, Any]:
+    """A config's table with its sections' fields by path (`{"optim": {"lr": 1}}`: `optim.lr`)."""
+    out = {}
+    for key, value in table.items():
+        out |= {f"{key}.{k}": v for k, v in _paths(value).items()} if isinstance(value, dict) else {key: value}
+    return out
 
 
 def check_same_run(
@@ -168,7 +177,7 @@ def check_same_run(
     changed = []
     for section, old, new in [
         ("model", stored.model.as_built(), wanted.model.as_built()),
-        ("train", serialize.to_dict(stored.train), serialize.to_dict(wanted.train)),
+        ("train", _paths(serialize.to_dict(stored.train)), _paths(serialize.to_dict(wanted.train))),
     ]:
         changed += [
             f"{section}.{k} {old.get(k)!r} -> {new.get(k)!r}"

@@ -19,6 +19,7 @@ from synthlab.errors import SynthlabError
 from synthlab.evaluation.groups import group_columns
 from synthlab.files import atomic_write_text, file_lock, warn
 from synthlab.sweeps.schema import ACC_STEP, AGREE, BITS_ATTRIBUTE, EVAL_LOSS_STEP, PER_STEP
+from synthlab.training.configs import flat_train
 from synthlab.training.run_folders import read_metrics
 from synthlab_generators import TASKS
 
@@ -221,7 +222,7 @@ def describe(point) -> dict[str, Any]:
 
 def train_metrics(model_dir: Path) -> dict[str, Any]:
     """Training columns from a run's metrics log (`loss`: mean of the last logged 10% of steps), and
-    where the run has a `train.stop_when`, the step it met it (`stopped_at_step`)."""
+    where the run has a `train.schedule.stop_when`, the step it met it (`stopped_at_step`)."""
     lines = read_metrics(model_dir)
     tail = lines[-max(1, len(lines) // 10) :]
     loss = sum(r["loss"] for r in tail) / len(tail)
@@ -238,7 +239,7 @@ def train_metrics(model_dir: Path) -> dict[str, Any]:
         "train_s": seconds,
     }
     config = json.loads((Path(model_dir) / "config.json").read_text())
-    if config["train"].get("stop_when"):  # blank: the run never met its rule and ran its whole budget
+    if flat_train(config["train"]).get("stop_when"):  # blank: the run never met its rule and ran its whole budget
         out["stopped_at_step"] = config["derived"].get("stop", {}).get("at_step")
     return out
 

@@ -1,7 +1,17 @@
 """Typed configs, one dataclass per concern, shared by the CLI, run folders and sweeps.
 
 - `ModelConfig` (synthlab.models): the architecture.
-- `TrainConfig`: optimisation and data settings of one training run.
+- `TrainConfig`: one training run. At its top what the run learns from and its objective (task,
+  data, seed, loss, entropy_beta); everything else in a section per concern, as lingua's
+  `TrainArgs` and torchtitan's job config nest theirs, each section owned by the package that acts
+  on it: `batch` (`synthlab.data.options.BatchConfig`: what a step reads), `optim` and `schedule`
+  (`synthlab.training.optim`: AdamW; the run's length, its learning-rate course and the rule that
+  may end it), `checkpoint` and `system` (here: checkpoints and the start, device and kernels:
+  their owners, the checkpointer and run_folders, load torch, which the CLI must not), `logging`
+  (`synthlab.training.loggers`: metrics, the probe, TensorBoard / W&B). A run.toml writes them as
+  `[train.optim]`; the CLI's flags stay flat (`--lr`), grouped in --help by section.
+  `nested_train` / `flat_train` convert between the sections and the flat `[train]` table runs and
+  presets wrote before them: old run folders load, presets keep their point ids (hashed flat).
 - `EvalOptions`: how a trained model is scored (the `[eval]` section of an experiment).
 - `GateOptions`: Ouro stage II after a stage I model (the `[gate]` section).
 - `OuroborosConfig`, `OuroborosTrainConfig`: the OUROBOROS system and its training
@@ -9,108 +19,63 @@
 - `PointConfig`: one sweep point, every section parsed into its class once (`parse_point`); the
   point runner passes this object on, nothing downstream reads the raw dict again.
 
-Each check lives in the class that owns the field (`__post_init__`); errors are one line naming
-`section.field`.
+Each check lives in the class that owns the field (`__post_init__`; checks across sections on
+TrainConfig); errors are one line naming `section.field`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 from synthlab import serialize
-from synthlab.conditions import parse as parse_conditions
+from synthlab.data.options import BatchConfig
 from synthlab.errors import SynthlabError
 from synthlab.models import KV_STRATEGIES, ModelConfig
-from synthlab.serialize import option
-from synthlab.training.optim import OPTIMIZER_IMPLS, SCHEDULES
+from synthlab.serialize import check_at_least, check_finite, option, section
+from synthlab.training.loggers import LoggingConfig
+from synthlab.training.optim import OptimConfig, ScheduleConfig
 from synthlab_generators import TASKS
 
 LOSSES = ("last", "mean", "ouro", "ouro_stage2")
 
 
-def _finite(where: str, **values: float) -> None:
-    for name, value in values.items():
-        if value is not None and not math.isfinite(value):
-            raise SynthlabError(f"{where}{name} must be a finite number, got {value}")
-
-
 @dataclass
-class TrainConfig:
-    """Optimisation and data settings; `steps` or `exposures` (epochs over the data) sets the length."""
+class CheckpointConfig:
+    """`[train.checkpoint]`: when checkpoints are written, how many are kept, and the run whose
+    weights this one starts from."""
 
-    task: str = option("", "Task of the data: bios, mano, multihop or reach (checked against DIR/meta.json).")
-    data: str = option("", "Dataset folder written by `synthlab gen`.")
-    seed: int = option(0, "Seed of the initial weights and the data order.")
-    batch_size: int = option(64, "Rows per batch.")
-    grad_accum: int = option(
-        1,
-        "Split each batch into this many micro-batches, gradients accumulated (same "
-        "loss as one batch, less memory); batch_size must divide by it.",
-    )
-    seq_len: int | None = option(None, "Row length when packing (default: the model's max_seq_len).")
-    pack: bool | None = option(
-        None, "Pack several examples per row with document masking (default: the task's choice, bios only)."
-    )
-    steps: int | None = option(None, "Optimizer steps (or use exposures).")
-    exposures: float | None = option(None, "Passes over the training data (bioS: times each biography is seen).")
-    lr: float = option(1e-3, "Peak learning rate.")
-    schedule: str = option(
-        "cosine", "Learning-rate schedule after the linear warmup: cosine, constant or wsd (warmup-stable-decay)."
-    )
-    min_lr_ratio: float = option(0.1, "cosine (and wsd's cooldown) decay to lr times this.")
-    decay_fraction: float = option(0.2, "wsd: share of the run spent in the final linear cooldown.")
-    warmup_steps: int = option(50, "Linear warmup steps.")
-    weight_decay: float = option(0.1, "AdamW weight decay on 2-D weights (not norms, biases, gains).")
-    beta1: float = option(0.9, "AdamW beta1.")
-    beta2: float = option(0.98, "AdamW beta2.")
-    eps: float = option(1e-8, "AdamW epsilon.")
-    grad_clip: float = option(1.0, "Gradient norm clip (0: off).")
-    optimizer_impl: str = option(
-        "default",
-        "torch AdamW's kernel: default (a loop per tensor on the CPU), foreach or fused (benchmarks/README.md "
-        "has the measured factors; the same update up to rounding).",
-    )
-    cpu_bf16: bool = option(
-        False,
-        "On the CPU, bf16 autocast in training (for CPUs with bf16 units; without them 3-6x slower at d 16-64: "
-        "benchmarks/bench_shapes.py --bf16 measures it); off: float32, the committed presets' numerics.",
-    )
-    loss: str = option(
-        "last",
-        "Objective: last (last step), mean (of steps), ouro (stage I, needs the exit gate) "
-        "or ouro_stage2 (gate only, LM frozen, needs init_from).",
-    )
-    entropy_beta: float = option(0.05, "Ouro stage I entropy weight.")
-    init_from: str | None = option(
-        None, "Start from the weights of this run directory's checkpoint (e.g. stage II after stage I)."
-    )
-    checkpoint_every: int = option(1000, "Write a checkpoint every K steps (unless train.checkpoints is set).")
+    checkpoint_every: int = option(1000, "Write a checkpoint every K steps (unless checkpoints is set).")
     checkpoints: int = option(
         0,
         "Write K checkpoints evenly spaced over the run, one every ceil(steps / K) steps, "
-        "whatever its length (0: every train.checkpoint_every steps).",
+        "whatever its length (0: every checkpoint_every steps).",
     )
     keep_checkpoints: int = option(
         2, "Checkpoints kept, the newest K (a damaged newest one falls back to an older one)."
     )
-    log_every: int = option(10, "Append to metrics.jsonl every K steps.")
-    eval_every: int = option(
-        0,
-        "Every K steps, log per-group accuracy and answer loss on fixed samples of held-out "
-        "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).",
+    init_from: str | None = option(
+        None, "Start from the weights of this run directory's checkpoint (e.g. stage II after stage I)."
     )
-    stop_when: str = option(
-        "",
-        "End the run, finished, at the first eval_every probe whose columns meet this condition, e.g. "
-        "'train_acc_l1 >= 0.99 and train_acc_l2 >= 0.99' (a verdict's `requires` grammar; the names "
-        "results.csv gives the probe's columns, or metrics.jsonl's eval/...); steps or exposures stays "
-        "the upper bound and the learning-rate schedule stays laid out over it: the rule stops the run, "
-        "it does not rescale the schedule (empty: train to the budget).",
-    )
+
+    def __post_init__(self) -> None:
+        check_at_least(
+            "train.checkpoint.", 1, checkpoint_every=self.checkpoint_every, keep_checkpoints=self.keep_checkpoints
+        )
+        if self.checkpoints < 0:
+            raise SynthlabError(
+                "train.checkpoint.checkpoints must be >= 0 (0: every train.checkpoint.checkpoint_every steps), "
+                f"got {self.checkpoints}"
+            )
+
+
+@dataclass
+class SystemConfig:
+    """`[train.system]`: where and how the computation runs; none of it changes what is computed
+    beyond floating-point rounding (cpu_bf16 and tf32: the rounding itself)."""
+
     device: str = option("auto", "auto (CUDA with bf16 if present, else CPU fp32), cpu or cuda.")
     compile: bool = option(False, "torch.compile the model (with step_sampling: each block, since the depth varies).")
     activation_checkpointing: bool = option(
@@ -120,96 +85,116 @@ class TrainConfig:
         "pass; the same loss and gradients, far less activation memory for "
         "about one more forward pass of compute.",
     )
-    tensorboard: bool = option(
-        False,
-        "Also log the metrics to RUN_DIR/tensorboard (needs the tensorboard package: "
-        "pip install 'synthlab[tensorboard]').",
-    )
-    wandb: str | None = option(
-        None,
-        "Also log the metrics to Weights & Biases, in this project (needs the wandb "
-        "package: pip install 'synthlab[wandb]'; WANDB_MODE=offline keeps the run in "
-        "RUN_DIR/wandb for `wandb sync`).",
-    )
     tf32: bool = option(
         True, "On CUDA, TF32 tensor cores for the float32 matmuls autocast leaves (false: full float32)."
     )
+    cpu_bf16: bool = option(
+        False,
+        "On the CPU, bf16 autocast in training (for CPUs with bf16 units; without them 3-6x slower at d 16-64: "
+        "benchmarks/bench_shapes.py --bf16 measures it); off: float32, the committed presets' numerics.",
+    )
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise SynthlabError(f"train.system.device must be auto, cpu or cuda, not {self.device!r}")
+
+
+@dataclass
+class TrainConfig:
+    """One training run: what it learns from and its objective at the top, each concern a section."""
+
+    task: str = option("", "Task of the data: bios, mano, multihop or reach (checked against DIR/meta.json).")
+    data: str = option("", "Dataset folder written by `synthlab gen`.")
+    seed: int = option(0, "Seed of the initial weights and the data order.")
+    loss: str = option(
+        "last",
+        "Objective: last (last step), mean (of steps), ouro (stage I, needs the exit gate) "
+        "or ouro_stage2 (gate only, LM frozen, needs init_from).",
+    )
+    entropy_beta: float = option(0.05, "Ouro stage I entropy weight.")
+    batch: BatchConfig = section(BatchConfig, "train.batch: the optimizer batch and its rows")
+    optim: OptimConfig = section(OptimConfig, "train.optim: AdamW")
+    schedule: ScheduleConfig = section(ScheduleConfig, "train.schedule: the run's length and learning rate")
+    checkpoint: CheckpointConfig = section(CheckpointConfig, "train.checkpoint: checkpoints and the start")
+    logging: LoggingConfig = section(LoggingConfig, "train.logging: metrics, the probe, loggers")
+    system: SystemConfig = section(SystemConfig, "train.system: device and kernels")
 
     def __post_init__(self) -> None:
         if self.task not in ("", *TASKS):
             raise SynthlabError(f"train.task must be one of {', '.join(TASKS)}, not {self.task!r}")
-        if (self.steps is None) == (self.exposures is None):
-            raise SynthlabError("set exactly one of train.steps (--steps) and train.exposures (--exposures)")
-        _finite(
-            "train.",
-            lr=self.lr,
-            min_lr_ratio=self.min_lr_ratio,
-            weight_decay=self.weight_decay,
-            beta1=self.beta1,
-            beta2=self.beta2,
-            eps=self.eps,
-            grad_clip=self.grad_clip,
-            entropy_beta=self.entropy_beta,
-            exposures=self.exposures,
-            decay_fraction=self.decay_fraction,
-        )
-        if self.steps is not None and self.steps < 1:
-            raise SynthlabError(f"train.steps must be >= 1, got {self.steps}")
-        if self.exposures is not None and self.exposures <= 0:
-            raise SynthlabError(f"train.exposures must be > 0, got {self.exposures}")
-        for name in ("batch_size", "grad_accum", "checkpoint_every", "keep_checkpoints", "log_every"):
-            if getattr(self, name) < 1:
-                raise SynthlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        if self.eval_every < 0:
-            raise SynthlabError(f"train.eval_every must be >= 0 (0: off), got {self.eval_every}")
-        if self.stop_when:
-            _check_stop_rule(self.stop_when, self.eval_every)
+        check_finite("train.", entropy_beta=self.entropy_beta)
         if self.seed < 0:  # numpy's generators take no negative seed
             raise SynthlabError(f"train.seed (--seed) must be >= 0, got {self.seed}")
-        if self.checkpoints < 0:
-            raise SynthlabError(
-                f"train.checkpoints must be >= 0 (0: every train.checkpoint_every steps), got {self.checkpoints}"
-            )
-        if self.batch_size % self.grad_accum:
-            raise SynthlabError(f"train.grad_accum {self.grad_accum} must divide train.batch_size {self.batch_size}")
-        if self.seq_len is not None and self.seq_len < 2:
-            raise SynthlabError(f"train.seq_len must be >= 2, got {self.seq_len}")
-        if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:
-            raise SynthlabError("train.lr must be > 0, train.min_lr_ratio in [0, 1], train.warmup_steps >= 0")
-        if self.schedule not in SCHEDULES:
-            raise SynthlabError(f"train.schedule must be one of {', '.join(SCHEDULES)}, not {self.schedule!r}")
-        if not 0 < self.decay_fraction <= 1:
-            raise SynthlabError(f"train.decay_fraction must be in (0, 1], got {self.decay_fraction}")
-        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0):
-            raise SynthlabError("train.beta1 and train.beta2 must be in [0, 1), train.eps > 0")
-        if self.weight_decay < 0 or self.grad_clip < 0 or self.entropy_beta < 0:
-            raise SynthlabError("train.weight_decay, train.grad_clip and train.entropy_beta must be >= 0")
-        if self.optimizer_impl not in OPTIMIZER_IMPLS:
-            raise SynthlabError(
-                f"train.optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}, not {self.optimizer_impl!r}"
-            )
+        if self.entropy_beta < 0:
+            raise SynthlabError(f"train.entropy_beta must be >= 0, got {self.entropy_beta}")
         if self.loss not in LOSSES:
             raise SynthlabError(f"train.loss must be one of {', '.join(LOSSES)}, not {self.loss!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise SynthlabError(f"train.device must be auto, cpu or cuda, not {self.device!r}")
-
-
-# The columns the probe logs (synthlab.evaluation.groups.group_columns: held-out and training
-# accuracy, answer loss and count per group); which groups a dataset has is checked when it is loaded.
-_PROBE_COLUMN = re.compile(r"^(train_)?(acc|answer_loss|n)_\w+$")
-
-
-def _check_stop_rule(text: str, eval_every: int) -> None:
-    if not eval_every:
-        raise SynthlabError(
-            "train.stop_when reads the probe of train.eval_every: set train.eval_every (--eval-every K)"
-        )
-    for column, _, _ in parse_conditions(text, "train.stop_when", prefix="eval/"):
-        if not _PROBE_COLUMN.match(column):
+        if self.schedule.stop_when and not self.logging.eval_every:
             raise SynthlabError(
-                f"train.stop_when: {column} is no column of the probe (it logs acc_<group>, train_acc_<group>, "
-                "answer_loss_<group>, train_answer_loss_<group>, n_<group>, train_n_<group>)"
+                "train.schedule.stop_when reads the probe of train.logging.eval_every: set it (--eval-every K)"
             )
+
+    @classmethod
+    def flat(cls, **settings: Any) -> TrainConfig:
+        """A TrainConfig from settings named as their flags are (`steps=10, lr=3e-4`)."""
+        return serialize.from_dict(cls, nested_train(settings), where="train.")
+
+    def replaced(self, **settings: Any) -> TrainConfig:
+        """A copy with `settings` changed, named as their flags are (`lr=3e-4`; None: unset)."""
+        data = serialize.to_dict(self)
+        for name, value in nested_train(settings).items():
+            data[name] = {**data[name], **value} if isinstance(value, dict) else value
+        return serialize.from_dict(TrainConfig, data, where="train.")
+
+
+# The sections of TrainConfig, and the flat key of each of their fields: its `[train]` key before
+# sections, still its CLI flag (`--lr`), the field's name except where its section took the name.
+_SECTIONS = {
+    f.name: typing.get_type_hints(TrainConfig)[f.name]
+    for f in dataclasses.fields(TrainConfig)
+    if "section" in f.metadata
+}
+_FLAT_OF = {(name, f.name): f.name for name, cls in _SECTIONS.items() for f in dataclasses.fields(cls)} | {
+    ("schedule", "kind"): "schedule"
+}
+_FLAT_KEYS = {flat: path for path, flat in _FLAT_OF.items()}
+
+
+def flat_types() -> dict[str, Any]:
+    """Each flat key of a `[train]` table (`lr`) with its field's type."""
+    top = {k: v for k, v in typing.get_type_hints(TrainConfig).items() if k not in _SECTIONS}
+    return top | {flat: typing.get_type_hints(_SECTIONS[s])[f] for flat, (s, f) in _FLAT_KEYS.items()}
+
+
+def nested_train(train: dict[str, Any]) -> dict[str, Any]:
+    """A `[train]` table in its sections (`{"optim": {"lr": ...}}`), from one in any of the forms
+    written so far: flat (`lr`: run folders and presets from before sections, and `--set train.lr`),
+    dotted (`optim.lr`: a grid axis or `--set train.optim.lr`) or nested already; the inverse of
+    `flat_train`. Keys it does not know are passed on for the config's check to name."""
+    out: dict[str, Any] = {}
+    for key, value in flat_train(train).items():
+        name, dot, field_name = key.partition(".")  # "optim.lrr": a section's unknown field, named by it
+        if key in _FLAT_KEYS:
+            name, field_name = _FLAT_KEYS[key]
+        elif not (dot and name in _SECTIONS):
+            out[key] = value
+            continue
+        out.setdefault(name, {})[field_name] = value
+    return out
+
+
+def flat_train(train: dict[str, Any]) -> dict[str, Any]:
+    """A `[train]` table in the flat form (`lr`, `schedule`, ...) whatever form it was written in:
+    the form a sweep point's id hashes, so that sections renamed no point."""
+    out: dict[str, Any] = {}
+    for key, value in train.items():
+        name, dot, rest = key.partition(".")
+        if name in _SECTIONS and (dot or isinstance(value, dict)):
+            for field_name, inner in ({rest: value} if dot else value).items():
+                out[_FLAT_OF.get((name, field_name), f"{name}.{field_name}")] = inner
+        else:
+            out[key] = value
+    return out
 
 
 @dataclass
@@ -220,11 +205,13 @@ class EvalOptions:
     exit: str | None = option(None, "Exit rule per token: static:T, q:0.8, diff:0.01 or kl:0.001.")
     kv: str | None = option(None, "Decode-time KV-cache strategy: full, first, last or mean.")
     agreement: bool = option(False, "Report the step x step answer agreement matrix.")
-    batch_size: int = option(256, "Examples per forward pass.")
+    batch_size: int = option(
+        256, "Examples per forward pass: a chunk that bounds memory, not an optimizer batch (nothing is trained)."
+    )
     checkpoint: int | None = option(
         None,
         "heldout stage: score the checkpoint of this optimizer step instead of the "
-        "final model (the run must keep it: train.keep_checkpoints).",
+        "final model (the run must keep it: train.checkpoint.keep_checkpoints).",
     )
     heldout_rows: int = option(64, "heldout stage: rows of a fresh dataset (same generator, another seed) scored.")
     max_prompts: int | None = option(
@@ -285,8 +272,7 @@ class PointConfig:
 
     def stage2_train(self, stage1: TrainConfig, init_from: str) -> TrainConfig:
         """The TrainConfig of this point's Ouro stage II run on the stage I model in `init_from`."""
-        return dataclasses.replace(
-            stage1,
+        return stage1.replaced(
             loss="ouro_stage2",
             init_from=init_from,
             steps=self.gate.steps,
@@ -313,7 +299,7 @@ def parse_point(config: dict[str, Any]) -> PointConfig:
     model = serialize.from_dict(
         ModelConfig, {**config["model"], "vocab_size": spec.shape(params).vocab_size}, where="model."
     )
-    train = serialize.from_dict(TrainConfig, {**config["train"], "task": task}, where="train.")
+    train = serialize.from_dict(TrainConfig, nested_train({**config["train"], "task": task}), where="train.")
     stages = tuple(
         config.get("stages", ("train",))
     )  # names checked by the point runner (synthlab.sweeps.lab_runner.STAGES)
@@ -340,9 +326,10 @@ def check_run(model: ModelConfig, train: TrainConfig) -> None:
     """Checks that involve both the model and the training options."""
     if train.loss.startswith("ouro") and not model.exit_gate:
         raise SynthlabError(f"train.loss = {train.loss} needs the exit gate (--exit-gate)")
-    if train.loss == "ouro_stage2" and train.init_from is None:
+    if train.loss == "ouro_stage2" and train.checkpoint.init_from is None:
         raise SynthlabError(
-            "train.loss = ouro_stage2 trains the gate of a trained model: set train.init_from (--init-from RUN_DIR)"
+            "train.loss = ouro_stage2 trains the gate of a trained model: set train.checkpoint.init_from "
+            "(--init-from RUN_DIR)"
         )
 
 
@@ -378,7 +365,7 @@ class OuroborosConfig:
         for name in ("rank", "controller_hidden", "max_steps"):
             if getattr(self, name) < 1:
                 raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
-        _finite("", alpha=self.alpha, gate_bias=self.gate_bias)
+        check_finite("", alpha=self.alpha, gate_bias=self.gate_bias)
         if self.alpha <= 0:
             raise SynthlabError(f"alpha must be > 0, got {self.alpha}")
 
@@ -389,8 +376,10 @@ class OuroborosTrainConfig:
 
     steps: int = option(1000, "Optimiser steps per variant.")
     seq_len: int = option(2048, "Packed sequence length.")
-    batch_size: int = option(4, "Sequences per micro-batch.")
-    grad_accum: int = option(8, "Micro-batches per step (8 x 4: an effective batch of 32 sequences, as the reference).")
+    micro_batch_size: int = option(
+        4, "Sequences per micro-batch (one forward and backward pass; the optimizer batch is grad_accum of them)."
+    )
+    grad_accum: int = option(8, "Micro-batches per step (8 x 4: an optimizer batch of 32 sequences, as the reference).")
     lr: float = option(3e-4, "Peak learning rate.")
     min_lr: float = option(1e-6, "Learning rate at the end of the cosine.")
     weight_decay: float = option(0.01, "AdamW weight decay on the trainable matrices.")
@@ -414,7 +403,7 @@ class OuroborosTrainConfig:
     tf32: bool = option(True, "On CUDA, TF32 tensor cores for the float32 gate and controller matmuls.")
 
     def __post_init__(self) -> None:
-        for name in ("steps", "seq_len", "batch_size", "grad_accum"):
+        for name in ("steps", "seq_len", "micro_batch_size", "grad_accum"):
             if getattr(self, name) < 1:
                 raise SynthlabError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.seq_len < 2:
@@ -423,8 +412,8 @@ class OuroborosTrainConfig:
             raise SynthlabError(f"depths must be positive integers, got {self.depths}")
         if not 0 < self.heldout_fraction < 1:
             raise SynthlabError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
-        _finite("", lr=self.lr, min_lr=self.min_lr, weight_decay=self.weight_decay, grad_clip=self.grad_clip)
-        _finite("", **{f"betas[{i}]": b for i, b in enumerate(self.betas)})
+        check_finite("", lr=self.lr, min_lr=self.min_lr, weight_decay=self.weight_decay, grad_clip=self.grad_clip)
+        check_finite("", **{f"betas[{i}]": b for i, b in enumerate(self.betas)})
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise SynthlabError(f"betas must be two numbers in [0, 1), got {self.betas}")
         for name in ("weight_decay", "grad_clip", "checkpoint_every", "seed", "warmup_steps"):
@@ -438,3 +427,17 @@ class OuroborosTrainConfig:
     @property
     def warmup(self) -> int:
         return min(2000, self.steps // 10) if self.warmup_steps is None else self.warmup_steps
+
+
+# OuroborosTrainConfig's fields renamed since run.json files and presets were written: new -> old.
+_OUROBOROS_OLD_NAMES = {"micro_batch_size": "batch_size"}
+
+
+def ouroboros_train_keys(values: dict[str, Any], *, old: bool = False) -> dict[str, Any]:
+    """OuroborosTrainConfig's keys (among others, passed on) under their current names, from a
+    run.json or preset of either age; `old`: under the names before the renaming, the form a
+    point's id and a stage's folder hash, so that the renaming moved no point."""
+    renames = {new: was for new, was in _OUROBOROS_OLD_NAMES.items()}
+    if not old:
+        renames = {was: new for new, was in renames.items()}
+    return {renames.get(key, key): value for key, value in values.items()}

@@ -102,8 +102,8 @@ def check_split(batch_size: int, world: World, grad_accum: int) -> None:
     """The batch must split evenly into processes x micro-batches."""
     if batch_size % (world.size * grad_accum):
         raise SynthlabError(
-            f"train.batch_size {batch_size} does not split into {world.size} processes x "
-            f"{grad_accum} micro-batches (train.grad_accum); make it a multiple of "
+            f"train.batch.batch_size {batch_size} does not split into {world.size} processes x "
+            f"{grad_accum} micro-batches (train.batch.grad_accum); make it a multiple of "
             f"{world.size * grad_accum}"
         )
 

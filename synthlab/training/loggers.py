@@ -1,23 +1,55 @@
-"""Optional experiment loggers beside metrics.jsonl: TensorBoard (`train.tensorboard`: scalars in
-RUN_DIR/tensorboard, `tensorboard --logdir RUN_DIR`) and Weights & Biases (`train.wandb = PROJECT`:
+"""Optional experiment loggers beside metrics.jsonl: TensorBoard (`train.logging.tensorboard`: scalars in
+RUN_DIR/tensorboard, `tensorboard --logdir RUN_DIR`) and Weights & Biases (`train.logging.wandb = PROJECT`:
 a W&B run in that project, its local files in RUN_DIR/wandb; WANDB_MODE=offline keeps it on disk
 for `wandb sync` later). Every metrics.jsonl record is logged at its step; a list (the loss per
 recurrent step) as one scalar per entry, `loss_per_step/1`, `loss_per_step/2`, ...
 
 Both packages are extras (`pip install 'synthlab[tensorboard]'`, `'synthlab[wandb]'`), imported
 only when their option is on; a missing one is one error line before the run folder is written.
+
+`LoggingConfig` is the `[train.logging]` section of a run (synthlab.training.configs.TrainConfig):
+what is logged, how often, and where besides metrics.jsonl.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text
+from synthlab.serialize import check_at_least, option
 
 WANDB_ID = "wandb_id"  # RUN_DIR/wandb_id: the W&B run a resumed run goes on logging into
+
+
+@dataclass
+class LoggingConfig:
+    """`[train.logging]`: metrics.jsonl's cadence, the held-out probe, TensorBoard and W&B."""
+
+    log_every: int = option(10, "Append to metrics.jsonl every K steps.")
+    eval_every: int = option(
+        0,
+        "Every K steps, log per-group accuracy and answer loss on fixed samples of held-out "
+        "and training prompts to metrics.jsonl (eval/acc_l1, eval/train_acc_l1, ...; 0: off).",
+    )
+    tensorboard: bool = option(
+        False,
+        "Also log the metrics to RUN_DIR/tensorboard (needs the tensorboard package: "
+        "pip install 'synthlab[tensorboard]').",
+    )
+    wandb: str | None = option(
+        None,
+        "Also log the metrics to Weights & Biases, in this project (needs the wandb "
+        "package: pip install 'synthlab[wandb]'; WANDB_MODE=offline keeps the run in "
+        "RUN_DIR/wandb for `wandb sync`).",
+    )
+
+    def __post_init__(self) -> None:
+        check_at_least("train.logging.", 1, log_every=self.log_every)
+        check_at_least("train.logging.", 0, eval_every=self.eval_every)  # 0: off
 
 
 def summary_writer():
@@ -27,7 +59,7 @@ def summary_writer():
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise SynthlabError(
-            "train.tensorboard needs the tensorboard package: pip install 'synthlab[tensorboard]'"
+            "train.logging.tensorboard needs the tensorboard package: pip install 'synthlab[tensorboard]'"
         ) from None
     return SummaryWriter
 
@@ -37,15 +69,15 @@ def wandb_module():
     try:
         import wandb
     except ImportError:
-        raise SynthlabError("train.wandb needs the wandb package: pip install 'synthlab[wandb]'") from None
+        raise SynthlabError("train.logging.wandb needs the wandb package: pip install 'synthlab[wandb]'") from None
     return wandb
 
 
 def check_loggers(cfg) -> None:
     """Fail before any work when a logger `cfg` (a TrainConfig) asks for is not installed."""
-    if cfg.tensorboard:
+    if cfg.logging.tensorboard:
         summary_writer()
-    if cfg.wandb:
+    if cfg.logging.wandb:
         wandb_module()
 
 
@@ -102,8 +134,8 @@ class Loggers:
     """The loggers a TrainConfig turns on, as one (`log`, `close`); none on: nothing happens."""
 
     def __init__(self, run_dir: str | Path, cfg):
-        self._all = ([Board(run_dir)] if cfg.tensorboard else []) + (
-            [WandbLog(run_dir, cfg.wandb)] if cfg.wandb else []
+        self._all = ([Board(run_dir)] if cfg.logging.tensorboard else []) + (
+            [WandbLog(run_dir, cfg.logging.wandb)] if cfg.logging.wandb else []
         )
 
     def log(self, record: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ A run directory (written by `synthlab.training.trainer`) describes itself:
   `checkpoint.pt` is the newest under a fixed name; readers fall back from a damaged one;
 - `model.safetensors`: the weights alone, written when training finished (`load_model` reads them);
 - `summary.json`: final numbers, written when training finished (with `stopped_by` and
-  `stopped_at_step` when its `train.stop_when` ended it: `record_stop`).
+  `stopped_at_step` when its `train.schedule.stop_when` ended it: `record_stop`).
 
 Everything that reads a run (evaluation, capacity, the point runner, `synthlab eval`) goes through
 this module, never through `synthlab.training.trainer`: like nanoGPT's `sample.py`, it rebuilds the model from
@@ -35,7 +35,7 @@ from synthlab import serialize
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write, atomic_write_text, sha256_file, warn
 from synthlab.models import ModelConfig, build_model
-from synthlab.training.configs import TrainConfig
+from synthlab.training.configs import TrainConfig, nested_train
 
 WEIGHTS = "model.safetensors"
 CHECKPOINT = "checkpoint.pt"  # the newest checkpoint-<step>.pt under a fixed name
@@ -61,7 +61,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def autocast(device: torch.device, cpu_bf16: bool = False):
-    """bf16 autocast on CUDA; on the CPU fp32 (no autocast) unless `cpu_bf16` (train.cpu_bf16)."""
+    """bf16 autocast on CUDA; on the CPU fp32 (no autocast) unless `cpu_bf16` (train.system.cpu_bf16)."""
     if device.type == "cuda" or cpu_bf16:
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
@@ -90,6 +90,8 @@ def load_run(run_dir: str | Path) -> tuple[RunConfig, dict[str, Any]]:
         raise SynthlabError(f"{run_dir} is not a run directory (no config.json)")
     data = serialize.load_dict(path)
     derived = data.pop("derived", {})
+    if isinstance(data.get("train"), dict):  # a run written before train's sections: its flat table
+        data["train"] = nested_train(data["train"])
     return serialize.from_dict(RunConfig, data), derived
 
 
@@ -244,7 +246,7 @@ def save_weights(run_dir: str | Path, model: torch.nn.Module) -> None:
 
 
 def record_stop(run_dir: str | Path, condition: str, step: int) -> None:
-    """Record in config.json that `train.stop_when` (`condition`) ended the run at `step`:
+    """Record in config.json that `train.schedule.stop_when` (`condition`) ended the run at `step`:
     derived.total_steps becomes `step` (the run's length: train_flops counts it, a resume trains no
     further), derived.stop keeps the condition, the step and the step budget it ended inside.
     Written before the step's checkpoint, so a run cut off between the two resumes to the same stop."""
@@ -257,7 +259,7 @@ def record_stop(run_dir: str | Path, condition: str, step: int) -> None:
 
 
 def stopped(run_dir: str | Path) -> dict[str, Any]:
-    """summary.json's record of a run `train.stop_when` ended ({} for any other run):
+    """summary.json's record of a run `train.schedule.stop_when` ended ({} for any other run):
     stopped_by (the condition) and stopped_at_step."""
     stop = json.loads((Path(run_dir) / "config.json").read_text())["derived"].get("stop")
     return {"stopped_by": stop["by"], "stopped_at_step": stop["at_step"]} if stop else {}
@@ -314,14 +316,14 @@ def open_run(run_dir: str | Path, device: torch.device | str = "cpu"):
 
 def open_checkpoint(run_dir: str | Path, step: int, device: torch.device | str = "cpu"):
     """(model in eval mode with the weights of checkpoint-<step>.pt, RunConfig, the checkpoint's
-    tokens seen) of a run that kept that checkpoint (train.keep_checkpoints)."""
+    tokens seen) of a run that kept that checkpoint (train.checkpoint.keep_checkpoints)."""
     run, _ = load_run(run_dir)
     path = Path(run_dir) / f"checkpoint-{step}.pt"
     if not path.is_file():
         kept = sorted(int(p.stem[len("checkpoint-") :]) for p in checkpoint_files(run_dir) if p.stem != "checkpoint")
         raise SynthlabError(
             f"no checkpoint of step {step} in {run_dir} (kept: {kept or 'none'}; raise "
-            f"train.keep_checkpoints to keep more)"
+            f"train.checkpoint.keep_checkpoints to keep more)"
         )
     try:
         ckpt = _read_checkpoint(path, device)

@@ -20,7 +20,7 @@ lab's data, losses (per batch: `objectives`), logging and run folder, in one loo
 
 A finished run trains on to N steps with `train(run_dir, extend_to=N)` (`--resume RUN --steps N`):
 its schedule keeps the length it was laid out over, the steps past it run at the rate of its last
-step (config.json: derived.extension). `train.stop_when` ends a run, finished, at the first probe
+step (config.json: derived.extension). `train.schedule.stop_when` ends a run, finished, at the first probe
 that meets it (the schedule stays the budget's; config.json: derived.stop): it stays finished,
 neither resumed nor extended.
 
@@ -84,11 +84,11 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
     return adamw(
         model.parameters(),
         lambda p: p.dim() >= 2,
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        betas=(cfg.beta1, cfg.beta2),
-        eps=cfg.eps,
-        impl=cfg.optimizer_impl,
+        lr=cfg.optim.lr,
+        weight_decay=cfg.optim.weight_decay,
+        betas=(cfg.optim.beta1, cfg.optim.beta2),
+        eps=cfg.optim.eps,
+        impl=cfg.optim.optimizer_impl,
     )
 
 
@@ -96,14 +96,14 @@ def lr_schedule(cfg: TrainConfig, total_steps: int):
     """The learning rate of a (0-based) step: the peak `lr` times the schedule's factor; past
     `total_steps` (an extended run) the rate of its last step, held constant."""
     return lambda step: (
-        cfg.lr
+        cfg.optim.lr
         * lr_factor(
             min(step, total_steps - 1),
-            warmup=cfg.warmup_steps,
+            warmup=cfg.schedule.warmup_steps,
             total=total_steps,
-            min_ratio=cfg.min_lr_ratio,
-            schedule=cfg.schedule,
-            decay_fraction=cfg.decay_fraction,
+            min_ratio=cfg.schedule.min_lr_ratio,
+            schedule=cfg.schedule.kind,
+            decay_fraction=cfg.schedule.decay_fraction,
         )
     )
 
@@ -120,7 +120,9 @@ def _extension(
     if steps is None or steps == total:
         return {"total_steps": total, **({"extension": recorded["extension"]} if "extension" in recorded else {})}
     if "stop" in recorded:
-        raise SynthlabError(f"{run_dir} ended at step {total}, its train.stop_when met: it is finished, not extended")
+        raise SynthlabError(
+            f"{run_dir} ended at step {total}, its train.schedule.stop_when met: it is finished, not extended"
+        )
     if steps < total:
         raise SynthlabError(f"--steps {steps}: the run in {run_dir} is already {total} steps long; extend it to more")
     if (run_dir / "points").is_dir():
@@ -131,7 +133,7 @@ def _extension(
     rate = lr_schedule(cfg, planned)(planned - 1)
     if rate <= 0:
         raise SynthlabError(
-            f"the run's {cfg.schedule} schedule ends at lr 0: steps past it at that rate would not train"
+            f"the run's {cfg.schedule.kind} schedule ends at lr 0: steps past it at that rate would not train"
         )
     return {"total_steps": steps, "extension": {"schedule_steps": planned, "after": "constant", "lr": rate}}
 
@@ -149,9 +151,9 @@ def prepare_run(run: RunConfig, data: Dataset) -> tuple[dict[str, Any], Batcher]
             f"model.vocab_size is {run.model.vocab_size} but the data's vocabulary has {len(data.tokenizer)} tokens"
         )
     batcher = Batcher(
-        examples, batch_size=cfg.batch_size, seq_len=seq_len, pack=pack, pad_id=data.pad_id, seed=cfg.seed
+        examples, batch_size=cfg.batch.batch_size, seq_len=seq_len, pack=pack, pad_id=data.pad_id, seed=cfg.seed
     )
-    steps = cfg.steps or math.ceil(cfg.exposures * batcher.rows_per_epoch / cfg.batch_size)
+    steps = cfg.schedule.steps or math.ceil(cfg.schedule.exposures * batcher.rows_per_epoch / cfg.batch.batch_size)
     derived = {
         "total_steps": steps,
         "seq_len": seq_len,
@@ -170,7 +172,7 @@ class TrainResult:
     final_loss: float
     interrupted: bool
     main: bool = True  # the process that wrote the run (rank 0 under torchrun): the one that reports
-    stopped_by: str = ""  # the train.stop_when that ended the run ("": it ran its steps)
+    stopped_by: str = ""  # the train.schedule.stop_when that ended the run ("": it ran its steps)
 
 
 def train(
@@ -187,15 +189,15 @@ def train(
     run_dir = Path(run_dir)
     resume = run is None
     if extend_to is not None and not resume:
-        raise SynthlabError("extend_to lengthens a resumed run; a new run takes its length from train.steps")
+        raise SynthlabError("extend_to lengthens a resumed run; a new run takes its length from train.schedule.steps")
     if resume:
         run, recorded = load_run(run_dir)
         run.train.data = str(trained_data(run_dir, run, recorded, moved_to=data))
         ckpt = load_checkpoint(run_dir, missing_ok=True)  # None: stopped before its first checkpoint
     check_writable(run_dir)
-    if not resume and run.train.init_from is not None:  # a bad --init-from fails before the folder exists
-        load_run(run.train.init_from)
-        load_weights(build_model(run.model), run.train.init_from)
+    if not resume and run.train.checkpoint.init_from is not None:  # a bad --init-from fails before the folder exists
+        load_run(run.train.checkpoint.init_from)
+        load_weights(build_model(run.model), run.train.checkpoint.init_from)
     data = load_dataset(run.train.data, run.train.task or None)
     derived, batcher = prepare_run(run, data)
     planned = derived["total_steps"]  # the configured length: the schedule's
@@ -204,18 +206,20 @@ def train(
         derived.update(length)
     extending = resume and derived["total_steps"] != recorded.get("total_steps", planned)
     cfg = run.train
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.system.device)
     derived["device"] = device.type
     derived["data_sha256"] = data_sha256(run.train.data)  # checked when the run is resumed or evaluated
     check_loggers(cfg)  # a missing tensorboard / wandb package fails before anything is written
-    probe = GroupProbe(data, seed=cfg.seed, stop_when=cfg.stop_when) if cfg.eval_every else None  # so does a bad rule
+    probe = (
+        GroupProbe(data, seed=cfg.seed, stop_when=cfg.schedule.stop_when) if cfg.logging.eval_every else None
+    )  # so does a bad rule
     # Under torchrun every process gets here. Rank 0 alone looks at the folder, once the group exists
     # (under NCCL joining it does not wait for the others: a late process would see rank 0's files),
     # and every process learns its answer in one collective before rank 0 writes anything.
     with distributed.process_group(device) as (world, device):
         if not resume and distributed.any_of(world, world.main and _not_empty(run_dir), device):
             raise SynthlabError(f"--out {run_dir} is not empty; choose a new folder or --resume it")
-        distributed.check_split(cfg.batch_size, world, cfg.grad_accum)
+        distributed.check_split(cfg.batch.batch_size, world, cfg.batch.grad_accum)
         # processes and torch CPU threads at the run's start (a resumed run may use other numbers)
         derived |= {"processes": world.size, "threads": torch.get_num_threads()}
         if world.main and not resume:
@@ -225,7 +229,7 @@ def train(
         # It is forked so that training can seed and checkpoint it without touching the caller's state.
         with (
             torch.random.fork_rng(devices=[device] if device.type == "cuda" else []),
-            float32_matmul(device, cfg.tf32),
+            float32_matmul(device, cfg.system.tf32),
             folder_lock(run_dir, "training", world.main),
         ):
             if world.main and extending:  # until the extension ends, the run reads as unfinished
@@ -239,7 +243,7 @@ def train(
 
             writer = checkpointer.Writer(
                 lambda snapshot: save_checkpoint(
-                    run_dir, snapshot, keep=cfg.keep_checkpoints, every=_every(cfg, derived["total_steps"])
+                    run_dir, snapshot, keep=cfg.checkpoint.keep_checkpoints, every=_every(cfg, derived["total_steps"])
                 )
             )
             try:
@@ -271,8 +275,8 @@ def _not_empty(run_dir: Path) -> bool:
 
 
 def _every(cfg: TrainConfig, total: int) -> int:
-    """Steps between checkpoints (train.checkpoints spaces them over the run)."""
-    return checkpointer.every(total, cfg.checkpoint_every, cfg.checkpoints)
+    """Steps between checkpoints (train.checkpoint.checkpoints spaces them over the run)."""
+    return checkpointer.every(total, cfg.checkpoint.checkpoint_every, cfg.checkpoint.checkpoints)
 
 
 def _start(
@@ -288,8 +292,8 @@ def _start(
     cfg = run.train
     torch.manual_seed(cfg.seed)
     model = build_model(run.model, seed=cfg.seed).to(device)
-    if cfg.init_from is not None and ckpt is None:
-        load_weights(model, cfg.init_from, device)
+    if cfg.checkpoint.init_from is not None and ckpt is None:
+        load_weights(model, cfg.checkpoint.init_from, device)
     if cfg.loss == "ouro_stage2":  # Ouro stage II: the LM is frozen, only the exit gate learns
         for name, p in model.named_parameters():
             p.requires_grad_(name.startswith("exit_gate."))
@@ -316,7 +320,11 @@ def _kept(run_dir: Path, cfg: TrainConfig) -> str:
     """What a stopped run leaves behind, for its error line."""
     if checkpoint_files(run_dir):
         return f"the last good checkpoint in {run_dir} is kept"
-    first = f"step {cfg.checkpoint_every}" if not cfg.checkpoints else f"1/{cfg.checkpoints} of the run"
+    first = (
+        f"step {cfg.checkpoint.checkpoint_every}"
+        if not cfg.checkpoint.checkpoints
+        else f"1/{cfg.checkpoint.checkpoints} of the run"
+    )
     return f"no checkpoint in {run_dir} yet (the first was due at {first})"
 
 
@@ -327,7 +335,7 @@ def _save(
     the last good checkpoint: the loss checked before the update could not see it)."""
     if not state.weights_finite():
         raise SynthlabError(
-            f"training diverged at step {state.step}: the weights are not finite (lr {cfg.lr}); {_kept(run_dir, cfg)}"
+            f"training diverged at step {state.step}: the weights are not finite (lr {cfg.optim.lr}); {_kept(run_dir, cfg)}"
         )
     if world.main:
         writer.submit(state.state_dict())  # written off the training thread
@@ -354,7 +362,7 @@ def _loop(
     """
     batcher, generator = state.data["batcher"], state.generators["model_rng"]
     parallel = distributed.wrap(state.model, world, device)
-    forward = model_forward(parallel, cfg.compile, cfg.activation_checkpointing)
+    forward = model_forward(parallel, cfg.system.compile, cfg.system.activation_checkpointing)
     state.model.train()
     record: dict[str, Any] = {}
     board = Loggers(run_dir, cfg) if world.main else None
@@ -365,8 +373,8 @@ def _loop(
         # a signal reaching any process stops all of them at the same step
         while state.step < total and not distributed.stop_now(world, stop.signum is not None, state.step, device):
             done = state.step + 1
-            eval_now = probe is not None and done % cfg.eval_every == 0
-            log_now = done % cfg.log_every == 0 or done == total or eval_now
+            eval_now = probe is not None and done % cfg.logging.eval_every == 0
+            log_now = done % cfg.logging.log_every == 0 or done == total or eval_now
             save_now = done % _every(cfg, total) == 0 or done == total
             rows = batcher.next_batch()
             targets_total = max(int(rows.loss_mask.sum()), 1)
@@ -375,9 +383,9 @@ def _loop(
 
             def micro(i: int):
                 generator.set_state(draws)  # the model's draws (sampled depth) are the step's, in every micro-batch
-                part = distributed.share(mine, i, cfg.grad_accum)
+                part = distributed.share(mine, i, cfg.batch.grad_accum)
                 inputs, targets, mask, doc_ids = to_device(part, device)
-                with autocast(device, cfg.cpu_bf16):
+                with autocast(device, cfg.system.cpu_bf16):
                     objective, per_step = step_losses(forward, inputs, targets, mask, doc_ids, cfg, generator, log_now)
                 weight = int(part.loss_mask.sum()) / targets_total
                 # DDP averages over the processes: the factor K undoes its 1/K
@@ -385,13 +393,13 @@ def _loop(
 
             done_step = engine.step(
                 state,
-                cfg.grad_accum,
+                cfg.batch.grad_accum,
                 micro,
                 world=world,
-                grad_clip=cfg.grad_clip,
+                grad_clip=cfg.optim.grad_clip,
                 check=log_now or save_now,
                 parallel=parallel,
-                where=lambda: f" (lr {cfg.lr}); {_kept(run_dir, cfg)}",
+                where=lambda: f" (lr {cfg.optim.lr}); {_kept(run_dir, cfg)}",
             )
             batch_tokens = int((rows.inputs != batcher.pad_id).sum())  # real tokens, padding excluded
             state.tokens_seen += batch_tokens
@@ -414,9 +422,9 @@ def _loop(
                     record.update(probe(state.model, device))
                     window_start = time.perf_counter()  # the probe's time is not training time
                 if eval_now and probe.stop and distributed.any_of(world, world.main and probe.met(record), device):
-                    total, save_now = state.step, True  # train.stop_when met: the run ends here, finished
+                    total, save_now = state.step, True  # train.schedule.stop_when met: the run ends here, finished
                     if world.main:
-                        record_stop(run_dir, cfg.stop_when, total)
+                        record_stop(run_dir, cfg.schedule.stop_when, total)
                 metrics.write(json.dumps(record) + "\n")
                 metrics.flush()
                 if board is not None:
