@@ -82,16 +82,22 @@ def lab_output(folder: Path) -> str | None:
 
 
 def check_out(
-    out: Path, overwrite: bool, *, own: Callable[[Path], bool] | None = None, source: Path | None = None
+    out: Path,
+    overwrite: bool,
+    *,
+    own: Callable[[Path], bool] | None = None,
+    source: Path | None = None,
+    kind: str | None = None,
 ) -> None:
     """Fail early (before any work) if the folder `out` cannot be (re)placed: the generators' rule
     (never the working directory or `source`; a non-empty folder only with `overwrite` or when
     `own(out)` says it is this command's earlier output), and never another command's output
-    (`lab_output`), even with `overwrite`."""
+    (`lab_output`), even with `overwrite`: only output of the command's own `kind` (`lab_output`'s
+    words, "a dataset") may be replaced, and that with `overwrite`."""
     out = Path(out)
     if out.is_dir() and not (own is not None and own(out)):
         other = lab_output(out)
-        if other is not None:
+        if other is not None and other != kind:
             raise SynthlabError(f"--out {out} holds {other}, not this command's output: choose a new folder")
     _lab(writer.check_out)(out, overwrite, own=own, source=source)
 

@@ -78,7 +78,9 @@ def test_gen_overwrite_replaces_a_dataset_never_another_commands_output(tmp_path
     run = tmp_path / "trained"
     _training_run(run)
     for extra in ([], ["--overwrite"]):
-        one_error_line(invoke("gen", "mano", "--L", 2, "--out", run, *extra), "training run", "not a dataset")
+        one_error_line(
+            invoke("gen", "mano", "--L", 2, "--out", run, *extra), "training run", "not this command's output"
+        )
     assert (run / "summary.json").read_text() == '{"final_loss": 1.5}\n'
     data = tmp_path / "data"
     for extra in ([], ["--overwrite"]):  # its own earlier output, with --overwrite

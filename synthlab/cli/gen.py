@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
-from synthlab.files import lab_output
+from synthlab.files import check_out
 from synthlab.progress import Progress
 from synthlab.serialize import option, to_dict
 from synthlab_generators import TASKS, TaskSpec, write_dataset
@@ -107,9 +107,7 @@ def _command(spec: TaskSpec):
         params, gen = flags.parsed(kwargs, spec.params_cls, GenOptions)
         seed, out, overwrite = gen.seed, gen.out, gen.overwrite
         out = out if out is not None else default_out(spec.name, params, seed)
-        held = lab_output(out) if Path(out).is_dir() else None
-        if held not in (None, "a dataset"):  # --overwrite replaces a dataset, never another command's output
-            raise SynthlabError(f"--out {out} holds {held}, not a dataset: choose a new folder")
+        check_out(Path(out), overwrite, kind="a dataset")
         check_size(spec, params, Path(out))
         # SIGTERM (kill, a scheduler) as an exception, so the temporary folder is removed too
         previous = signal.signal(signal.SIGTERM, _raise_exit)
