@@ -169,7 +169,7 @@ def _print_cpu_basis(rows: list[dict], points: dict) -> None:
     if repaid:
         typer.echo(
             f"train.compile would repay its compile time ({step_rate.COMPILE_COLD_S:.0f} s cold, "
-            f"{step_rate.COMPILE_WARM_S:.0f} s warm, {step_rate.COMPILE_SPEEDUP:.2f}x faster steps measured on this "
+            f"{step_rate.COMPILE_WARM_S:.1f} s warm, {step_rate.COMPILE_SPEEDUP:.2f}x faster steps measured on this "
             f"CPU: benchmarks/bench_compile.py) at {len(repaid)} point(s): {', '.join(repaid)} (it rounds "
             f"otherwise than eager: a new preset, not a committed one's rerun)"
         )
