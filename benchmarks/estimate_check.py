@@ -8,6 +8,20 @@ nothing there.
 The measured times include whatever else ran beside each run, and the estimate the load while
 it is made: one topology confirm shape trained at 77 ms a step and, an hour later, 189 ms.
 
+Measured (load average 3.5-4 while estimating; estimate / measured wall time in total, per point):
+
+    topology confirm (6 of 21 points, running)   0.69   1.10, 1.12, 0.83, 0.49, 0.46, 0.75
+    depth confirm (2 of 8 points, running)        0.78   1.24, 0.67
+    results/kvcache/confirm                       0.72   0.68, 0.72, 0.82 (the 9 others evaluate)
+    results/exit/confirm                          0.65   0.74, 0.72, 0.63 (the 60 others evaluate)
+    results/faithfulness/confirm                  0.81   0.90, 0.88, 0.77, 0.58, 0.77, 1.19
+    results/capacity/calibration/calib64          0.85   0.36-1.40 (its d64-L1 N3447 run took 1,965 s
+                                                         once and 498 s the other time)
+
+In the topology runs' logs their quiet windows ran at 76-91 ms a step, the estimates' 83-105 ms,
+and the windows beside a burst of other work at 160-294 ms: the estimate is the step's time as
+loaded when it is made; a run that meets more work takes longer.
+
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/estimate_check.py SWEEP_DIR [SWEEP_DIR ...]
 """
 
@@ -22,6 +36,21 @@ from pathlib import Path
 from synthlab.sweeps import experiments, lab_runner
 from synthlab.sweeps.plan import plan
 from synthlab.sweeps.results_table import RESULTS, sweep_rows
+
+
+def median_step_s(sweep_dir: Path, row: dict[str, str]) -> float | None:
+    """The run's median seconds per step over its logging windows (metrics.jsonl's tokens_per_s at
+    the row's mean tokens per step): its typical speed, with the windows slowed by a burst of
+    other work weighing no more than any other. None where the run folder is not there."""
+    run = Path(row["run_dir"])
+    for folder in (run, sweep_dir / "runs" / run.name):
+        try:
+            lines = (folder / "model" / "metrics.jsonl").read_text().splitlines()
+        except OSError:
+            continue
+        rates = sorted(json.loads(line)["tokens_per_s"] for line in lines)
+        return float(row["tokens"]) / float(row["train_steps"]) / rates[len(rates) // 2]
+    return None
 
 
 def check(sweep_dir: Path) -> tuple[float, float]:
@@ -39,8 +68,13 @@ def check(sweep_dir: Path) -> tuple[float, float]:
         seconds = planned["cost_s"] if planned["cost"] == "estimated" else 0.0
         total_estimated, total_measured = total_estimated + seconds, total_measured + measured
         if seconds:
+            typical = median_step_s(sweep_dir, row)
+            at_median = (
+                "" if typical is None else f", at its median step {seconds / (typical * float(row['train_steps'])):.2f}"
+            )
             print(
                 f"  {row['point_id']}  estimated {seconds:7.0f} s  measured {measured:7.0f} s  {seconds / measured:5.2f}"
+                + at_median
             )
     print(
         f"{sweep_dir}: estimated {total_estimated / 60:.1f} min, measured {total_measured / 60:.1f} min, "
