@@ -14,7 +14,7 @@ import pytest
 
 import synthlab_generators
 from synthlab import errors
-from synthlab.data.datasets import load_dataset, qa_sequence, training_examples
+from synthlab.data.datasets import ENCODED, load_dataset, qa_sequence, training_examples
 from synthlab.evaluation import capacity
 from synthlab_generators import TASKS, bios, common, write_dataset
 
@@ -92,7 +92,7 @@ def test_shape_matches_generated_data(generated, i):
 @pytest.mark.parametrize("i", range(len(SETTINGS)), ids=[f"{t}-{k}" for t, k in SETTINGS])
 def test_spec_facts_match_generated_data(generated, i):
     spec, params, folder = generated[i]
-    written = {p.name for p in folder.iterdir()} - {".verified.json"}  # the hash cache a load leaves
+    written = {p.name for p in folder.iterdir()} - {".verified.json", ENCODED}  # the caches a load leaves
     assert written == COMMON_FILES | set(spec.extra_files)
     ds = load_dataset(folder, spec.name)
     assert all(spec.group_key in r for r in ds.records("test"))

@@ -44,6 +44,8 @@ def _sweep(name: str, **kwargs) -> None:
         ):
             rows = plan(exp, preset, out, runner=runner_module, runs_dir=options.runs, gpu=gpu)
             _print_plan(rows, calibration)
+        if runner_module is point_runner and not gpu:
+            _print_cpu_basis(rows, {p.point_id: point_runner.parse(p.config) for p in exp.points(preset)})
         typer.echo(
             f"seeds per point: {exp.presets[preset].get('seeds', 1)} "
             f"({'--seeds' if options.seeds is not None else 'the preset'}; the cost above counts every seed)"
@@ -147,6 +149,29 @@ def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:
             "pack_h = packing every epoch and ckpt_h = writing ckpt_n checkpoints (both off the training "
             "thread), stall_h = what of the host's work the GPU waits for (in gpu_h), eval_h = the "
             "evaluation stages on the GPU (a forward over the training records each; in gpu_h)"
+        )
+
+
+def _print_cpu_basis(rows: list[dict], points: dict) -> None:
+    """What the lab's CPU estimates rest on, and the points that train.compile would repay."""
+    import os
+
+    from synthlab.sweeps import step_rate
+
+    typer.echo(
+        f"estimated: each point's steps at the seconds per step of the sweep's finished runs of its training "
+        f"shape; without any, of a few steps timed here ({step_rate.timed_shapes()} shape(s), one thread: CPU "
+        f"seconds over the share of a core a job gets beside the work running now, load average "
+        f"{os.getloadavg()[0]:.1f}), times how much slower the sweep's finished runs trained than that; more "
+        f"--jobs than idle cores, or more work later, slows the runs down"
+    )
+    repaid = step_rate.compile_repays(rows, points)
+    if repaid:
+        typer.echo(
+            f"train.compile would repay its compile time ({step_rate.COMPILE_COLD_S:.0f} s cold, "
+            f"{step_rate.COMPILE_WARM_S:.1f} s warm, {step_rate.COMPILE_SPEEDUP:.2f}x faster steps measured on this "
+            f"CPU: benchmarks/bench_compile.py) at {len(repaid)} point(s): {', '.join(repaid)} (it rounds "
+            f"otherwise than eager: a new preset, not a committed one's rerun)"
         )
 
 

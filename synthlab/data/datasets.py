@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from synthlab.data.prefetch import EpochsAhead
+from synthlab.data.token_cache import cached_arrays
 from synthlab.data.tokenizer import WordTokenizer
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text, sha256_file
@@ -244,9 +246,25 @@ def qa_sequence(ds: Dataset, record: dict[str, Any]) -> tuple[list[int], list[in
     return ds.encode_prompt(prompt), ds.encode(str(record["answer"]))
 
 
+ENCODED = ".train_tokens.npz"  # the training split encoded (synthlab.data.token_cache)
+ENCODING_VERSION = 1  # of the rules below (<bos>/<eos>, the loss mask): a change must bump it
+
+
 def training_examples(ds: Dataset) -> Examples:
     """The training split as sequences with the task's loss mask (multihop's train split already
-    holds the atomic facts as one-hop questions; reach's holds the edge statements as texts)."""
+    holds the atomic facts as one-hop questions; reach's holds the edge statements as texts).
+    Encoded once per dataset and kept in DIR/.train_tokens.npz, keyed by the sha256 of train.jsonl
+    as it is now and the vocabulary (`cached_arrays`)."""
+    key = {
+        "train.jsonl": sha256_file(ds.path / "train.jsonl"),
+        "vocab": hashlib.sha256(ds.tokenizer.to_json().encode()).hexdigest(),
+        "version": ENCODING_VERSION,
+    }
+    arrays = cached_arrays(ds.path / ENCODED, key, lambda: asdict(_encode_training(ds)))
+    return Examples(**arrays)
+
+
+def _encode_training(ds: Dataset) -> Examples:
     sequences: list[list[int]] = []
     n_prompt: list[int] = []
     for record in ds.records("train"):

@@ -1,7 +1,7 @@
-"""Model size and training cost of a sweep point: the `params` / `train_flops` columns, the
-time estimate `synthlab sweep --dry-run` prints before anything has run, and the GPU cost model
-(`gpu_cost`: tokens, FLOPs, activation and peak memory, hours on one H200) it prints for a gpu
-preset.
+"""Model size and training cost of a sweep point: the `params` / `train_flops` columns, its steps
+and row length before the data exists (`positions`; synthlab.sweeps.step_rate times its steps on
+the CPU for `synthlab sweep --dry-run`), and the GPU cost model (`gpu_cost`: tokens, FLOPs,
+activation and peak memory, hours on one H200) the dry run prints for a gpu preset.
 
 FLOPs count 3 x the forward pass (forward + backward) over every row position, padding included.
 Before the data exists, the row length and the number of rows come from the task's `shape`
@@ -39,16 +39,6 @@ from synthlab.models import (
 from synthlab.training.configs import flat_train
 
 
-# Training FLOP/s assumed until a finished point of the sweep has measured one, on a 2-core machine
-# with one torch thread per run and two runs side by side. Medians of train_flops / train_s over the
-# committed results: 8.8e9 at d = 16 (1.0-1.2e10 with a core to itself), 1.1e10 at 32, 2.7e10 at
-# 64, 4.5e10 at 96, and at 128 from 2.4e10 (reach) and 3.3e10 (mano) to 6.7e10 (scaling): small
-# models are bound by per-operation overhead, not arithmetic. About 4e8 x d_model, held within
-# [1e10, 3e10] so that an estimate errs long rather than short.
-def assumed_flops_per_s(model: ModelConfig) -> float:
-    return min(3e10, max(1e10, 4e8 * model.d_model))
-
-
 def size_metrics(run_config: dict[str, Any]) -> dict[str, Any]:
     """Unique and non-embedding parameters, and the training FLOPs, of a run's config.json."""
     model_config = serialize.from_dict(ModelConfig, run_config["model"])
@@ -84,17 +74,6 @@ def rows_per_epoch(point, seq: int) -> float:
         return shape.train_records
     inputs = shape.tokens_per_record - 1  # next-fit leaves about a third of an example free per row (bioS)
     return shape.train_records * inputs / max(1.0, seq - inputs / 3)
-
-
-def estimate_seconds(point, *, finished: list[dict[str, str]]) -> float:
-    """Training time: FLOPs of the point over the FLOP/s measured by finished runs of the sweep."""
-    measured = [(float(r["train_flops"]), float(r["train_s"])) for r in finished if r.get("train_flops")]
-    rate = sum(f for f, _ in measured) / sum(s for _, s in measured) if measured else assumed_flops_per_s(point.model)
-    steps, seq = positions(point)
-    all_steps = point.train.loss != "last"
-    return (
-        3 * flops_per_token(point.model, seq, all_steps=all_steps) * steps * point.train.batch.batch_size * seq / rate
-    )
 
 
 # --- one GPU: the cost model `synthlab sweep NAME --preset gpu --dry-run` prints ----------------

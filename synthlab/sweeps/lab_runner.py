@@ -31,8 +31,9 @@ from synthlab.files import cached_dir
 from synthlab.ouroboros.export import export_run, qwen2_refusal
 from synthlab.ouroboros.stage import parse_section, run_stage
 from synthlab.serialize import content_hash
-from synthlab.sweeps.cost import estimate_seconds, gpu_cost, size_metrics
+from synthlab.sweeps.cost import gpu_cost, size_metrics
 from synthlab.sweeps.results_table import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
+from synthlab.sweeps.step_rate import estimate_seconds
 from synthlab.training.configs import PointConfig, parse_point
 from synthlab.training.run_folders import RunConfig, load_run
 from synthlab.training.trainer import train

@@ -58,7 +58,8 @@ class SweepOptions:
     )
     dry_run: bool = option(
         False,
-        "Print the grid with each point's status and cost; run nothing. "
+        "Print the grid with each point's status and cost; run nothing. CPU presets: each point's steps at the "
+        "seconds per step of its shape, from finished runs or a few steps timed here. "
         "For a gpu preset: tokens, FLOPs, memory and hours on one H200.",
         flag="--dry-run",
     )

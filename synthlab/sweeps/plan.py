@@ -25,8 +25,8 @@ def plan(
     run directory in the trained-model store that the point's model is (or would be) trained into.
 
     A finished point's cost is its measured wall time; the rest come from the runner's
-    `estimate_seconds(point, finished=rows)` (which may calibrate on the finished rows), or NaN
-    if it has none. gpu: the runner's optional `gpu_cost(point) -> dict` adds its columns to each
+    `estimate_seconds(point, finished=rows)` (which may calibrate on the finished rows, each with
+    its typed config as "point" where the grid still holds it), or NaN if it has none. gpu: the runner's optional `gpu_cost(point) -> dict` adds its columns to each
     row, and its `gpu_h` (hours on one GPU, less `gpu_h_shared` where an earlier point trains the
     model) is the cost of a point still to run.
     """
@@ -37,8 +37,11 @@ def plan(
     gpu_cost = hook(runner, "gpu_cost") if gpu else None
     points = experiment.points(preset)
     changed_since = hook(runner, "changed_since")
+    typed_points = parse_points(runner, experiment, preset, points)
+    by_id = {p.point_id: typed for p, typed in zip(points, typed_points)}
+    finished = [{**row, "point": by_id.get(point_id)} for point_id, row in done.items()]
     rows, trained = [], set()
-    for point, typed in zip(points, parse_points(runner, experiment, preset, points)):
+    for point, typed in zip(points, typed_points):
         run_dir = runs_dir / point.train_id
         row = {
             "point_id": point.point_id,
@@ -64,7 +67,7 @@ def plan(
             seconds = (
                 row["gpu_h"] * 3600
                 if gpu_cost is not None
-                else estimate(typed, finished=list(done.values()))
+                else estimate(typed, finished=finished)
                 if estimate
                 else math.nan
             )

@@ -33,8 +33,9 @@ class PointRunner(Protocol):
 class RunnerHooks(Protocol):
     """What a point runner may define besides; the driver uses each where the runner has it (`hook`)."""
 
-    def estimate_seconds(self, point: Any, *, finished: bool) -> float:
-        """The point's cost in seconds, for --dry-run."""
+    def estimate_seconds(self, point: Any, *, finished: list[dict[str, Any]]) -> float:
+        """The point's cost in seconds, for --dry-run; `finished`: the sweep's finished rows, each
+        with its parsed point as "point" (None for a point the grid no longer holds)."""
 
     def gpu_cost(self, point: Any) -> dict[str, Any]:
         """Tokens, FLOPs, memory and hours on one GPU: the --dry-run columns of a gpu preset."""
