@@ -125,3 +125,16 @@ def test_an_unknown_word_still_names_its_line(tmp_path):
     with pytest.raises(SynthlabError, match=r"train\.jsonl:4: unknown token '9'"):
         training_examples(load_dataset(folder))
     assert not (folder / ENCODED).exists()
+
+
+def test_a_dataset_whose_folder_is_gone_encodes_what_it_holds(tmp_path):
+    """A benchmark loads a dataset from a temporary folder and removes it: the records it holds
+    still train, encoded afresh, and nothing is written."""
+    folder = mano_folder(tmp_path / "d", n=20, seed=0)
+    ds = load_dataset(folder)
+    ds.records("train")  # read while the folder is there
+    expected = _encode_training(ds)
+    for child in folder.iterdir():
+        child.unlink()
+    folder.rmdir()
+    assert same(training_examples(ds), expected) and not folder.exists()

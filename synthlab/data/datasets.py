@@ -254,7 +254,10 @@ def training_examples(ds: Dataset) -> Examples:
     """The training split as sequences with the task's loss mask (multihop's train split already
     holds the atomic facts as one-hop questions; reach's holds the edge statements as texts).
     Encoded once per dataset and kept in DIR/.train_tokens.npz, keyed by the sha256 of train.jsonl
-    as it is now and the vocabulary (`cached_arrays`)."""
+    as it is now and the vocabulary (`cached_arrays`); a dataset whose folder is gone (loaded, then
+    its temporary folder removed) is encoded from the records it holds."""
+    if not (ds.path / "train.jsonl").is_file():
+        return _encode_training(ds)
     key = {
         "train.jsonl": sha256_file(ds.path / "train.jsonl"),
         "vocab": hashlib.sha256(ds.tokenizer.to_json().encode()).hexdigest(),

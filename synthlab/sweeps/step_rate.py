@@ -183,7 +183,7 @@ def core_share(before, after, seconds: float) -> float:
     """The share of a core a one-thread job would get beside the other work that kept the cores
     busy between the two `_busy` readings: all of one where a core is left over, else an equal
     share with each busy core's worth of work. Niced work counts as much as any: where the
-    scheduler groups processes by session (autogroup), nice does not make them yield to a job."""
+    scheduler groups processes by login group (autogroup), nice does not make them yield to a job."""
     if before is None or after is None or seconds <= 0:
         return 1.0
     others = max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds  # cores busy with them
