@@ -86,7 +86,7 @@ def test_c11_loss_difference_keeps_the_plain_one_sided_student_t():
 def test_c7_paired_cache_row_matches_a_recomputation_from_the_outcomes():
     """The confirmatory C7 row (two caches of one model, paired prompt by prompt) from its committed
     per-prompt outcomes: the mean per-seed difference exactly; the bounds with the shared prompts'
-    variance written in closed form (what the engine's seeded bootstrap estimates: the variance of
+    variance written in closed form (what the verdicts' seeded bootstrap estimates: the variance of
     a multinomial-weighted mean is the prompts' population variance over N), less the two-way
     seed x prompt residual, within the bootstrap's Monte Carlo error."""
     folder = RESULTS / "kvcache" / "confirm"

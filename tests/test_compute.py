@@ -42,7 +42,7 @@ def test_wall_time_adds_up_over_an_interrupted_attempt_and_its_resume(tmp_path, 
     assert executor.timed(path, finish) == ("metrics", 50.0)  # a fresh point starts from zero
 
 
-def test_the_engine_records_the_wall_time_of_every_attempt(tmp_path, monkeypatch):
+def test_the_driver_records_the_wall_time_of_every_attempt(tmp_path, monkeypatch):
     import sweep_fake_runner
 
     from synthlab.sweeps import experiments

@@ -81,7 +81,7 @@ def test_every_builtin_verdict_rule_is_well_formed_and_every_claim_has_one():
     assert claims >= {f"C{i}" for i in range(1, 11)}
 
 
-# --- the rule engine --------------------------------------------------------------------------
+# --- deciding rules ----------------------------------------------------------------------------
 
 
 def _paired(diffs: list[float], seeds_column: bool = True) -> pd.DataFrame:

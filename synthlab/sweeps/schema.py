@@ -1,7 +1,7 @@
 """The columns of a sweep's results table (`results.csv`), each family named once.
 
 A family is one column (`accuracy`) or one per value of its key (`acc_step_<t>`: t = 1..T). Each
-names its type, the stage that writes it (`engine`: the sweep driver; `describe`: what was
+names its type, the stage that writes it (`driver`: the sweep driver, synthlab.sweeps.driver; `describe`: what was
 trained, whatever the grid axes were; the others: a stage of `synthlab.sweeps.lab_runner`) and what it means.
 Besides these, every grid axis that is not a descriptor is a column under its own name
 (`train.lr`). `synthlab columns` prints this table; results, plots and reports read names here.
@@ -61,7 +61,7 @@ _DATA_COLUMNS = dict.fromkeys(c for spec in TASKS.values() for c in dict(spec.da
 
 SCHEMA: tuple[Family, ...] = (
     *_families(
-        "engine",
+        "driver",
         ("point_id", "str", "the point's id: a hash of its resolved configuration"),
         ("experiment", "str", "the experiment's name"),
         ("preset", "str", "the preset (smoke, cpu, gpu)"),
