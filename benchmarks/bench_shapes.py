@@ -7,23 +7,25 @@ lab's step is what `synthlab train` runs (`objectives.step_losses` inside `engin
 loss, backward, clip, AdamW); the reference is a GPT written the short way with the same
 architecture (norm, bias, positions, head, loops as whole-stack passes), the same boolean document
 mask handed to SDPA, the same masked cross-entropy, clip and torch's default AdamW. Both train on
-the same fixed batch. Rounds interleave every contender and rotate their order, so load from
-other processes hits all alike, and rates are steps per CPU second of the (one) training thread, so
-time spent waiting for a busy core is left out; per shape the median of the per-round ratios
-lab / reference is printed with its min and max.
+the same fixed batch. Within a round the contenders take one step each in turn (the order
+rotated from round to round), so a burst of load from other processes lands on all alike (each
+step then starts with the caches the other left), and rates are steps per CPU second of the (one)
+training thread, so time spent waiting for a busy core is left out; per shape the median of the
+per-round ratios lab / reference is printed with its min and max.
 
 Optional contenders: `--impl foreach fused` (train.optim.optimizer_impl), `--bf16` (train.system.cpu_bf16: bf16
 autocast on the CPU), `--compile` (train.system.compile; the first compile is timed and excluded).
 
-Measured (`--impl foreach fused --bf16`, one thread, load average 8-10 on 2 cores, 9 rounds; ratios
-to the reference, the lab's default first): calib1000-small 1.11 / foreach 1.11 / fused 1.18 / bf16
-0.37; calib64-L1 1.07 / 1.03 / 0.97 / 0.18; calib64-L2 1.05 / 1.05 / 1.07 / 0.17; mano-3x1 1.05 /
-1.04 / 1.03 / 0.10; mano-1x3 0.96 / 0.93 / 1.01 / 0.10; reach-4x1 0.99 / 0.96 / 1.09 / 0.10;
-multihop-1x2 0.97 / 1.00 / 0.97 / 0.09. Per-round spreads were about +-20%, so the optimizer kernels
-are within noise of the default here; bf16 autocast is 3-11x slower on this CPU, which has no bf16
-units (no avx512_bf16 / amx in /proc/cpuinfo).
+Measured (`--impl fused`, one thread, 30 rounds, load average 3 on 2 cores beside two training
+jobs; median ratio to the reference, the lab's default / fused AdamW): calib1000-small 1.12 /
+1.11; calib64-L1 1.00 / 1.02; calib64-L2 1.02 / 1.01; mano-3x1 0.98 / 1.03; mano-1x3 1.00 / 1.03;
+reach-4x1 0.97 / 0.97; multihop-1x2 1.02 / 1.03; and `--shapes bench --rounds 15` 1.02.
+Per-round ratios spread from 0.5 to 1.8 under that load, so fused AdamW is within noise of the
+default. An earlier run (`--impl foreach fused
+--bf16`, 9 rounds, load 8-10) put bf16 autocast at 0.09-0.37 of the reference: 3-11x slower on
+this CPU, which has no bf16 units (no avx512_bf16 / amx in /proc/cpuinfo).
 
-    .venv/bin/python benchmarks/bench_shapes.py [--shapes calib64-L1 ...] [--rounds 9]
+    .venv/bin/python benchmarks/bench_shapes.py [--shapes calib64-L1 ...] [--rounds 30]
         [--chunk 0.2] [--impl fused] [--bf16] [--compile] [--threads 1] [--dry-run]
 """
 
@@ -195,8 +197,8 @@ def contenders(run: RunConfig, batch, impls: list[str], bf16: bool, compile: boo
 
 
 def measure(steps: dict[str, Callable], rounds: int, chunk: float) -> dict[str, list[float]]:
-    """Steps per CPU second of every contender per round, rounds interleaved and their order
-    rotated. CPU time of this (one) thread, not wall time: on a shared machine the time spent
+    """Steps per CPU second of every contender per round, a step of each in turn, the order
+    rotated from round to round. CPU time of this (one) thread, not wall time: on a shared machine the time spent
     waiting for a core is the other processes', and it swamps the differences measured here."""
     repeats = {}
     for name, step in steps.items():  # warm-up (allocator, kernels, compiles) and the chunk size
@@ -212,11 +214,15 @@ def measure(steps: dict[str, Callable], rounds: int, chunk: float) -> dict[str, 
     rates: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            start = time.thread_time()
-            for _ in range(n):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        spent = dict.fromkeys(names, 0.0)
+        for _ in range(n):  # step by step in turn, so a burst of other work lands on every contender
+            for name in order:
+                start = time.thread_time()
                 steps[name]()
-            rates[name].append(n / (time.thread_time() - start))
+                spent[name] += time.thread_time() - start
+        for name in names:
+            rates[name].append(n / spent[name])
     return rates
 
 
@@ -248,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         choices=list(SHAPES),
         help="(default: all but bench, whose 3 s steps at one thread take a few minutes alone)",
     )
-    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds per shape (default: 9)")
+    parser.add_argument("--rounds", type=int, default=30, help="interleaved rounds per shape (default: 30)")
     parser.add_argument(
         "--chunk", type=float, default=0.2, help="seconds of steps per contender per round (default: 0.2)"
     )

@@ -18,6 +18,10 @@ data ceiling (max_bits / P) and whether it is data-limited (bits within 10% of m
 bound, as the presets' rule reads it), and each model's PEAK bits/param over the N it finished,
 printed beside Physics of LMs 3.3's figure at its exposures, labelled as the paper's.
 
+`--presets screen1000-64` runs the learning-rate screen of calib1000-64's arms instead (a screen
+preset's points as they are: loops 1 and 4 at each rate, on its own seed) and reports the rate each
+arm takes by the screen's stated rule (`screen_choice`), for calib1000-64 to be set to before it runs.
+
     python benchmarks/gpu_capacity.py --out DIR                 # one GPU (benchmarks/gpu_all.sh)
     python benchmarks/gpu_capacity.py --dry-run --out DIR       # toy sizes on the CPU
 
@@ -38,6 +42,7 @@ import time
 from pathlib import Path
 
 PAPER_BITS_PER_PARAM = {100: 1.0, 1000: 2.0}  # Physics of LMs 3.3 by exposures: reference lines, not results
+SCREEN_TIE = 0.01  # bits/param: a screen's rates this close to the best count as tied (the lower one is taken)
 DATA_LIMITED = 0.9  # bits at or above this fraction of max_bits: the data, not the model, is the limit
 
 
@@ -46,7 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="new or empty folder for the data, runs and reports")
     parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU (default: off)")
     parser.add_argument(
-        "--presets", default="calib64,calib1000-64", help="capacity presets, in order (default calib64,calib1000-64)"
+        "--presets",
+        default="calib64,calib1000-64",
+        help="capacity presets, in order (default calib64,calib1000-64; screen1000-64 screens each arm's rate)",
     )
     parser.add_argument("--loops", default="1,4", help="loop counts of every model (default 1,4)")
     parser.add_argument(
@@ -92,33 +99,44 @@ def toy(config: dict) -> dict:
 
 
 def cases(args) -> list[dict]:
-    """The cases in the order they run: per preset its points at every loop count (plain first),
-    then, for a model trained on several N, the larger N."""
+    """The cases in the order they run: a screen preset's points as they are (each arm at each rate
+    it screens, on its own seed) first, then per other preset its points at every loop count (plain
+    first, each arm at its preset rate), then, for a model trained on several N, the larger N."""
     from synthlab.sweeps import experiments
 
     exp = experiments.load("capacity")
-    by_preset = {name: [p for p in exp.points(name) if p.factors.get("seed", 0) == args.seed] for name in args.presets}
+    screens = {name: exp.points(name) for name in args.presets if exp.is_screen(name)}
+    by_preset = {
+        name: [p for p in exp.points(name) if p.factors.get("seed", 0) == args.seed]
+        for name in args.presets
+        if name not in screens
+    }
     rates = arm_rates([p for points in by_preset.values() for p in points])
     loops = [int(t) for t in args.loops.split(",")]
     out, seen = [], set()
 
-    def add(preset: str, config: dict, n_people: int, t: int) -> None:
+    def add(preset: str, config: dict, n_people: int, t: int, lr: float | None = None) -> None:
         config = copy.deepcopy(config)
         config["data"]["n_people"] = n_people
         config["model"]["loops"] = t
-        config["train"].update(lr=rates.get(t, rates.get(1)), device="auto", compile=not args.no_compile)
+        lr = lr if lr is not None else rates.get(t, rates.get(1))
+        config["train"].update(lr=lr, device="auto", compile=not args.no_compile)
         if args.dry_run:
             config = toy(config)
             config["train"].update(device="cpu", compile=False)
         m, x = config["model"], config["train"]["exposures"]
-        model = f"d{m['d_model']}-L{m['n_layers']} loops {t} {x:g}x"
+        model = f"d{m['d_model']}-L{m['n_layers']} loops {t} {x:g}x" + (f" lr {lr:g}" if preset in screens else "")
         key = (model, config["data"]["n_people"])
         if key not in seen:
             seen.add(key)
+            label = f"{model} N{config['data']['n_people']}"
             out.append(
-                {"label": f"{model} N{config['data']['n_people']}", "model": model, "preset": preset, "config": config}
+                {"label": label, "model": model, "preset": preset, "screen": preset in screens, "config": config}
             )
 
+    for name, points in screens.items():  # a screen's points as they are: each its own loops, rate and seed
+        for p in points:
+            add(name, p.config, p.config["data"]["n_people"], p.config["model"]["loops"], p.config["train"]["lr"])
     for name, points in by_preset.items():
         for t in loops:
             for p in points:
@@ -260,7 +278,7 @@ def summary(all_cases: list[dict]) -> tuple[list[dict], dict[str, dict]]:
     """(a row per case, {model: its peak over the N it finished})."""
     rows, peaks = [], {}
     for case in all_cases:
-        row = {"label": case["label"], "model": case["model"], "preset": case["preset"], "status": case["status"]}
+        row = {k: case[k] for k in ("label", "model", "preset", "status")} | {"screen": case.get("screen", False)}
         row.update({k: case[k] for k in ("seconds", "estimated_s", "projected_s") if k in case})
         row.update(n_people=case["config"]["data"]["n_people"], exposures=case["config"]["train"]["exposures"])
         row.update(lr=case["config"]["train"]["lr"], loops=case["config"]["model"]["loops"])
@@ -307,7 +325,23 @@ def markdown(rows: list[dict], peaks: dict[str, dict]) -> str:
             f"- {model}: peak {p['bits_per_param']:.3f} bits/param at N {p['n_people']:,} (ceiling {p['ceiling']:.2f}"
             f"{', data-limited: a lower bound' if p['data_limited'] else ''}); {beside}"
         )
+    chosen = screen_choice(rows)
+    if chosen:
+        lines += ["", "Screened rate per arm (the most bits/param; the lower rate within 0.01 of it):", ""]
+        lines += [f"- loops {t}: lr {r['lr']:g} ({r['bits_per_param']:.3f} bits/param)" for t, r in chosen.items()]
     return "\n".join(lines) + "\n"
+
+
+def screen_choice(rows: list[dict]) -> dict[int, dict]:
+    """{loops: the finished screen row whose rate the arm takes}: the most bits/param, and among rates
+    within SCREEN_TIE of it the lowest (the rule stated with screen1000-64 in experiments/capacity.toml)."""
+    done = [r for r in rows if r.get("screen") and "bits_per_param" in r]
+    chosen = {}
+    for t in sorted({r["loops"] for r in done}):
+        arm = [r for r in done if r["loops"] == t]
+        best = max(r["bits_per_param"] for r in arm)
+        chosen[t] = min((r for r in arm if r["bits_per_param"] >= best - SCREEN_TIE), key=lambda r: r["lr"])
+    return chosen
 
 
 def write_report(args, out: Path, all_cases: list[dict], started: float) -> None:

@@ -52,7 +52,8 @@ def test_the_worked_example_runs_end_to_end_from_its_own_folder(tmp_path):
     report = tmp_path / "report" / "report.md"
     cli("report", out, "--out", report)
     text = report.read_text()
-    assert f"definition `{definition.as_posix()}`" in text  # where it really lives, not experiments/
+    assert f"definition `{experiments.shown_path(definition)}`" in text  # where it really lives, not experiments/
+    assert experiments.shown_path(definition).endswith("mine/isoflop.toml")
     assert "![isoflop](isoflop/isoflop.png)" in text and (report.parent / "isoflop" / "isoflop.png").is_file()
     assert "C2, Loop 1x2 is within 10 points of the iso-FLOP Base 2x1: **" in text
     assert "| C2 | isoflop |" in text  # the claims table
@@ -88,6 +89,30 @@ def test_the_worked_example_runs_end_to_end_from_its_own_folder(tmp_path):
         app, ["report", str(out), str(site / "sweep"), "--out", str(site / "README.md"), "--index"]
     )
     assert result.exit_code == 2 and "two sweeps would share the page sweep/README.md" in result.output
+
+    # the same table under a preset marked a screen: reported, and no rule decided on it
+    definition.write_text(worked_example().replace("[presets.smoke]\n", "[presets.smoke]\nscreen = true\n", 1))
+    assert experiments.load(definition).is_screen("smoke") and experiments.load(definition).points("smoke")
+    cli("report", out, "--out", tmp_path / "screen" / "report.md")
+    text = (tmp_path / "screen" / "report.md").read_text()
+    assert "Verdict: none: `smoke` is a screen" in text and "| C2 |" not in text and "C2, Loop 1x2" not in text
+    assert "Preset `smoke`: 4 of 4 grid points finished" in text  # same points: the key changes no id
+
+
+def test_screen_is_true_or_false_and_a_preset_like_a_screen_is_one(tmp_path):
+    raw = worked_example().replace("[presets.smoke]\n", "[presets.smoke]\nscreen = 1\n", 1)
+    (tmp_path / "isoflop.toml").write_text(raw)
+    with pytest.raises(SynthlabError, match="presets.smoke: screen must be true or false, got 1"):
+        experiments.load(tmp_path / "isoflop.toml")
+    raw = worked_example().replace("[presets.smoke]\n", "[presets.smoke]\nscreen = true\n", 1)
+    (tmp_path / "isoflop.toml").write_text(
+        raw + '\n[presets.again]\nlike = "smoke"\n[presets.decides]\nlike = "smoke"\nscreen = false\n'
+    )
+    experiment = experiments.load(tmp_path / "isoflop.toml")
+    assert [experiment.is_screen(p) for p in ("smoke", "again", "decides")] == [True, True, False]
+    assert not experiments.load("capacity").is_screen("calib1000-64") and experiments.load("capacity").is_screen(
+        "screen1000-64"
+    )
 
 
 def test_a_preset_the_definition_lacks_is_one_error_line(tmp_path):

@@ -65,3 +65,30 @@ def test_refuses_a_full_run_without_cuda_and_a_used_out_folder(tmp_path):
     if not __import__("torch").cuda.is_available():
         with pytest.raises(SynthlabError, match="no CUDA device"):
             gpu_capacity.main(["--out", str(tmp_path / "new")])
+
+
+def test_a_screen_preset_runs_its_points_as_they_are_and_reports_each_arms_rate():
+    cases = gpu_capacity.cases(gpu_capacity.parse_args(["--out", "x", "--presets", "screen1000-64"]))
+    points = experiments.load("capacity").points("screen1000-64")
+    assert [c["config"] for c in cases] == [
+        {**p.config, "train": {**p.config["train"], "device": "auto", "compile": True}} for p in points
+    ]
+    assert {(c["config"]["model"]["loops"], c["config"]["train"]["lr"]) for c in cases} == {
+        (t, lr) for t in (1, 4) for lr in (1.5e-3, 3e-3, 6e-3)
+    }
+    assert {c["config"]["train"]["seed"] for c in cases} == {100} and all(c["screen"] for c in cases)
+    assert cases[0]["label"] == "d64-L1 loops 1 1000x lr 0.0015 N7109"
+
+    def row(loops, lr, bits=None, screen=True):
+        done = {"status": "done", "ceiling": 3.0, "bits_per_param": bits, "fraction_of_max": 0.4, "seconds": 9}
+        return {"label": f"{loops} {lr}", "screen": screen, "loops": loops, "lr": lr} | (
+            done if bits is not None else {"status": "not run: budget spent"}
+        )
+
+    rows = [row(1, 1.5e-3, 1.20), row(1, 3e-3, 1.30), row(1, 6e-3, 1.305), row(4, 1.5e-3, 0.9), row(4, 3e-3, 0.7)]
+    rows += [row(4, 6e-3), row(1, 1e-2, 9.0, screen=False)]
+    chosen = gpu_capacity.screen_choice(rows)  # unfinished and non-screen rows left out
+    assert {t: r["lr"] for t, r in chosen.items()} == {1: 3e-3, 4: 1.5e-3}  # 1: the lower rate within 0.01
+    text = gpu_capacity.markdown(rows, {})
+    assert "- loops 1: lr 0.003 (1.300 bits/param)" in text and "- loops 4: lr 0.0015 (0.900 bits/param)" in text
+    assert "Screened rate" not in gpu_capacity.markdown(rows[-1:], {})

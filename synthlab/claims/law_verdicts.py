@@ -37,37 +37,25 @@ from synthlab.claims.rules import LawRule
 from synthlab.claims.verdicts import Verdict
 
 
+def _why_no_data(rule: LawRule, saved: dict | None, digest_now: str | None) -> str:
+    """Why the saved fit cannot decide the rule ('' when it can)."""
+    if saved is None:
+        return f"no {rule.fit}: run `synthlab fit ... --save`"
+    if digest_now != saved.get("data_sha256"):
+        return f"{rule.fit} is a fit of other numbers than {rule.table} holds now: rerun its command"
+    if (saved.get("holdout_kind") or "") != rule.holdout:
+        return f"{rule.fit} has hold-out {saved.get('holdout_kind') or 'none'}, the rule needs {rule.holdout or 'none'}"
+    return ""
+
+
 def decide_law(rule: LawRule, saved: dict | None, digest_now: str | None) -> Verdict:
     """The outcome of `rule` from a saved fit (None: no file) and the digest of the numbers the
     table holds now (None: the table cannot be read with the fit's columns)."""
-    if saved is None:
-        return Verdict(
-            rule, "no data", math.nan, math.nan, math.nan, 0, f"no {rule.fit}: run `synthlab fit ... --save`"
-        )
-    if digest_now != saved.get("data_sha256"):
-        return Verdict(
-            rule,
-            "no data",
-            math.nan,
-            math.nan,
-            math.nan,
-            0,
-            f"{rule.fit} is a fit of other numbers than {rule.table} holds now: rerun its command",
-        )
-    if (saved.get("holdout_kind") or "") != rule.holdout:
-        return Verdict(
-            rule,
-            "no data",
-            math.nan,
-            math.nan,
-            math.nan,
-            0,
-            f"{rule.fit} has hold-out {saved.get('holdout_kind') or 'none'}, the rule needs {rule.holdout or 'none'}",
-        )
+    missing = _why_no_data(rule, saved, digest_now)
+    if missing:
+        return Verdict(rule, "no data", math.nan, math.nan, math.nan, 0, missing)
     fits = saved.get("fits", [saved])
-    level = rule.lack_of_fit_level / len(
-        fits
-    )  # Bonferroni: the step-wise law's fits (one per Tm) together at the level
+    level = rule.lack_of_fit_level / len(fits)  # Bonferroni: the step-wise law's fits (one per Tm) together
     rejected, unidentified, short, said = {}, {}, {}, {}  # per fit (Tm for the step-wise law): what decided it
     for part in fits:
         name = f"Tm = {part['Tm']:g}" if "Tm" in part else ""

@@ -193,7 +193,7 @@ def check(results_dir: Path) -> list[Status]:
     start, recorded, source = run_start(results_dir, repository(results_dir))
     out = []
     for rule in (*experiment.verdicts, *experiment.laws):
-        if not rule.applies_to(info["preset"]):
+        if not rule.applies_to(info["preset"]) or experiment.is_screen(info["preset"]):
             continue
         commit = commits.get(fingerprint(rule))
         late = [

@@ -164,19 +164,12 @@ def person_losses(model, data, *, device, batch_size: int = 64, steps: int | Non
     """Summed last-step losses of each person's name and attribute tokens in the training biographies.
 
     The model reads every biography as it was trained (`<bos> text <eos>`, one per row); text token
-    k sits at position k + 1, so its loss is entry k of `score_sequences`.
+    k sits at position k + 1, so its loss is entry k of `score_texts`.
     """
-    from synthlab.evaluation.scoring import score_sequences  # torch: see the module docstring
+    from synthlab.evaluation.scoring import score_texts  # torch: see the module docstring
 
     records = data.records("train")
-    losses, _ = score_sequences(
-        model,
-        [data.encode_text(r["text"]) for r in records],
-        pad_id=data.pad_id,
-        device=device,
-        steps=steps,
-        batch_size=batch_size,
-    )
+    losses, _ = score_texts(model, data, records, device=device, steps=steps, batch_size=batch_size)
     n = len(data.records("people"))
     if len(set(r["person"] for r in records)) < n:
         raise SynthlabError(

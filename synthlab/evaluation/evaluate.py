@@ -48,7 +48,7 @@ import torch
 from synthlab.data.datasets import Dataset, check_vocab, load_dataset
 from synthlab.errors import SynthlabError
 from synthlab.evaluation.groups import group_scores, split_items, stratified
-from synthlab.evaluation.scoring import answer_batches, score_answers, score_sequences
+from synthlab.evaluation.scoring import answer_batches, score_answers, score_texts
 from synthlab.files import atomic_write_text
 from synthlab.models import KV_STRATEGIES, parse_exit_rule
 from synthlab.progress import Progress
@@ -73,14 +73,8 @@ def biography_recall(
     (A model trained on biographies only has never seen a question; this is what it knows.)"""
     records = data.records("train")[:people]
     with closing(Progress(len(records), enabled=progress, desc="eval training biographies", unit="text")) as bar:
-        losses, hits = score_sequences(
-            model,
-            [data.encode_text(r["text"]) for r in records],
-            pad_id=data.pad_id,
-            device=device,
-            steps=steps,
-            batch_size=batch_size,
-            progress=bar,
+        losses, hits = score_texts(
+            model, data, records, device=device, steps=steps, batch_size=batch_size, progress=bar
         )
     exact: dict[str, list[bool]] = defaultdict(list)
     nats: dict[str, list[float]] = defaultdict(list)

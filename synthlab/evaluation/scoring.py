@@ -112,6 +112,12 @@ def score_sequences(
     return losses, hits
 
 
+def score_texts(model, data, records: list[dict], **options) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """`score_sequences` of each record's text as training read it (`<bos> text <eos>`): entry k of
+    record i's arrays scores its text token k."""
+    return score_sequences(model, [data.encode_text(r["text"]) for r in records], pad_id=data.pad_id, **options)
+
+
 def answer_batches(prompts, answers, pad_id, device, batch_size):
     """Teacher-forcing batches: (index, inputs (B, S-1), targets (B, S-1), answer mask (B, S-1))."""
     for index in _batches(len(prompts), [len(p) + len(a) for p, a in zip(prompts, answers)], batch_size):

@@ -83,9 +83,10 @@ def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
     return [c for c in columns if c not in steps] + steps[:_MAX_STEP_COLUMNS]
 
 
-def _grid(info: dict) -> tuple[list, list[str], dict[str, dict], tuple, tuple]:
+def _grid(info: dict) -> tuple[list, list[str], dict[str, dict], tuple | None, tuple]:
     """(the preset's grid points in order, its factor columns (seeds included), each point's
-    factors, the definition's verdict rules, its law rules), from the sweep's definition."""
+    factors, the definition's verdict rules (None for a screen, which decides none), its law rules),
+    from the sweep's definition."""
     try:
         experiment = experiments.load_recorded(info["definition"])
         if "seeds" in info:  # the seeds the sweep ran (`synthlab sweep --seeds`)
@@ -93,6 +94,8 @@ def _grid(info: dict) -> tuple[list, list[str], dict[str, dict], tuple, tuple]:
         points = experiment.points(info["preset"])
         factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
         axes = [factor_column(a) for a in points[0].factors] if points else []
+        if experiment.is_screen(info["preset"]):  # chooses a setting; decides no claim
+            return points, axes, factors, None, ()
         return points, axes, factors, experiment.verdicts, experiment.laws
     except (SynthlabError, KeyError):  # the definition moved or changed: just don't say
         return [], [], {}, (), ()
@@ -224,8 +227,17 @@ def _section(
         lines += ["", " ".join(info["notes"].split())]
     if info.get("commands"):
         lines += ["", "Commands:", "", "```", *dict.fromkeys(info["commands"]), "```"]
-    judged = regime_columns(table, rules, points)
-    verdict_lines, found = _verdict_lines(rules, laws, judged, factors, info, sweep_dir)
+    if rules is None:
+        verdict_lines, found = (
+            [
+                "",
+                f"Verdict: none: `{info['preset']}` is a screen (it chooses a setting on seeds that decide no claim).",
+            ],
+            [],
+        )
+    else:
+        judged = regime_columns(table, rules, points)
+        verdict_lines, found = _verdict_lines(rules, laws, judged, factors, info, sweep_dir)
     lines += verdict_lines
     reading = notes.get(folder, notes.get(name) if Path(folder).name == name else None)
     if reading:

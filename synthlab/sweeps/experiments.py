@@ -46,6 +46,10 @@ Inheritance: `like = "other"` in a preset starts it from preset `other` (after t
 `grid` where it gives them, else the other's. The resolved preset is what the points come from,
 so writing a preset with `like` instead of in full keeps its point ids.
 
+Screens: `screen = true` in a preset marks it as choosing a setting (a learning rate, say) on
+seeds that decide no claim: its table is reported, and no rule is decided on it (`is_screen`).
+A preset made `like` a screen is one too unless it says `screen = false`.
+
 Verdicts: `[[verdicts]]` tables state, per claim, the rule that decides it from the results
 (synthlab.claims.verdicts: paired differences over seeds, per cell with `each`, their one-sided bounds
 against a threshold or a margin; `synthlab sweep --seeds N` overrides a preset's seeds, `with_seeds`); `[[laws]]` tables, a claim that the loss follows a law, decided from the fit `synthlab fit
@@ -88,7 +92,7 @@ _TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base"
 # seed keys of a preset -> (factor name, the section.field each value sets)
 MAX_POINTS = 100_000  # a sweep's points at most: a larger grid is refused before any point is built
 SEED_KEYS = {"seeds": ("seed", "train.seed"), "data_seeds": ("data_seed", "data.seed")}
-_PRESET_KEYS = set(SECTIONS) | {"grid", "like"} | set(SEED_KEYS)
+_PRESET_KEYS = set(SECTIONS) | {"grid", "like", "screen"} | set(SEED_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +126,10 @@ class Experiment:
     source: str = ""
     verdicts: tuple[Any, ...] = ()  # synthlab.claims.rules.Rule, in file order
     laws: tuple[Any, ...] = ()  # synthlab.claims.rules.LawRule: claims decided from a saved law fit
+
+    def is_screen(self, preset: str) -> bool:
+        """Whether the preset is a screen: its table decides no rule (module docstring, Screens)."""
+        return bool(self.presets.get(preset, {}).get("screen", False))
 
     def points(self, preset: str) -> list[Point]:
         """The preset's grid, expanded in a stable order (axes in file order, values in order)."""
@@ -301,6 +309,8 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
         raise SynthlabError(f"{where}: a [gate] section needs the 'gate' stage in stages")
     for name, spec in presets.items():
         _check_sections(spec, _PRESET_KEYS, f"{where}: presets.{name}")
+        if not isinstance(spec.get("screen", False), bool):
+            raise SynthlabError(f"{where}: presets.{name}: screen must be true or false, got {spec['screen']!r}")
         _check_grid(spec.get("grid", {}), f"{where}: presets.{name}.grid")
         _check_seeds(spec, f"{where}: presets.{name}")
         _check_size(spec, f"{where}: presets.{name}")
