@@ -22,7 +22,7 @@ In the topology runs' logs their quiet windows ran at 76-91 ms a step, the estim
 and the windows beside a burst of other work at 160-294 ms: the estimate is the step's time as
 loaded when it is made; a run that meets more work takes longer.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/estimate_check.py SWEEP_DIR [SWEEP_DIR ...]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/estimate_check.py SWEEP_DIR [SWEEP_DIR ...] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -53,12 +53,13 @@ def median_step_s(sweep_dir: Path, row: dict[str, str]) -> float | None:
     return None
 
 
-def check(sweep_dir: Path) -> tuple[float, float]:
-    """Print the sweep's points and return (estimated, measured) seconds over all its rows."""
+def check(sweep_dir: Path, jobs: int = 1) -> tuple[float, float]:
+    """Print the sweep's points and return (estimated, measured) seconds over all its rows, the
+    estimate made for `jobs` points at a time (as the sweep ran them)."""
     info = json.loads((sweep_dir / "sweep.json").read_text())
     exp = experiments.load(info["experiment"])  # the preset's own seeds (a sweep run with --seeds: left out)
     with tempfile.TemporaryDirectory() as fresh:
-        estimated = {r["point_id"]: r for r in plan(exp, info["preset"], Path(fresh), runner=lab_runner)}
+        estimated = {r["point_id"]: r for r in plan(exp, info["preset"], Path(fresh), runner=lab_runner, jobs=jobs)}
     total_estimated = total_measured = 0.0
     for row in sweep_rows(sweep_dir / RESULTS):
         planned, measured = estimated.get(row["point_id"]), float(row["wall_s"])
@@ -86,9 +87,10 @@ def check(sweep_dir: Path) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dirs", nargs="+", type=Path, help="finished (or partly finished) sweep folders")
+    parser.add_argument("--jobs", type=int, default=1, help="points the sweeps ran at a time (default: 1)")
     args = parser.parse_args()
     for sweep_dir in args.sweep_dirs:
-        check(sweep_dir)
+        check(sweep_dir, args.jobs)
 
 
 if __name__ == "__main__":

@@ -46,18 +46,20 @@ def test_synthetic_rows_have_the_points_shape():
 
 def test_each_shape_is_timed_once(monkeypatch):
     one, four = capacity_points()
-    monkeypatch.setattr(step_rate, "_SECONDS", {})
+    monkeypatch.setattr(step_rate, "_TIMED", {})
     assert 0 < step_rate.seconds_per_step(one) < 5  # timed for real: a tiny model's step
     timed = []
-    monkeypatch.setattr(step_rate, "_time_steps", lambda point: timed.append(point) or 0.5)
+    monkeypatch.setattr(step_rate, "_time_steps", lambda point: timed.append(point) or (0.5, 1.0))
+    monkeypatch.setattr(step_rate.os, "sched_getaffinity", lambda pid: {0, 1})
     step_rate.seconds_per_step(with_train(one, seed=3))  # the same shape: not timed again
-    assert step_rate.seconds_per_step(four) == 0.5 and timed == [four]
+    assert step_rate.seconds_per_step(four) == 0.5 and timed == [four]  # a core left for one job
+    assert step_rate.seconds_per_step(four, jobs=3) == pytest.approx(0.5 * 4 / 2) and timed == [four]  # 2 of 4
     assert step_rate.timed_shapes() == 2
 
 
 def fixed_rates(monkeypatch, rates: dict):
     """seconds_per_step gives `rates[loops]` (no timing)."""
-    monkeypatch.setattr(step_rate, "seconds_per_step", lambda point: rates[point.model.loops])
+    monkeypatch.setattr(step_rate, "seconds_per_step", lambda point, jobs=1: rates[point.model.loops])
 
 
 def row(point, train_s, steps, reused=0):
@@ -101,10 +103,15 @@ def test_plan_passes_each_finished_row_with_its_point(tmp_path, monkeypatch):
         return 1.0
 
     runner = types.SimpleNamespace(parse=sweep_fake_runner.parse, estimate_seconds=estimate)
-    sweep_plan.plan(exp, "smoke", tmp_path, runner=runner)
+    sweep_plan.plan(exp, "smoke", tmp_path, runner=runner, jobs=2)  # a hook without `jobs` is called without it
     configs = {p.point_id: p.config for p in exp.points("smoke")}
     assert seen and all(len(f) == len(kept) for f in seen)
     assert all(r["point"] == configs[r["point_id"]] for r in seen[0])
+
+    asked = []
+    runner.estimate_seconds = lambda point, *, finished, jobs=1: asked.append(jobs) or 1.0
+    sweep_plan.plan(exp, "smoke", tmp_path, runner=runner, jobs=2)
+    assert asked and set(asked) == {2}  # the sweep's jobs, to a hook that takes them
 
 
 def test_compile_is_named_where_the_time_saved_exceeds_its_compile(monkeypatch):
@@ -126,9 +133,12 @@ def test_compile_is_named_where_the_time_saved_exceeds_its_compile(monkeypatch):
 def test_a_job_gets_a_core_where_one_is_left_else_an_equal_share(monkeypatch):
     monkeypatch.setattr(step_rate.os, "sched_getaffinity", lambda pid: {0, 1})
     # (seconds the cores were busy, this process's CPU seconds) before and after 10 s
-    assert step_rate.core_share((0.0, 0.0), (18.0, 10.0), 10.0) == 1.0  # others kept 0.8 cores busy
-    assert step_rate.core_share((0.0, 0.0), (30.0, 10.0), 10.0) == pytest.approx(2 / 3)  # two busy cores
-    assert step_rate.core_share((0.0, 0.0), (10.0, 10.0), 10.0) == 1.0  # only this process ran
-    assert step_rate.core_share(None, (1.0, 1.0), 10.0) == 1.0  # no /proc/stat: a core assumed
+    assert step_rate.busy_elsewhere((0.0, 0.0), (18.0, 10.0), 10.0) == pytest.approx(0.8)
+    assert step_rate.busy_elsewhere((0.0, 0.0), (10.0, 10.0), 10.0) == 0.0  # only this process ran
+    assert step_rate.busy_elsewhere(None, (1.0, 1.0), 10.0) == 0.0  # no /proc/stat: nothing else assumed
+    assert step_rate.core_share(0.8) == 1.0  # a core left over
+    assert step_rate.core_share(2.0) == pytest.approx(2 / 3)  # two busy cores
+    assert step_rate.core_share(0.8, jobs=2) == pytest.approx(2 / 2.8)  # the sweep's own two jobs share too
+    assert step_rate.core_share(0.0, jobs=2) == 1.0
     before = step_rate._busy()
     assert before is not None and before[0] >= before[1] >= 0  # this process's time is in the cores' total

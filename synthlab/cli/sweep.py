@@ -42,10 +42,12 @@ def _sweep(name: str, **kwargs) -> None:
             calibration=cost.load_calibration(calibration) if gpu and calibration is not None else None,
             host_rates=cost.host_rates() if gpu else None,  # measured on this machine
         ):
-            rows = plan(exp, preset, out, runner=runner_module, runs_dir=options.runs, gpu=gpu)
+            rows = plan(exp, preset, out, runner=runner_module, runs_dir=options.runs, gpu=gpu, jobs=options.jobs or 1)
             _print_plan(rows, calibration)
         if runner_module is point_runner and not gpu:
-            _print_cpu_basis(rows, {p.point_id: point_runner.parse(p.config) for p in exp.points(preset)})
+            _print_cpu_basis(
+                rows, {p.point_id: point_runner.parse(p.config) for p in exp.points(preset)}, options.jobs or 1
+            )
         typer.echo(
             f"seeds per point: {exp.presets[preset].get('seeds', 1)} "
             f"({'--seeds' if options.seeds is not None else 'the preset'}; the cost above counts every seed)"
@@ -152,7 +154,7 @@ def _print_plan(rows: list[dict], calibration: Path | None = None) -> None:
         )
 
 
-def _print_cpu_basis(rows: list[dict], points: dict) -> None:
+def _print_cpu_basis(rows: list[dict], points: dict, jobs: int) -> None:
     """What the lab's CPU estimates rest on, and the points that train.compile would repay."""
     import os
 
@@ -161,9 +163,9 @@ def _print_cpu_basis(rows: list[dict], points: dict) -> None:
     typer.echo(
         f"estimated: each point's steps at the seconds per step of the sweep's finished runs of its training "
         f"shape; without any, of a few steps timed here ({step_rate.timed_shapes()} shape(s), one thread: CPU "
-        f"seconds over the share of a core a job gets beside the work running now, load average "
-        f"{os.getloadavg()[0]:.1f}), times how much slower the sweep's finished runs trained than that; more "
-        f"--jobs than idle cores, or more work later, slows the runs down"
+        f"seconds over the share of a core each of --jobs {jobs} at a time gets beside the work running now, "
+        f"load average {os.getloadavg()[0]:.1f}), times how much slower the sweep's finished runs trained than "
+        f"that; more work later slows the runs down"
     )
     repaid = step_rate.compile_repays(rows, points)
     if repaid:

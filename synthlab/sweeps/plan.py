@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from pathlib import Path
 from typing import Any
@@ -20,13 +22,15 @@ def plan(
     runner: PointRunner,
     runs_dir: Path | None = None,
     gpu: bool = False,
+    jobs: int = 1,
 ) -> list[dict[str, Any]]:
     """The grid as rows: factors, status (done / partial / todo), measured or estimated cost and the
     run directory in the trained-model store that the point's model is (or would be) trained into.
 
     A finished point's cost is its measured wall time; the rest come from the runner's
     `estimate_seconds(point, finished=rows)` (which may calibrate on the finished rows, each with
-    its typed config as "point" where the grid still holds it), or NaN if it has none. gpu: the runner's optional `gpu_cost(point) -> dict` adds its columns to each
+    its typed config as "point" where the grid still holds it; given `jobs=`, the points the sweep
+    runs at a time, where it takes that keyword), or NaN if it has none. gpu: the runner's optional `gpu_cost(point) -> dict` adds its columns to each
     row, and its `gpu_h` (hours on one GPU, less `gpu_h_shared` where an earlier point trains the
     model) is the cost of a point still to run.
     """
@@ -34,6 +38,8 @@ def plan(
     runs_dir = store(out, "runs", runs_dir)
     done = {r["point_id"]: r for r in sweep_rows(out / RESULTS)}
     estimate = hook(runner, "estimate_seconds")
+    if estimate is not None and "jobs" in inspect.signature(estimate).parameters:
+        estimate = functools.partial(estimate, jobs=jobs)
     gpu_cost = hook(runner, "gpu_cost") if gpu else None
     points = experiment.points(preset)
     changed_since = hook(runner, "changed_since")

@@ -4,7 +4,7 @@ model, the rows of a batch, the objective and the optimizer's settings), from th
 runs of the same shape where there are any, else timed here: a few steps of the lab's own training
 step (`engine.step` over `objectives.step_losses`, one torch thread) on synthetic rows of the
 shape, once per shape in a process, in CPU seconds of the training thread, over the share of a
-core a job would get beside the work running now. Also which points would repay `train.compile`.
+core each of the sweep's --jobs would get beside the work running now. Also which points would repay `train.compile`.
 
 Timed, not derived from FLOPs: small models are bound by per-operation overhead, not arithmetic,
 and shapes of equal FLOPs differ (topology's confirm preset: its seven models have equal FLOPs);
@@ -36,7 +36,8 @@ from synthlab.training.trainer import build_optimizer, lr_schedule
 
 TIMED_S = 1.5  # wall seconds of steps timed per shape, after one warm-up step
 MIN_STEPS = 3
-_SECONDS: dict[str, float] = {}  # seconds per step by training shape, timed in this process
+# by training shape, timed in this process: (CPU seconds of a step, cores the other work kept busy)
+_TIMED: dict[str, tuple[float, float]] = {}
 
 # train.compile on this CPU (benchmarks/bench_compile.py, one thread, beside two training jobs):
 # the first step of a shape in a process with an empty inductor cache (cold: 94 s at mano-3x1,
@@ -70,10 +71,10 @@ def training_shape(point) -> str:
     )
 
 
-def estimate_seconds(point, *, finished: list[dict[str, Any]]) -> float:
+def estimate_seconds(point, *, finished: list[dict[str, Any]], jobs: int = 1) -> float:
     """Training time of a PointConfig: its steps at the seconds per step of the sweep's finished
     runs of the same training shape; without any, at the CPU seconds per step timed here
-    (`seconds_per_step`), times how much slower the sweep's finished runs of other shapes trained
+    (`seconds_per_step`, with the sweep's `jobs` one-thread jobs at a time), times how much slower the sweep's finished runs of other shapes trained
     than their shapes time here (the load they share the machine with; 1 without any); a point that
     compiles at the measured COMPILE_SPEEDUP, plus a cold compile. `finished`:
     the rows, each with its PointConfig as "point" where the grid still has it (as `plan` passes
@@ -92,27 +93,29 @@ def estimate_seconds(point, *, finished: list[dict[str, Any]]) -> float:
         return steps * sum(float(r["train_s"]) for r in same) / sum(float(r["train_steps"]) for r in same)
     slower = (
         sum(float(r["train_s"]) for r in runs)
-        / sum(float(r["train_steps"]) * seconds_per_step(r["point"]) for r in runs)
+        / sum(float(r["train_steps"]) * seconds_per_step(r["point"], jobs) for r in runs)
         if runs
         else 1.0
     )
-    eager = steps * seconds_per_step(point) * slower
+    eager = steps * seconds_per_step(point, jobs) * slower
     return eager / COMPILE_SPEEDUP + COMPILE_COLD_S if point.train.system.compile else eager
 
 
-def seconds_per_step(point) -> float:
-    """Wall seconds per step of the point's shape for a job started now, timed here once per
-    shape: the CPU seconds of the training thread per step (the step's cost on this CPU as loaded
-    now) over the share of a core such a job would get beside the work running now (`core_share`)."""
+def seconds_per_step(point, jobs: int = 1) -> float:
+    """Wall seconds per step of the point's shape for a job started now, one of `jobs` at a time,
+    timed here once per shape: the CPU seconds of the training thread per step (the step's cost on
+    this CPU as loaded now) over the share of a core such a job would get beside the work running
+    now and the sweep's other jobs (`core_share`)."""
     shape = training_shape(point)
-    if shape not in _SECONDS:
-        _SECONDS[shape] = _time_steps(point)
-    return _SECONDS[shape]
+    if shape not in _TIMED:
+        _TIMED[shape] = _time_steps(point)
+    cpu_s, others = _TIMED[shape]
+    return cpu_s / core_share(others, jobs)
 
 
 def timed_shapes() -> int:
     """How many training shapes this process has timed."""
-    return len(_SECONDS)
+    return len(_TIMED)
 
 
 def synthetic_batcher(point, seq: int, rows: int) -> Batcher:
@@ -131,7 +134,8 @@ def synthetic_batcher(point, seq: int, rows: int) -> Batcher:
     return Batcher(examples, batch_size=train.batch.batch_size, seq_len=seq, pack=pack, pad_id=0, seed=0)
 
 
-def _time_steps(point) -> float:
+def _time_steps(point) -> tuple[float, float]:
+    """(CPU seconds of the training thread per step, cores the other work kept busy meanwhile)."""
     _, seq = positions(point)
     train = point.train.replaced(compile=False)  # timed eager (compiling takes a minute or more)
     model = build_model(point.model).train()
@@ -162,7 +166,7 @@ def _time_steps(point) -> float:
         while n < MIN_STEPS or time.perf_counter() - start < TIMED_S:
             step()
             n += 1
-        return (time.thread_time() - thread) / n / core_share(busy, _busy(), time.perf_counter() - start)
+        return (time.thread_time() - thread) / n, busy_elsewhere(busy, _busy(), time.perf_counter() - start)
     finally:
         torch.set_num_threads(threads)
 
@@ -179,15 +183,20 @@ def _busy() -> tuple[float, float] | None:
     return (user + nice + system) / os.sysconf("SC_CLK_TCK"), own.ru_utime + own.ru_stime
 
 
-def core_share(before, after, seconds: float) -> float:
-    """The share of a core a one-thread job would get beside the other work that kept the cores
-    busy between the two `_busy` readings: all of one where a core is left over, else an equal
-    share with each busy core's worth of work. Niced work counts as much as any: where the
-    scheduler groups processes by login group (autogroup), nice does not make them yield to a job."""
+def busy_elsewhere(before, after, seconds: float) -> float:
+    """The cores other processes kept busy between two `_busy` readings (0 where /proc/stat is not
+    there to say). Niced work counts as much as any: where the scheduler groups processes by login
+    group (autogroup), nice does not make them yield to a job."""
     if before is None or after is None or seconds <= 0:
-        return 1.0
-    others = max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds  # cores busy with them
-    return min(1.0, len(os.sched_getaffinity(0)) / (others + 1))
+        return 0.0
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds
+
+
+def core_share(others: float, jobs: int = 1) -> float:
+    """The share of a core each of `jobs` one-thread jobs gets beside other work that keeps
+    `others` cores busy: all of one where a core is left for every job, else an equal share with
+    each busy core's worth of work."""
+    return min(1.0, len(os.sched_getaffinity(0)) / (others + jobs))
 
 
 def compile_repays(rows: list[dict[str, Any]], points: dict[str, Any]) -> list[str]:
