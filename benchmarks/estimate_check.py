@@ -18,6 +18,11 @@ Measured (load average 3.5-4 while estimating; estimate / measured wall time in 
     results/capacity/calibration/calib64          0.85   0.36-1.40 (its d64-L1 N3447 run took 1,965 s
                                                          once and 498 s the other time)
 
+With the sweep's own --jobs counted (`--jobs`): reach `fit` (9 points, run two at a time beside
+intermittent benchmarks and tests, estimated afterwards at load average 2.0 with one other training
+job running): 1.26 estimated for --jobs 2 (0.89-1.40 per point), 0.81 for --jobs 1: the measured
+run lies between the two loads the estimate can assume, and within 20% of neither.
+
 In the topology runs' logs their quiet windows ran at 76-91 ms a step, the estimates' 83-105 ms,
 and the windows beside a burst of other work at 160-294 ms: the estimate is the step's time as
 loaded when it is made; a run that meets more work takes longer.
