@@ -92,3 +92,15 @@ def test_a_screen_preset_runs_its_points_as_they_are_and_reports_each_arms_rate(
     text = gpu_capacity.markdown(rows, {})
     assert "- loops 1: lr 0.003 (1.300 bits/param)" in text and "- loops 4: lr 0.0015 (0.900 bits/param)" in text
     assert "Screened rate" not in gpu_capacity.markdown(rows[-1:], {})
+
+
+@pytest.mark.slow
+def test_the_screen_dry_run_trains_every_arm_at_every_rate_and_names_each_arms_rate(tmp_path):
+    out = tmp_path / "screen"
+    gpu_capacity.main(["--dry-run", "--presets", "screen1000-64", "--budget-s", "600", "--out", str(out)])
+    report = __import__("json").loads((out / "gpu_capacity.json").read_text())
+    assert [c["status"] for c in report["cases"]] == ["done"] * 6
+    assert {(c["loops"], c["lr"]) for c in report["cases"]} == {(t, lr) for t in (1, 4) for lr in (1.5e-3, 3e-3, 6e-3)}
+    chosen = gpu_capacity.screen_choice(report["cases"])
+    text = (out / "gpu_capacity.md").read_text()
+    assert sorted(chosen) == [1, 4] and all(f"- loops {t}: lr {r['lr']:g} (" in text for t, r in chosen.items())
