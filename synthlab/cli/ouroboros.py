@@ -216,7 +216,7 @@ def _evaluate(run_dir: Path, **kwargs) -> None:
     from synthlab.training.distributed import reporting
 
     (options,) = flags.parsed(kwargs, EvalOptions)
-    table = eval_run(
+    table, _ = eval_run(
         run_dir,
         list(options.depths),
         str(options.corpus) if options.corpus else None,

@@ -191,8 +191,9 @@ def evaluate_run(
 def write_outcomes(path: Path, columns: dict, run_dir: Path) -> str:
     """Per-prompt outcomes beside an eval JSON, one CSV row per scored prompt (`prompt`: its place
     among the scored test records, in file order): `group`, and per read-out whether the answer was
-    right (1/0) or, for `answer_<t>`, which step's answer step t repeats. Two read-outs of one model
-    are then compared prompt by prompt (`synthlab.claims.paired`). Returns the path relative to run_dir."""
+    right (1/0) or, for `answer_<t>`, which step's answer step t repeats (the OUROBOROS stage: per
+    held-out sequence, its loss at each depth). Two read-outs of one model are then compared prompt
+    by prompt (`synthlab.claims.paired`). Returns the path relative to run_dir."""
     names = list(columns)
     rows = zip(*(columns[c] for c in names))
     cell = lambda v: str(int(v)) if isinstance(v, (bool, np.bool_, np.integer)) else "" if v is None else str(v)  # noqa: E731

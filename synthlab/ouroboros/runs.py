@@ -285,6 +285,7 @@ def eval_run(
 ):
     """Loss of every variant (trained looped ones, truncated, base) at each depth, on the held-out
     part of the training corpus and on `corpus` (another distribution); writes the table and plot.
+    Returns (the loss table, the per-sequence table written to SEQUENCE_LOSSES).
 
     Truncated and base do not loop: each is evaluated once per corpus and its loss is listed at
     every depth (a flat reference line in the plot). Under torchrun each process evaluates its share
@@ -333,7 +334,7 @@ def eval_run(
         )
         atomic_write(run_dir / "c11_loss_vs_depth.png", lambda tmp: plot_loss_vs_depth(table, tmp))
         atomic_write(run_dir / SEQUENCE_LOSSES, lambda tmp: per_sequence.to_csv(tmp, index=False))
-    return table
+    return table, per_sequence
 
 
 def _eval_rows(

@@ -27,7 +27,6 @@ from typing import Any
 
 from synthlab import serialize
 from synthlab.errors import SynthlabError
-from synthlab.files import atomic_write
 from synthlab.ouroboros.system import LOOPED_VARIANTS, OuroborosConfig
 from synthlab.ouroboros.train import OuroborosTrainConfig
 from synthlab.serialize import content_hash
@@ -129,7 +128,8 @@ def run_stage(
     # imports this module for `parse_section`, in a sweep's worker processes too)
     import pandas as pd
 
-    from synthlab.ouroboros.runs import LOG, SEQUENCE_LOSSES, eval_run, train_run
+    from synthlab.evaluation.evaluate import write_outcomes
+    from synthlab.ouroboros.runs import LOG, eval_run, train_run
 
     folder = Path(out) / content_hash(ouroboros_train_keys(options.to_dict(), old=True))  # the folders of old runs
     variant = options.system.variant
@@ -146,7 +146,7 @@ def run_stage(
         progress=False,
     )
     depths = list(options.eval.eval_depths)
-    table = eval_run(
+    table, per_sequence = eval_run(
         folder,
         depths,
         str(new_corpus) if new_corpus is not None else None,
@@ -171,7 +171,6 @@ def run_stage(
             "loss_new_truncated": loss[(NEW, "truncated", depths[0])],
             "loss_new_base": loss[(NEW, "base", depths[0])],
         }
-    per_sequence = pd.read_csv(folder / SEQUENCE_LOSSES)
     outcomes = {}
     for name, column in corpora.items():
         part = per_sequence[per_sequence["corpus"] == name]
@@ -183,6 +182,4 @@ def run_stage(
         # each sequence's summed loss over the corpus's mean target count: their mean is the row's loss
         scale = part["targets"].mean()
         outcomes |= {column.format(d): (part[f"{variant}@{d}"] / scale).to_numpy() for d in depths}
-    path = folder / variant / "outcomes.csv"
-    atomic_write(path, lambda tmp: pd.DataFrame({"prompt": range(len(part)), **outcomes}).to_csv(tmp, index=False))
-    return row | {"outcomes": path.relative_to(Path(out).parent).as_posix()}
+    return row | {"outcomes": write_outcomes(folder / variant / "outcomes.csv", outcomes, Path(out).parent)}
