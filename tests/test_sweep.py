@@ -214,6 +214,19 @@ def test_lost_row_is_recovered_without_rerunning(tmp_path):
     assert all((Path(r["run_dir"]) / "starts.log").read_text().split() == ["0", "5"] for r in rows)
 
 
+def test_a_published_table_copied_into_a_fresh_folder_runs_only_the_points_it_lacks(tmp_path):
+    # a committed results.csv (no run folders, no sweep.json beside it) finishes from a fresh clone
+    exp = experiments.load(FAKE)
+    rows = results_table.read_rows(driver.run_sweep(exp, "smoke", tmp_path / "first", runner=RUNNER, progress=False))
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    results_table.append_rows(fresh / results_table.RESULTS, rows[:5])
+    results = driver.run_sweep(exp, "smoke", fresh, runner=RUNNER, progress=False)
+    assert _table(results) == _table(tmp_path / "first" / results_table.RESULTS)
+    # only the models of the points the table lacked were trained
+    assert {p.name for p in (fresh / "runs").iterdir()} == {Path(r["run_dir"]).name for r in rows[5:]}
+
+
 def _cli(out: Path) -> list[str]:
     return [
         str(Path(sys.executable).parent / "synthlab"),
