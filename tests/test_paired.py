@@ -31,6 +31,7 @@ from scipy import special
 
 from synthlab.claims import paired, per_seed, rules, verdicts
 from synthlab.claims.intervals import SeedEstimate, p_values
+from synthlab.errors import SynthlabError
 from synthlab.report.markdown import write_report
 
 EXPERIMENTS, PROMPTS, LEVEL = 1000, 500, 0.95
@@ -142,6 +143,21 @@ def test_modes_count_learned_and_stuck_seeds_and_need_a_gap():
     assert learned.tolist() == [2, 2, 2] and stuck.tolist() == [1, 1, 0] and bimodal.tolist() == [True, False, False]
     text, asked = paired.modes_note([(0.05, 0.9), (0.9, 0.92), (0.88, 0.93)], ("q", "static"), LEVEL)
     assert text == "learned (accuracy >= 0.5) / stuck seeds: q 2/1 (bimodal), static 3/0" and asked == 8
+
+
+def test_a_yes_no_task_counts_seeds_near_chance_as_stuck():
+    # on a yes/no task 0.5 is chance: a rule's learned_at = 0.75 calls seeds near it stuck
+    seeds = [(0.52, 0.95), (0.95, 0.97), (0.93, 0.96)]
+    assert paired.modes_note(seeds, ("4x1", "1x4"), LEVEL)[0].endswith("4x1 3/0, 1x4 3/0")
+    text, asked = paired.modes_note(seeds, ("4x1", "1x4"), LEVEL, learned_at=0.75)
+    assert text == "learned (accuracy >= 0.75) / stuck seeds: 4x1 2/1 (bimodal), 1x4 3/0" and asked == 8
+    with pytest.raises(SynthlabError, match="learned_at"):
+        rules.Rule(claim="C4", says="s", metric="accuracy", expect="above", learned_at=1.0)
+    # the field leaves every rule written without it as it was preregistered (the same fingerprint)
+    table = {"claim": "C4", "says": "s", "metric": "accuracy", "expect": "above"}
+    plain = rules.Rule(**table)
+    assert rules.fingerprint(plain) == rules.table_fingerprint(rules.Rule, table)
+    assert rules.fingerprint(dataclasses.replace(plain, learned_at=0.75)) != rules.fingerprint(plain)
 
 
 # --- verdicts read per-prompt outcomes ---------------------------------------------------------

@@ -32,7 +32,8 @@ by simulation under four truths (unimodal, arm-by-prompt interaction, paired rea
 
 Bimodal seeds: a one-layer model often escapes a plateau on some seeds and stays on it on others.
 Per arm, a seed "learned" when its accuracy (the model's at its trained depth where the table has
-it) is at least LEARNED, and the arm is bimodal when it has seeds on both sides with a gap of at
+it) is at least the rule's `learned_at` (0.5 unless the rule says otherwise; halfway from chance to
+1, so a yes/no task's rule sets 0.75), and the arm is bimodal when it has seeds on both sides with a gap of at
 least GAP between them. The mean over seeds then estimates a mixture whose weight few seeds
 measure badly: when every seed falls in one mode, nothing in the data shows the other. A bimodal
 cell is decided only with at least `seeds_for_modes` seeds (the fewest with a chance below 1 -
@@ -53,7 +54,6 @@ import pandas as pd
 from synthlab.claims.intervals import SeedEstimate
 
 BOOTSTRAP = 2000  # prompt resamples per cell (the Monte Carlo error of the variance: about 3%)
-LEARNED = 0.5  # a seed at or above this accuracy learned; below it stayed stuck
 GAP = 0.3  # ... and an arm is bimodal only when its learned and stuck seeds lie this far apart (a
 # plateau left or not: near chance against near the ceiling, not the spread of partly learned seeds)
 AGREE = re.compile(r"^agree_(\d+)_(\d+)$")
@@ -183,11 +183,12 @@ def estimate(per_prompt, bounds, rng: np.random.Generator | None = None) -> Seed
     return SeedEstimate.of(per_prompt.mean(-1), prompt_variance(per_prompt, rng), bounds, per_prompt.shape[-1])
 
 
-def modes(accuracy):
+def modes(accuracy, learned_at: float = 0.5):
     """(learned, stuck, bimodal) of per-seed accuracies (..., n seeds; NaN left out), each of the
-    leading shape: seeds at or above LEARNED, below it, and whether both lie GAP or more apart."""
+    leading shape: seeds at or above `learned_at` (a rule's, halfway from chance to 1), below it,
+    and whether both lie GAP or more apart."""
     acc = np.asarray(accuracy, float)
-    up, down = acc >= LEARNED, acc < LEARNED
+    up, down = acc >= learned_at, acc < learned_at
     gap = np.where(up, acc, np.inf).min(-1) - np.where(down, acc, -np.inf).max(-1)
     learned, stuck = up.sum(-1), down.sum(-1)
     return learned, stuck, (learned > 0) & (stuck > 0) & (gap >= GAP)
@@ -200,18 +201,20 @@ def seeds_for_modes(learned: int, n: int, level: float, most: int = 1000) -> int
     return next((m for m in range(2, most + 1) if p**m + (1 - p) ** m < 1 - level), most)
 
 
-def modes_note(arms: list[tuple[float, ...]], labels: tuple[str, ...], level: float) -> tuple[str, int]:
+def modes_note(
+    arms: list[tuple[float, ...]], labels: tuple[str, ...], level: float, learned_at: float = 0.5
+) -> tuple[str, int]:
     """ "learned (accuracy >= 0.5) / stuck seeds: q 2/1 (bimodal), static 3/0" and the seeds a
     bimodal arm asks for (0 when no arm is bimodal), from each seed's per-arm accuracies."""
     parts, asked = [], 0
     for label, column in zip(labels, zip(*arms)):
-        learned, stuck, bimodal = (int(x) for x in modes(column))
+        learned, stuck, bimodal = (int(x) for x in modes(column, learned_at))
         if learned + stuck == 0:
             continue
         parts.append(f"{label} {learned}/{stuck}".strip() + (" (bimodal)" if bimodal else ""))
         if bimodal:
             asked = max(asked, seeds_for_modes(learned, learned + stuck, level))
-    return (f"learned (accuracy >= {LEARNED:g}) / stuck seeds: " + ", ".join(parts) if parts else ""), asked
+    return (f"learned (accuracy >= {learned_at:g}) / stuck seeds: " + ", ".join(parts) if parts else ""), asked
 
 
 def mean_of(vectors: list) -> np.ndarray | None:

@@ -107,6 +107,8 @@ class Rule:
     units: tuple[str, ...] = ()  # columns whose values are further independent replicates (the
     # statistic once per seed and value): independent training runs that are not seeds
     each: tuple[str, ...] = ()  # the claim holds in every cell of these columns: decided per cell
+    learned_at: float = 0.5  # a seed whose arm answers at least this share learned, below it stayed
+    # stuck (`synthlab.claims.paired.modes`): halfway from chance to 1, so 0.75 on a yes/no task
 
     def applies_to(self, preset: str) -> bool:
         return not self.presets or preset in self.presets
@@ -131,8 +133,10 @@ class Rule:
             )
         if self.equivalence < 0 or (self.equivalence and self.expect == "within"):
             raise SynthlabError(f"verdict '{self.says}': `equivalence` is a margin > 0 beside a one-sided rule")
-        if self.min_seeds < 2 or not 0 < self.level < 1 or self.margin < 0:
-            raise SynthlabError(f"verdict '{self.says}': need min_seeds >= 2, 0 < level < 1, margin >= 0")
+        if self.min_seeds < 2 or not 0 < self.level < 1 or self.margin < 0 or not 0 < self.learned_at < 1:
+            raise SynthlabError(
+                f"verdict '{self.says}': need min_seeds >= 2, 0 < level < 1, margin >= 0, 0 < learned_at < 1"
+            )
         if EACH_WORDS.search(self.says) and not self.each:
             raise SynthlabError(f"verdict '{self.says}': it speaks of each cell; say which with `each`")
         if set(self.each) & {self.column, self.x, *(self.match or ()), *self.units}:

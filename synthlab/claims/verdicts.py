@@ -195,7 +195,7 @@ def _paired(rule: Rule, values: list, test_var: float, prompts: float) -> tuple[
     if shared is not None:
         test_var, prompts, how = shared
     labels = (str(rule.a), str(rule.b)) if rule.column else ("",)
-    modes, asked = paired.modes_note([v.arms for v in values if v.arms], labels, rule.level)
+    modes, asked = paired.modes_note([v.arms for v in values if v.arms], labels, rule.level, rule.learned_at)
     return test_var, prompts, "; ".join(p for p in (how, modes) if p), asked
 
 
