@@ -104,3 +104,34 @@ def test_every_experiment_page_is_two_clicks_from_the_readme():
     assert "](results/README.md)" in readme and "](docs/claims.md)" in readme
     pages = sorted(p.parent.name for p in (ROOT / "results").glob("*/README.md") if (p.parent / "sweep.json").is_file())
     assert pages and all(f"]({name}/README.md)" in index for name in pages)
+
+
+def test_every_module_the_docs_name_exists():
+    """A dotted `synthlab.x.y` in a page or definition names a module (and attribute) that imports:
+    a moved module's old name in the docs is what a reader trips over first."""
+    import importlib
+
+    dotted = re.compile(r"(?<![\w/.-])(synthlab(?:_generators)?(?:\.[A-Za-z_]\w*)+)")
+
+    def resolves(name: str) -> bool:
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                found = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attribute in parts[cut:]:
+                if not hasattr(found, attribute):
+                    return False
+                found = getattr(found, attribute)
+            return True
+        return False
+
+    names = {
+        (path.relative_to(ROOT).as_posix(), name)
+        for path in repo_text_files()
+        if path.suffix in (".md", ".toml")
+        for name in dotted.findall(path.read_text(encoding="utf-8"))
+    }
+    assert len(names) > 20
+    assert sorted(f"{path}: {name}" for path, name in names if not resolves(name)) == []
