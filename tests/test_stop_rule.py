@@ -168,8 +168,8 @@ def test_the_sweep_row_says_where_its_run_stopped(tmp_path):
     rule = Rule(
         "C2", "easy vs never", "train_loss", "below", "rule", "easy", "never", requires=("stopped_at_step >= 1",)
     )
-    assert unmet_requirements(rule, read_results(tmp_path / "sweep")).startswith(
-        "requires stopped_at_step >= 1: 1 of 2 compared rows fail"
+    assert unmet_requirements(rule, read_results(tmp_path / "sweep")) == (
+        "requires stopped_at_step >= 1: 1 of 2 compared rows fail, 1 of them blank"
     )
     # the rows measured again reuse the finished models, the stopped one as it stopped
     results.unlink()

@@ -268,9 +268,9 @@ def _every_row(condition: str, table) -> str:
     if not bad.any():
         return ""
     worst = values[bad].min() if op in (">=", ">") else values[bad].max()
-    return (
-        f"{condition}: {int(bad.sum())} of {len(values)} compared rows fail, "
-        f"{'lowest' if op in ('>=', '>') else 'highest'} {worst:.4g}"
+    blank = int(values[bad].isna().sum())
+    return f"{condition}: {int(bad.sum())} of {len(values)} compared rows fail, " + (
+        f"{blank} of them blank" if worst != worst else f"{'lowest' if op in ('>=', '>') else 'highest'} {worst:.4g}"
     )
 
 
