@@ -43,6 +43,9 @@ def _sweep(name: str, **kwargs) -> None:
             host_rates=cost.host_rates() if gpu else None,  # measured on this machine
         ):
             rows = plan(exp, preset, out, runner=runner_module, runs_dir=options.runs, gpu=gpu, jobs=options.jobs or 1)
+            if options.only:
+                chosen = {p.point_id for p in driver.select_points(exp.points(preset), options.only)}
+                rows = [row for row in rows if row["point_id"] in chosen]
             _print_plan(rows, calibration)
         if runner_module is point_runner and not gpu:
             _print_cpu_basis(
@@ -67,11 +70,13 @@ def _sweep(name: str, **kwargs) -> None:
             threads=options.threads,
             nproc_per_node=options.nproc(),
             reevaluate=options.reevaluate,
+            only=options.only or (),
         )
     except driver.SweepInterrupted as stop:
         again = ["synthlab", "sweep", str(name), "--preset", preset, "--out", str(out)]
         again += ["--seeds", str(options.seeds)] if options.seeds is not None else []
         again += ["--runner", options.runner] if options.runner else []
+        again += [arg for text in options.only or () for arg in ("--only", text)]
         typer.echo(
             f"interrupted: {stop.finished} of {stop.total} points finished (their rows are in {stop.results}); "
             f"resume with: {shlex.join(again)}",

@@ -28,6 +28,7 @@ does the work. Executors (`synthlab.sweeps.executor`): in process (`jobs=1`), a 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,15 @@ from synthlab.sweeps import gpu_scheduling
 from synthlab.sweeps.executor import execute, make_units
 from synthlab.sweeps.experiments import Experiment, Point
 from synthlab.sweeps.info import record_invocation, store
-from synthlab.sweeps.results_table import RESULTS, append_rows, missing_columns, sweep_rows
+from synthlab.sweeps.results_table import (
+    RESULTS,
+    append_rows,
+    factor_column,
+    missing_columns,
+    parse_only,
+    selected,
+    sweep_rows,
+)
 from synthlab.sweeps.runner_protocol import PointRunner, hook, parse_points
 
 
@@ -82,6 +91,18 @@ def changed_points(
     return {point_id: why for point_id, why in found.items() if why}
 
 
+def select_points(points: list[Point], only: Sequence[str]) -> list[Point]:
+    """The grid points the `only` filters select (all of them without filters); none is an error."""
+    if not only:
+        return points
+    columns = [{factor_column(axis): value for axis, value in p.factors.items()} for p in points]
+    wanted = parse_only(only, {column for factors in columns for column in factors})
+    chosen = [p for p, factors in zip(points, columns) if selected(factors, wanted)]
+    if not chosen:
+        raise SynthlabError(f"--only {' '.join(only)}: no point of the grid matches")
+    return chosen
+
+
 def run_sweep(
     experiment: Experiment,
     preset: str,
@@ -98,6 +119,7 @@ def run_sweep(
     progress: bool = True,
     reevaluate: bool = False,
     gpus: list[float] | None = None,
+    only: Sequence[str] = (),
 ) -> Path:
     """Run every unfinished point of `experiment`'s `preset` grid; returns the results.csv path.
 
@@ -113,6 +135,8 @@ def run_sweep(
     run_point gets nproc=K); 0: training runs in the worker.
     reevaluate: run the finished points again too (their models are reused, so after an evaluator
     change only the evaluation reruns); each new row replaces the old, its wall time added.
+    only: COLUMN=VALUE filters (`results_table.parse_only`): run just the points they select, in the
+    grid's order; the others are left as they are for a later sweep into the same OUT.
     """
     if jobs is not None and jobs < 1:
         raise SynthlabError(f"--jobs must be >= 1, got {jobs}")
@@ -125,7 +149,7 @@ def run_sweep(
     for path, option in ((out, "--out"), (cache_dir, "--cache"), (runs_dir, "--runs")):
         if path is not None:
             check_writable(path, option)
-    points = experiment.points(preset)
+    points = select_points(experiment.points(preset), only)
     out = Path(out)
     cache_dir, runs_dir = store(out, "cache", cache_dir), store(out, "runs", runs_dir)
     finished, stale = finished_points(runner, experiment, preset, points, out / RESULTS)

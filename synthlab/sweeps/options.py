@@ -74,6 +74,14 @@ class SweepOptions:
         "With --dry-run of a gpu preset: the cost_calibration.json a GPU check wrote (benchmarks/gpu_check.sh): "
         "measured MFU, memory and trainer overhead instead of the assumed ones.",
     )
+    only: list[str] | None = option(
+        None,
+        "Run only the grid points whose factor column has this value, COLUMN=VALUE as results.csv names it "
+        "(seed=2, 'size=d64-L1 N3447', loops=4); repeatable: a column given twice takes either value, two "
+        "columns must both match. The others are left for a later sweep into the same --out; --dry-run lists "
+        "the selected points.",
+        metavar="COLUMN=VALUE",
+    )
     reevaluate: bool = option(
         False,
         "Run the finished points again too, on their trained models (after an evaluator change); each new row "

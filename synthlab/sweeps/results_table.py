@@ -39,6 +39,38 @@ def factor_column(axis: str) -> str:
     return _AXIS_COLUMNS.get(axis, axis)
 
 
+def parse_only(only: Iterable[str], columns: Collection[str]) -> dict[str, list[str]]:
+    """`--only COLUMN=VALUE` filters as {factor column: the values it may take}: one column given
+    twice takes either value, two columns must both match. Checked against the grid's `columns`."""
+    wanted: dict[str, list[str]] = {}
+    for text in only:
+        column, sep, value = text.partition("=")
+        column, value = column.strip(), value.strip()
+        if not sep or not column or not value:
+            raise SynthlabError(f"--only takes COLUMN=VALUE (e.g. seed=2), got '{text}'")
+        if column not in columns:
+            raise SynthlabError(
+                f"--only {text}: the grid has no factor '{column}' (it has {', '.join(sorted(columns))})"
+            )
+        wanted.setdefault(column, []).append(value)
+    return wanted
+
+
+def selected(factors: dict[str, Any], wanted: dict[str, list[str]]) -> bool:
+    """Whether a point (its factor columns and values) passes `parse_only`'s filters; numbers match
+    by value (`lr=3e-3` is 0.003)."""
+    return all(any(_same(factors.get(column), value) for value in values) for column, values in wanted.items())
+
+
+def _same(value: Any, text: str) -> bool:
+    if str(value) == text:
+        return True
+    try:
+        return float(value) == float(text)
+    except (TypeError, ValueError):
+        return False
+
+
 def read_rows(path: str | Path, *, warn_damaged: bool = True) -> list[dict[str, str]]:
     """The whole rows of a results table as strings, exactly as written (none if there is no file yet).
 
