@@ -82,6 +82,22 @@ def test_the_estimate_uses_finished_runs_of_the_same_shape_else_the_timing(monke
     )
 
 
+def test_the_estimate_adds_the_time_finished_runs_of_its_stages_and_model_spent_past_training(monkeypatch):
+    one, four = capacity_points()
+    fixed_rates(monkeypatch, {1: 0.01, 4: 0.04})
+    steps = positions(one)[0]
+    finished = [
+        {**row(with_train(one, seed=5), 30.0, 1000), "wall_s": "42"},  # 12 s of evaluation
+        {**row(with_train(one, seed=6), 30.0, 1000), "wall_s": "38"},  # 8 s
+        {**row(four, 40.0, 1000), "wall_s": "140"},  # another model: says nothing of this one's
+        {**row(with_train(one, seed=5), 30.0, 1000, reused=1), "wall_s": "7"},  # evaluated a model trained before
+    ]
+    assert step_rate.estimate_seconds(one, finished=finished) == pytest.approx(steps * 0.03 + 9.0)
+    assert step_rate.estimate_seconds(one, finished=finished, trained=True) == pytest.approx(9.0)  # a shared model
+    other_stages = dataclasses.replace(one, stages=(*one.stages, "extra"))
+    assert step_rate.after_training_seconds(other_stages, finished) == 0.0
+
+
 def test_plan_passes_each_finished_row_with_its_point(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     import sweep_fake_runner

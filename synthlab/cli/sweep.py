@@ -170,7 +170,8 @@ def _print_cpu_basis(rows: list[dict], points: dict, jobs: int) -> None:
         f"shape; without any, of a few steps timed here ({step_rate.timed_shapes()} shape(s), one thread: CPU "
         f"seconds over the share of a core each of --jobs {jobs} at a time gets beside the work running now, "
         f"load average {os.getloadavg()[0]:.1f}), times how much slower the sweep's finished runs trained than "
-        f"that; more work later slows the runs down"
+        f"that; plus what finished runs of its stages and model spent past training (evaluation, OUROBOROS), "
+        f"none before one finishes; more work later slows the runs down"
     )
     repaid = step_rate.compile_repays(rows, points)
     if repaid:

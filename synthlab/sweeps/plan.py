@@ -40,6 +40,11 @@ def plan(
     estimate = hook(runner, "estimate_seconds")
     if estimate is not None and "jobs" in inspect.signature(estimate).parameters:
         estimate = functools.partial(estimate, jobs=jobs)
+    past_training = (
+        functools.partial(estimate, trained=True)
+        if estimate is not None and "trained" in inspect.signature(estimate).parameters
+        else None
+    )
     gpu_cost = hook(runner, "gpu_cost") if gpu else None
     points = experiment.points(preset)
     changed_since = hook(runner, "changed_since")
@@ -66,8 +71,11 @@ def plan(
                 cost="measured",
             )
         elif shared:
-            own = row["gpu_h"] - row["gpu_h_shared"] if gpu_cost is not None else 0.0
-            row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=own * 3600, cost="shared model")
+            if gpu_cost is not None:
+                own = (row["gpu_h"] - row["gpu_h_shared"]) * 3600
+            else:
+                own = past_training(typed, finished=finished) if past_training is not None else 0.0
+            row.update(status="partial" if run_dir.is_dir() else "todo", cost_s=own, cost="shared model")
         else:
             row["status"] = "partial" if run_dir.is_dir() else "todo"
             seconds = (

@@ -33,10 +33,13 @@ class PointRunner(Protocol):
 class RunnerHooks(Protocol):
     """What a point runner may define besides; the driver uses each where the runner has it (`hook`)."""
 
-    def estimate_seconds(self, point: Any, *, finished: list[dict[str, Any]], jobs: int = 1) -> float:
+    def estimate_seconds(
+        self, point: Any, *, finished: list[dict[str, Any]], jobs: int = 1, trained: bool = False
+    ) -> float:
         """The point's cost in seconds, for --dry-run; `finished`: the sweep's finished rows, each
         with its parsed point as "point" (None for a point the grid no longer holds); `jobs`: the
-        points the sweep runs at a time (passed only to a hook that takes the keyword)."""
+        points the sweep runs at a time; `trained`: an earlier point trains its model, so only the
+        work past training counts (each passed only to a hook that takes the keyword)."""
 
     def gpu_cost(self, point: Any) -> dict[str, Any]:
         """Tokens, FLOPs, memory and hours on one GPU: the --dry-run columns of a gpu preset."""

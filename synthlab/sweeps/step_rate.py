@@ -71,14 +71,19 @@ def training_shape(point) -> str:
     )
 
 
-def estimate_seconds(point, *, finished: list[dict[str, Any]], jobs: int = 1) -> float:
-    """Training time of a PointConfig: its steps at the seconds per step of the sweep's finished
-    runs of the same training shape; without any, at the CPU seconds per step timed here
-    (`seconds_per_step`, with the sweep's `jobs` one-thread jobs at a time), times how much slower the sweep's finished runs of other shapes trained
-    than their shapes time here (the load they share the machine with; 1 without any); a point that
-    compiles at the measured COMPILE_SPEEDUP, plus a cold compile. `finished`:
-    the rows, each with its PointConfig as "point" where the grid still has it (as `plan` passes
-    them); a row whose model another row trained counts once."""
+def estimate_seconds(point, *, finished: list[dict[str, Any]], jobs: int = 1, trained: bool = False) -> float:
+    """Wall time of a PointConfig: its training (its steps at the seconds per step of the sweep's
+    finished runs of the same training shape; without any, at the CPU seconds per step timed here
+    (`seconds_per_step`, with the sweep's `jobs` one-thread jobs at a time), times how much slower
+    the sweep's finished runs of other shapes trained than their shapes time here (the load they
+    share the machine with; 1 without any); a point that compiles at the measured COMPILE_SPEEDUP,
+    plus a cold compile), plus the time finished runs of its stages and model spent past training
+    (`after_training_seconds`); only the latter with `trained` (an earlier point trains its model).
+    `finished`: the rows, each with its PointConfig as "point" where the grid still has it (as
+    `plan` passes them); a row whose model another row trained counts once for the step rate."""
+    after = after_training_seconds(point, finished)
+    if trained:
+        return after
     runs = [
         r
         for r in finished
@@ -88,6 +93,27 @@ def estimate_seconds(point, *, finished: list[dict[str, Any]], jobs: int = 1) ->
         and r.get("train_steps")
     ]
     shape, (steps, _) = training_shape(point), positions(point)
+    return _training_seconds(point, shape, steps, runs, jobs) + after
+
+
+def after_training_seconds(point, finished: list[dict[str, Any]]) -> float:
+    """The mean wall seconds past training (evaluation, an OUROBOROS stage) of the finished rows
+    whose point has the same stages and model: a row that trained its model, its wall time less
+    its training; one that reused a model, all of it. 0 without any (the estimate is then training
+    only)."""
+    alike = [
+        float(r["wall_s"]) if str(r.get("model_reused")) == "1" else max(0.0, float(r["wall_s"]) - float(r["train_s"]))
+        for r in finished
+        if r.get("point") is not None
+        and r.get("wall_s")
+        and (r.get("train_s") or str(r.get("model_reused")) == "1")
+        and r["point"].stages == point.stages
+        and r["point"].model == point.model
+    ]
+    return sum(alike) / len(alike) if alike else 0.0
+
+
+def _training_seconds(point, shape: str, steps: int, runs: list[dict[str, Any]], jobs: int) -> float:
     same = [r for r in runs if training_shape(r["point"]) == shape]
     if same:
         return steps * sum(float(r["train_s"]) for r in same) / sum(float(r["train_steps"]) for r in same)
