@@ -179,6 +179,17 @@ def test_importing_the_cli_imports_neither_pandas_nor_scipy():
     )
 
 
+def test_reading_definitions_and_their_preregistration_does_not_import_torch():
+    """`prereg check` and a definition's checks need the stage names only (synthlab.sweeps.stages)."""
+    code = (
+        "import sys, synthlab.sweeps.experiments as e, synthlab.claims.prereg; e.load('exit'); "
+        "print('torch' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == (
+        "False"
+    )
+
+
 def test_every_option_of_every_command_has_help():
     missing = [
         f"{' '.join(path)} {p.opts[0]}"

@@ -80,7 +80,7 @@ import tomllib
 from synthlab.claims.rules import parse_law_rules, parse_rules
 from synthlab.errors import SynthlabError
 from synthlab.serialize import content_hash
-from synthlab.sweeps.lab_runner import STAGES
+from synthlab.sweeps.stages import STAGE_SPECS
 from synthlab.training.configs import flat_train, ouroboros_train_keys
 
 SECTIONS = ("data", "model", "train", "eval", "gate", "ouroboros")
@@ -296,9 +296,11 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
     if source.endswith(".toml") and Path(source).stem != raw["name"]:
         raise SynthlabError(f"{where}: name '{raw['name']}' does not match the file name")
     stages = tuple(raw["stages"])
-    bad = [s for s in stages if s not in STAGES]
+    bad = [s for s in stages if s not in STAGE_SPECS]
     if bad or "train" not in stages:
-        raise SynthlabError(f"{where}: stages must include 'train' and be among {tuple(STAGES)}, got {list(stages)}")
+        raise SynthlabError(
+            f"{where}: stages must include 'train' and be among {tuple(STAGE_SPECS)}, got {list(stages)}"
+        )
     base = raw.get("base", {})
     _check_sections(base, set(SECTIONS), f"{where}: base")
     base = hashed_form(base)

@@ -33,6 +33,7 @@ from synthlab.ouroboros.stage import parse_section, run_stage
 from synthlab.serialize import content_hash
 from synthlab.sweeps.cost import gpu_cost, size_metrics
 from synthlab.sweeps.results_table import capacity_metrics, describe, eval_metrics, heldout_columns, train_metrics
+from synthlab.sweeps.stages import STAGE_SPECS
 from synthlab.sweeps.step_rate import estimate_seconds
 from synthlab.training.configs import PointConfig, parse_point
 from synthlab.training.run_folders import RunConfig, load_run
@@ -364,20 +365,18 @@ class Stage:
     run: Callable[[Work], dict[str, Any]]
 
 
-# In the order they run; training always runs.
-STAGES = {
-    stage.name: stage
-    for stage in (
-        Stage("train", ("loss", "params"), (), _train),
-        Stage("gate", ("gate_loss",), ("train",), _gate),
-        Stage("eval", ("accuracy",), ("train",), _eval),
-        Stage("heldout", ("eval_loss",), ("train",), _heldout),
-        Stage("generate", ("accuracy",), ("train",), _generate),
-        Stage("capacity", ("bits",), ("train",), _capacity),
-        Stage("export", (), ("train",), _export),
-        Stage("ouroboros", ("loss_base",), ("export",), _ouroboros),
-    )
+_WORK = {
+    "train": _train,
+    "gate": _gate,
+    "eval": _eval,
+    "heldout": _heldout,
+    "generate": _generate,
+    "capacity": _capacity,
+    "export": _export,
+    "ouroboros": _ouroboros,
 }
+# In the order they run (synthlab.sweeps.stages); training always runs.
+STAGES = {name: Stage(name, spec.columns, spec.requires, _WORK[name]) for name, spec in STAGE_SPECS.items()}
 
 
 def run_point(point: PointConfig, run_dir: Path, *, cache_dir: Path, nproc: int = 0) -> dict[str, Any]:

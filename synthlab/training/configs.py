@@ -300,9 +300,7 @@ def parse_point(config: dict[str, Any]) -> PointConfig:
         ModelConfig, {**config["model"], "vocab_size": spec.shape(params).vocab_size}, where="model."
     )
     train = serialize.from_dict(TrainConfig, nested_train({**config["train"], "task": task}), where="train.")
-    stages = tuple(
-        config.get("stages", ("train",))
-    )  # names checked by the point runner (synthlab.sweeps.lab_runner.STAGES)
+    stages = tuple(config.get("stages", ("train",)))  # names checked by the point runner (synthlab.sweeps.stages)
     point = PointConfig(
         task,
         params,
