@@ -372,6 +372,8 @@ def test_the_command_line_is_recorded_from_the_entry_point_and_python_m(monkeypa
 
     monkeypatch.setattr(sys, "argv", [argv0, "sweep", "mano", "--preset", "smoke"])
     assert _command_line() == ("synthlab sweep mano --preset smoke" if recorded else None)
+    monkeypatch.setattr(sys, "argv", [argv0, "sweep", "mano", "--only", "size=d64-L2 N23701"])
+    assert _command_line() == ("synthlab sweep mano --only 'size=d64-L2 N23701'" if recorded else None)
 
 
 def test_reevaluate_runs_every_finished_point_again_on_its_model(tmp_path, monkeypatch):

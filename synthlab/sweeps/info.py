@@ -5,6 +5,7 @@ them), every command that ran in it, and its rules' fingerprints (`synthlab.clai
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,11 +46,11 @@ def store(out: Path, key: str, given: Path | None) -> Path:
 
 
 def _command_line() -> str | None:
-    """This process's command as a user would type it, when it is synthlab's command line (the
+    """This process's command as a user would type it (quoted where an argument needs it), when it is synthlab's command line (the
     entry point or `python -m synthlab`), else None (a library caller such as a test)."""
     prog = Path(sys.argv[0])
     if prog.name == "synthlab" or (prog.name == "__main__.py" and prog.parent.name == "synthlab"):
-        return " ".join(["synthlab", *sys.argv[1:]])
+        return shlex.join(["synthlab", *sys.argv[1:]])
     return None
 
 
