@@ -16,7 +16,9 @@ budget is not started, or is stopped, and reported as not fitting, with its esti
 case OUT/gpu_capacity.json and OUT/gpu_capacity.md are rewritten: each case's bits/param, its
 data ceiling (max_bits / P) and whether it is data-limited (bits within 10% of max_bits: a lower
 bound, as the presets' rule reads it), and each model's PEAK bits/param over the N it finished,
-printed beside Physics of LMs 3.3's figure at its exposures, labelled as the paper's.
+printed beside Physics of LMs 3.3's figure at its exposures, labelled as the paper's; a case of
+1000 exposures or more also gets its learning curve (bits/param at each kept checkpoint), which
+says whether its bits had stopped rising (saturation, C1's regime) by the run's end.
 
 `--presets screen1000-64` runs the learning-rate screen of calib1000-64's arms instead (a screen
 preset's points as they are: loops 1 and 4 at each rate, on its own seed) and reports the rate each
@@ -43,6 +45,7 @@ from pathlib import Path
 
 PAPER_BITS_PER_PARAM = {100: 1.0, 1000: 2.0}  # Physics of LMs 3.3 by exposures: reference lines, not results
 SCREEN_TIE = 0.01  # bits/param: a screen's rates this close to the best count as tied (the lower one is taken)
+CURVE_EXPOSURES = 1000  # runs this long get a learning curve (bits/param at each kept checkpoint)
 DATA_LIMITED = 0.9  # bits at or above this fraction of max_bits: the data, not the model, is the limit
 
 
@@ -121,6 +124,7 @@ def cases(args) -> list[dict]:
         config["model"]["loops"] = t
         lr = lr if lr is not None else rates.get(t, rates.get(1))
         config["train"].update(lr=lr, device="auto", compile=not args.no_compile)
+        curve = config["train"]["exposures"] >= CURVE_EXPOSURES
         if args.dry_run:
             config = toy(config)
             config["train"].update(device="cpu", compile=False)
@@ -131,7 +135,14 @@ def cases(args) -> list[dict]:
             seen.add(key)
             label = f"{model} N{config['data']['n_people']}"
             out.append(
-                {"label": label, "model": model, "preset": preset, "screen": preset in screens, "config": config}
+                {
+                    "label": label,
+                    "model": model,
+                    "preset": preset,
+                    "screen": preset in screens,
+                    "curve": curve,
+                    "config": config,
+                }
             )
 
     for name, points in screens.items():  # a screen's points as they are: each its own loops, rate and seed
@@ -157,6 +168,16 @@ def cases(args) -> list[dict]:
     return out
 
 
+def learning_curve(model_dir: Path, device: str) -> list[list[float]]:
+    """[[optimizer step, bits/param], ...] at each kept checkpoint, oldest first: whether the bits
+    have stopped rising by the run's end (saturation) reads off it."""
+    from synthlab.evaluation.capacity import estimate_capacity
+    from synthlab.training.run_folders import checkpoint_files
+
+    steps = sorted(int(f.stem[len("checkpoint-") :]) for f in checkpoint_files(model_dir) if f.stem != "checkpoint")
+    return [[s, estimate_capacity(model_dir, device=device, checkpoint=s)["bits_per_param"]] for s in steps]
+
+
 def run_case(path: Path) -> None:
     """A child: train the case's point and estimate its capacity; write the row beside the case file."""
     from synthlab.sweeps import lab_runner
@@ -164,6 +185,8 @@ def run_case(path: Path) -> None:
     case = json.loads(path.read_text())
     start = time.perf_counter()
     row = lab_runner.run_point(lab_runner.parse(case["config"]), Path(case["run_dir"]), cache_dir=Path(case["cache"]))
+    if case.get("curve"):
+        row["curve"] = learning_curve(Path(case["run_dir"]) / "model", case["config"]["train"]["device"])
     row["seconds"] = time.perf_counter() - start
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(row, indent=1) + "\n")
@@ -286,6 +309,8 @@ def summary(all_cases: list[dict]) -> tuple[list[dict], dict[str, dict]]:
             r = case["row"]
             row.update({k: r[k] for k in ("bits", "bits_per_param", "max_bits", "params_capacity", "fraction_of_max")})
             row["ceiling"] = r["max_bits"] / r["params_capacity"]
+            if "curve" in r:
+                row["curve"] = r["curve"]
             row["data_limited"] = r["bits"] >= DATA_LIMITED * r["max_bits"]
             best = peaks.get(case["model"])
             if best is None or row["bits_per_param"] > best["bits_per_param"]:
@@ -325,6 +350,10 @@ def markdown(rows: list[dict], peaks: dict[str, dict]) -> str:
             f"- {model}: peak {p['bits_per_param']:.3f} bits/param at N {p['n_people']:,} (ceiling {p['ceiling']:.2f}"
             f"{', data-limited: a lower bound' if p['data_limited'] else ''}); {beside}"
         )
+    curves = [r for r in rows if r.get("curve")]
+    if curves:
+        lines += ["", "Learning curves (bits/param at each kept checkpoint: flat at the end means saturated):", ""]
+        lines += [f"- {r['label']}: " + ", ".join(f"{b:.3f} @ {s:,}" for s, b in r["curve"]) for r in curves]
     chosen = screen_choice(rows)
     if chosen:
         lines += ["", "Screened rate per arm (the most bits/param; the lower rate within 0.01 of it):", ""]

@@ -104,3 +104,10 @@ def test_the_screen_dry_run_trains_every_arm_at_every_rate_and_names_each_arms_r
     chosen = gpu_capacity.screen_choice(report["cases"])
     text = (out / "gpu_capacity.md").read_text()
     assert sorted(chosen) == [1, 4] and all(f"- loops {t}: lr {r['lr']:g} (" in text for t, r in chosen.items())
+    # 1000-exposure runs: bits/param at each kept checkpoint (two at the toy size), the last the row's own
+    for case in report["cases"]:
+        steps = [s for s, _ in case["curve"]]
+        assert (
+            len(steps) == 2 and steps == sorted(steps) and case["curve"][-1][1] == pytest.approx(case["bits_per_param"])
+        )
+    assert text.count("@") >= 12 and "Learning curves" in text
