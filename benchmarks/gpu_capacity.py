@@ -168,25 +168,17 @@ def cases(args) -> list[dict]:
     return out
 
 
-def learning_curve(model_dir: Path, device: str) -> list[list[float]]:
-    """[[optimizer step, bits/param], ...] at each kept checkpoint, oldest first: whether the bits
-    have stopped rising by the run's end (saturation) reads off it."""
-    from synthlab.evaluation.capacity import estimate_capacity
-    from synthlab.training.run_folders import checkpoint_files
-
-    steps = sorted(int(f.stem[len("checkpoint-") :]) for f in checkpoint_files(model_dir) if f.stem != "checkpoint")
-    return [[s, estimate_capacity(model_dir, device=device, checkpoint=s)["bits_per_param"]] for s in steps]
-
-
 def run_case(path: Path) -> None:
     """A child: train the case's point and estimate its capacity; write the row beside the case file."""
+    from synthlab.evaluation.capacity import learning_curve
     from synthlab.sweeps import lab_runner
 
     case = json.loads(path.read_text())
     start = time.perf_counter()
     row = lab_runner.run_point(lab_runner.parse(case["config"]), Path(case["run_dir"]), cache_dir=Path(case["cache"]))
     if case.get("curve"):
-        row["curve"] = learning_curve(Path(case["run_dir"]) / "model", case["config"]["train"]["device"])
+        curve = learning_curve(Path(case["run_dir"]) / "model", device=case["config"]["train"]["device"])
+        row["curve"] = [[int(s), float(b)] for s, b in zip(curve["checkpoint"], curve["bits_per_param"])]
     row["seconds"] = time.perf_counter() - start
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(row, indent=1) + "\n")

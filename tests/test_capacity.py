@@ -7,6 +7,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from synthlab.evaluation.capacity import (
@@ -378,3 +379,36 @@ def test_the_peak_is_the_population_size_with_the_best_mean_over_seeds():
     assert peaks["seeds"].tolist() == [2, 1]
     assert peaks["n_tried"].tolist() == ["10, 20", "10, 20"]
     assert peaks["data_limited"].tolist() == [False, True]
+
+
+def test_the_learning_curve_reads_every_kept_checkpoint(tmp_path):
+    """`synthlab capacity --curve`: one row per kept checkpoint, oldest first, each the estimate at
+    that checkpoint (its file too), the last the final weights'; a run keeping one checkpoint and
+    --curve beside --checkpoint are refused before any work."""
+    from typer.testing import CliRunner
+
+    from synthlab.cli import app
+    from synthlab.cli.train import resolve_run_config
+    from synthlab.evaluation.capacity import estimate_capacity
+    from synthlab.training.trainer import train
+
+    write_dataset(TASKS["bios"], TASKS["bios"].params_cls(n_people=8), 0, tmp_path / "bios")
+    model = {"d_model": 16, "n_heads": 2, "n_layers": 1, "max_seq_len": 128}
+    flat = {"data": str(tmp_path / "bios"), "steps": 6, "batch_size": 2, "lr": 1e-2, "warmup_steps": 1}
+    train(tmp_path / "run", resolve_run_config({}, model, {**flat, "checkpoint_every": 2, "keep_checkpoints": 5}))
+    out = CliRunner().invoke(app, ["capacity", str(tmp_path / "run"), "--curve", "--device", "cpu"])
+    assert out.exit_code == 0, out.output
+    curve = pd.read_csv(tmp_path / "run" / "capacity_curve.csv")
+    assert curve["checkpoint"].tolist() == [2, 4, 6] and curve["exposures"].is_monotonic_increasing
+    for step, bpp in zip(curve["checkpoint"], curve["bits_per_param"]):
+        saved = json.loads((tmp_path / "run" / f"capacity_checkpoint{step}.json").read_text())
+        assert saved["bits_per_param"] == pytest.approx(bpp)
+    assert curve["bits_per_param"].iloc[-1] == pytest.approx(
+        estimate_capacity(tmp_path / "run", device="cpu")["bits_per_param"]
+    )
+    assert out.output.count("bits/param") == 3
+    both = CliRunner().invoke(app, ["capacity", str(tmp_path / "run"), "--curve", "--checkpoint", "2"])
+    assert both.exit_code != 0 and "either" in both.output
+    train(tmp_path / "bare", resolve_run_config({}, model, {**flat, "keep_checkpoints": 1}))
+    bare = CliRunner().invoke(app, ["capacity", str(tmp_path / "bare"), "--curve", "--device", "cpu"])
+    assert bare.exit_code != 0 and "two or more kept checkpoints" in bare.output

@@ -19,7 +19,7 @@ from synthlab import serialize
 from synthlab.cli import flags
 from synthlab.errors import SynthlabError
 from synthlab.evaluation.options import CapacityOptions, EvalRunOptions
-from synthlab.files import warn
+from synthlab.files import atomic_write_text, warn
 from synthlab.models import ModelConfig
 from synthlab.serialize import option
 from synthlab.sweeps.gpu_scheduling import default_threads, idle_cores
@@ -73,9 +73,16 @@ class TrainCommand:
 
 @dataclasses.dataclass(frozen=True)
 class CapacityOutput:
-    """How `synthlab capacity` prints its report (purely the command's: the terminal)."""
+    """What `synthlab capacity` reads and prints (purely the command's: one estimate or the curve)."""
 
     as_json: bool = option(False, "Print the whole report as JSON.", flag="--json")
+    curve: bool = option(
+        False,
+        "Read every kept checkpoint in turn (each into its capacity_checkpointS.json): the learning curve, "
+        "bits/param against exposures, printed as it goes and written to RUN_DIR/capacity_curve.csv; flat at "
+        "the end means the run had saturated.",
+        flag="--curve",
+    )
 
 
 def resolve_run_config(file: dict[str, Any], model_flags: dict[str, Any], train_flags: dict[str, Any]):
@@ -304,18 +311,27 @@ evaluate = flags.with_signature(
 
 def _capacity(run_dir: Path, **kwargs) -> None:
     from synthlab.data.datasets import unverified_data
-    from synthlab.evaluation.capacity import estimate_capacity
+    from synthlab.evaluation.capacity import estimate_capacity, learning_curve
 
     options, output, process = flags.parsed(kwargs, CapacityOptions, CapacityOutput, ProcessOptions)
+    if output.curve and options.checkpoint is not None:
+        raise SynthlabError("--curve reads every kept checkpoint; --checkpoint names one: give either")
+    estimate = {
+        "data_dir": options.data,
+        "batch_size": options.batch_size,
+        "device": options.device,
+        "steps": options.steps,
+    }
     with unverified_data(not process.verify):
-        report = estimate_capacity(
-            run_dir,
-            data_dir=options.data,
-            batch_size=options.batch_size,
-            device=options.device,
-            steps=options.steps,
-            checkpoint=options.checkpoint,
-        )
+        if output.curve:
+            curve = learning_curve(run_dir, on_point=None if output.as_json else _print_curve_point, **estimate)
+        else:
+            report = estimate_capacity(run_dir, checkpoint=options.checkpoint, **estimate)
+    if output.curve:
+        path = Path(run_dir) / "capacity_curve.csv"
+        atomic_write_text(path, curve.to_csv(index=False))
+        typer.echo(curve.to_json(orient="records", indent=2) if output.as_json else f"wrote {path}")
+        return
     if output.as_json:
         typer.echo(json.dumps(report, indent=2))
         return
@@ -328,6 +344,10 @@ def _capacity(run_dir: Path, **kwargs) -> None:
         typer.echo(
             f"  {name:<11} loss {row['loss']:.3f} nats  bits {row['bits']:,.0f}  (of log2 {row['values']} per person)"
         )
+
+
+def _print_curve_point(row: dict) -> None:
+    typer.echo(f"step {row['checkpoint']:,}: {row['exposures']:.1f} exposures, {row['bits_per_param']:.3f} bits/param")
 
 
 capacity = flags.with_signature(

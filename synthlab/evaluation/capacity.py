@@ -260,3 +260,26 @@ def estimate_capacity(
     name = name if checkpoint is None else name.replace(".json", f"_checkpoint{checkpoint}.json")
     atomic_write_text(run_dir / name, json.dumps(report, indent=2) + "\n")
     return report
+
+
+def learning_curve(run_dir: str | Path, *, on_point=None, **estimate) -> pd.DataFrame:
+    """The capacity estimate at each kept checkpoint of a bioS run, oldest first (`estimate_capacity`
+    at each, so each also lands in its capacity_checkpoint{S}.json): one row per checkpoint with
+    its optimizer step, the exposures it had made, bits and bits/param. Flat at the end means the
+    run had saturated (C1's regime); still rising means its bits are a lower bound of the model's.
+    `on_point(row)` is called as each is read (a checkpoint's estimate is a full pass over the data)."""
+    from synthlab.training.run_folders import checkpoint_files
+
+    kept = sorted(int(f.stem[len("checkpoint-") :]) for f in checkpoint_files(run_dir) if f.stem != "checkpoint")
+    if len(kept) < 2:
+        raise SynthlabError(
+            f"a learning curve needs two or more kept checkpoints; {run_dir} has {len(kept)} "
+            "(train with train.checkpoints and train.keep_checkpoints above 1)"
+        )
+    rows = []
+    for step in kept:
+        report = estimate_capacity(run_dir, checkpoint=step, **estimate)
+        rows.append({k: report[k] for k in ("checkpoint", "exposures", "bits", "bits_per_param")})
+        if on_point is not None:
+            on_point(rows[-1])
+    return pd.DataFrame(rows)
