@@ -268,8 +268,9 @@ def learning_curve(run_dir: str | Path, *, on_point=None, **estimate) -> pd.Data
     its optimizer step, the exposures it had made, bits and bits/param. Flat at the end means the
     run had saturated (C1's regime); still rising means its bits are a lower bound of the model's.
     `on_point(row)` is called as each is read (a checkpoint's estimate is a full pass over the data)."""
-    from synthlab.training.run_folders import checkpoint_files
+    from synthlab.training.run_folders import checkpoint_files, load_run
 
+    load_run(run_dir)  # a run folder at all, before its checkpoints are counted
     kept = sorted(int(f.stem[len("checkpoint-") :]) for f in checkpoint_files(run_dir) if f.stem != "checkpoint")
     if len(kept) < 2:
         raise SynthlabError(
