@@ -44,7 +44,6 @@ import time
 from pathlib import Path
 
 PAPER_BITS_PER_PARAM = {100: 1.0, 1000: 2.0}  # Physics of LMs 3.3 by exposures: reference lines, not results
-SCREEN_TIE = 0.01  # bits/param: a screen's rates this close to the best count as tied (the lower one is taken)
 CURVE_EXPOSURES = 1000  # runs this long get a learning curve (bits/param at each kept checkpoint)
 DATA_LIMITED = 0.9  # bits at or above this fraction of max_bits: the data, not the model, is the limit
 
@@ -348,20 +347,33 @@ def markdown(rows: list[dict], peaks: dict[str, dict]) -> str:
         lines += [f"- {r['label']}: " + ", ".join(f"{b:.3f} @ {s:,}" for s, b in r["curve"]) for r in curves]
     chosen = screen_choice(rows)
     if chosen:
-        lines += ["", "Screened rate per arm (the most bits/param; the lower rate within 0.01 of it):", ""]
+        lines += [
+            "",
+            "Screened rate per arm (by the screen's stated rule: the most bits/param, the lower rate within 0.01 of it):",
+            "",
+        ]
         lines += [f"- loops {t}: lr {r['lr']:g} ({r['bits_per_param']:.3f} bits/param)" for t, r in chosen.items()]
     return "\n".join(lines) + "\n"
 
 
 def screen_choice(rows: list[dict]) -> dict[int, dict]:
-    """{loops: the finished screen row whose rate the arm takes}: the most bits/param, and among rates
-    within SCREEN_TIE of it the lowest (the rule stated with screen1000-64 in experiments/capacity.toml)."""
-    done = [r for r in rows if r.get("screen") and "bits_per_param" in r]
-    chosen = {}
-    for t in sorted({r["loops"] for r in done}):
-        arm = [r for r in done if r["loops"] == t]
-        best = max(r["bits_per_param"] for r in arm)
-        chosen[t] = min((r for r in arm if r["bits_per_param"] >= best - SCREEN_TIE), key=lambda r: r["lr"])
+    """{loops: the finished screen row whose rate the arm takes}, by the rule the screen's preset
+    states (its `choose` table, applied by synthlab.claims.screens as the CPU sweep's report
+    applies it): an arm whose rates have not all finished takes none yet."""
+    import pandas as pd
+
+    from synthlab.claims.screens import choose
+    from synthlab.sweeps import experiments
+
+    exp, chosen = experiments.load("capacity"), {}
+    for preset in dict.fromkeys(r["preset"] for r in rows if r.get("screen")):
+        choice, mine = exp.screen_choice(preset), [r for r in rows if r.get("screen") and r["preset"] == preset]
+        if choice is None or (choice.setting, choice.per) != ("train.lr", ("loops",)):
+            raise SystemExit(f"{preset}: this benchmark applies a screen of train.lr per loops, not {choice}")
+        grid = pd.DataFrame({"loops": [r["loops"] for r in mine], "train.lr": [r["lr"] for r in mine]})
+        table = grid.assign(**{choice.metric: [r.get(choice.metric, float("nan")) for r in mine]})
+        for _, arm in choose(table, choice, grid).dropna(subset=["chosen"]).iterrows():
+            chosen[int(arm["loops"])] = next(r for r in mine if r["loops"] == arm["loops"] and r["lr"] == arm["chosen"])
     return chosen
 
 

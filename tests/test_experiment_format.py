@@ -97,6 +97,15 @@ def test_the_worked_example_runs_end_to_end_from_its_own_folder(tmp_path):
     text = (tmp_path / "screen" / "report.md").read_text()
     assert "Verdict: none: `smoke` is a screen" in text and "| C2 |" not in text and "C2, Loop 1x2" not in text
     assert "Preset `smoke`: 4 of 4 grid points finished" in text  # same points: the key changes no id
+    # its stated choice, applied to the table: the arch with the higher mean accuracy over seeds
+    chosen = table.groupby("arch")["accuracy"].mean()
+    chosen = min(a for a in chosen.index if chosen[a] == chosen.max())
+    choose = '[presets.smoke.choose]\nsetting = "arch"\nmetric = "accuracy"\n'
+    definition.write_text(worked_example().replace("[presets.smoke]\n", "[presets.smoke]\nscreen = true\n", 1) + choose)
+    cli("report", out, "--out", tmp_path / "screen" / "report.md")
+    text = (tmp_path / "screen" / "report.md").read_text()
+    assert "Choice (the screen's stated rule: it takes the arch with the most accuracy):" in text
+    assert f"- all: **arch {chosen}** (accuracy by setting: 1x2: " in text
 
 
 def test_screen_is_true_or_false_and_a_preset_like_a_screen_is_one(tmp_path):

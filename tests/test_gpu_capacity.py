@@ -81,16 +81,18 @@ def test_a_screen_preset_runs_its_points_as_they_are_and_reports_each_arms_rate(
 
     def row(loops, lr, bits=None, screen=True):
         done = {"status": "done", "ceiling": 3.0, "bits_per_param": bits, "fraction_of_max": 0.4, "seconds": 9}
-        return {"label": f"{loops} {lr}", "screen": screen, "loops": loops, "lr": lr} | (
+        return {"label": f"{loops} {lr}", "preset": "screen1000-64", "screen": screen, "loops": loops, "lr": lr} | (
             done if bits is not None else {"status": "not run: budget spent"}
         )
 
     rows = [row(1, 1.5e-3, 1.20), row(1, 3e-3, 1.30), row(1, 6e-3, 1.305), row(4, 1.5e-3, 0.9), row(4, 3e-3, 0.7)]
     rows += [row(4, 6e-3), row(1, 1e-2, 9.0, screen=False)]
-    chosen = gpu_capacity.screen_choice(rows)  # unfinished and non-screen rows left out
-    assert {t: r["lr"] for t, r in chosen.items()} == {1: 3e-3, 4: 1.5e-3}  # 1: the lower rate within 0.01
+    chosen = gpu_capacity.screen_choice(rows)  # non-screen rows left out; loops 4 waits for its third rate
+    assert {t: r["lr"] for t, r in chosen.items()} == {1: 3e-3}  # the lower rate within 0.01
     text = gpu_capacity.markdown(rows, {})
-    assert "- loops 1: lr 0.003 (1.300 bits/param)" in text and "- loops 4: lr 0.0015 (0.900 bits/param)" in text
+    assert "- loops 1: lr 0.003 (1.300 bits/param)" in text and "- loops 4:" not in text
+    rows[5] = row(4, 6e-3, 0.89)
+    assert {t: r["lr"] for t, r in gpu_capacity.screen_choice(rows).items()} == {1: 3e-3, 4: 1.5e-3}
     assert "Screened rate" not in gpu_capacity.markdown(rows[-1:], {})
 
 

@@ -23,7 +23,7 @@ import pandas as pd
 import tomllib
 
 from synthlab import scaling
-from synthlab.claims import law_verdicts, paired, prereg, verdicts
+from synthlab.claims import law_verdicts, paired, prereg, screens, verdicts
 from synthlab.claims.per_seed import CONTAINS, DISTINCT, REQUIREMENT
 from synthlab.claims.rules import LawRule, fingerprint
 from synthlab.errors import SynthlabError
@@ -83,10 +83,10 @@ def _shown_columns(table: pd.DataFrame, factors: list[str]) -> list[str]:
     return [c for c in columns if c not in steps] + steps[:_MAX_STEP_COLUMNS]
 
 
-def _grid(info: dict) -> tuple[list, list[str], dict[str, dict], tuple | None, tuple]:
+def _grid(info: dict) -> tuple[list, list[str], dict[str, dict], tuple | None, tuple, screens.Choice | None]:
     """(the preset's grid points in order, its factor columns (seeds included), each point's
-    factors, the definition's verdict rules (None for a screen, which decides none), its law rules),
-    from the sweep's definition."""
+    factors, the definition's verdict rules (None for a screen, which decides none), its law rules,
+    a screen's stated choice rule), from the sweep's definition."""
     try:
         experiment = experiments.load_recorded(info["definition"])
         if "seeds" in info:  # the seeds the sweep ran (`synthlab sweep --seeds`)
@@ -95,10 +95,10 @@ def _grid(info: dict) -> tuple[list, list[str], dict[str, dict], tuple | None, t
         factors = {p.point_id: {factor_column(a): v for a, v in p.factors.items()} for p in points}
         axes = [factor_column(a) for a in points[0].factors] if points else []
         if experiment.is_screen(info["preset"]):  # chooses a setting; decides no claim
-            return points, axes, factors, None, ()
-        return points, axes, factors, experiment.verdicts, experiment.laws
+            return points, axes, factors, None, (), experiment.screen_choice(info["preset"])
+        return points, axes, factors, experiment.verdicts, experiment.laws, None
     except (SynthlabError, KeyError):  # the definition moved or changed: just don't say
-        return [], [], {}, (), ()
+        return [], [], {}, (), (), None
 
 
 def _over_seeds(table: pd.DataFrame, shown: list[str], factors: list[str]) -> pd.DataFrame | None:
@@ -207,7 +207,7 @@ def _section(
     table = paired.locate_runs(read_results(sweep_dir), sweep_dir)
     name = info["experiment"]
     figure_dir = out_dir / folder
-    points, factors, point_factors, rules, laws = _grid(info)
+    points, factors, point_factors, rules, laws, choice = _grid(info)
     order = [p.point_id for p in points]
     for factor in factors:  # the grid's value wherever a row is in it (an axis added after a run included)
         known = table["point_id"].map(lambda i: point_factors.get(i, {}).get(factor))
@@ -235,6 +235,9 @@ def _section(
             ],
             [],
         )
+        if choice is not None:
+            chosen = screens.choose(table, choice, pd.DataFrame(point_factors.values()))
+            verdict_lines += ["", *screens.choice_lines(chosen, choice)]
     else:
         judged = regime_columns(table, rules, points)
         verdict_lines, found = _verdict_lines(rules, laws, judged, factors, info, sweep_dir)

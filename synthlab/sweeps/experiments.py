@@ -48,7 +48,8 @@ so writing a preset with `like` instead of in full keeps its point ids.
 
 Screens: `screen = true` in a preset marks it as choosing a setting (a learning rate, say) on
 seeds that decide no claim: its table is reported, and no rule is decided on it (`is_screen`).
-A preset made `like` a screen is one too unless it says `screen = false`.
+A preset made `like` a screen is one too unless it says `screen = false`. A screen's `choose`
+table states how it chooses (synthlab.claims.screens; `screen_choice`); the report applies it.
 
 Verdicts: `[[verdicts]]` tables state, per claim, the rule that decides it from the results
 (synthlab.claims.verdicts: paired differences over seeds, per cell with `each`, their one-sided bounds
@@ -78,6 +79,7 @@ from typing import Any
 import tomllib
 
 from synthlab.claims.rules import parse_law_rules, parse_rules
+from synthlab.claims.screens import Choice, parse_choice
 from synthlab.errors import SynthlabError
 from synthlab.serialize import content_hash
 from synthlab.sweeps.stages import STAGE_SPECS
@@ -92,7 +94,7 @@ _TOP_KEYS = {"name", "claim", "title", "task", "plot", "stages", "notes", "base"
 # seed keys of a preset -> (factor name, the section.field each value sets)
 MAX_POINTS = 100_000  # a sweep's points at most: a larger grid is refused before any point is built
 SEED_KEYS = {"seeds": ("seed", "train.seed"), "data_seeds": ("data_seed", "data.seed")}
-_PRESET_KEYS = set(SECTIONS) | {"grid", "like", "screen"} | set(SEED_KEYS)
+_PRESET_KEYS = set(SECTIONS) | {"grid", "like", "screen", "choose"} | set(SEED_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +132,11 @@ class Experiment:
     def is_screen(self, preset: str) -> bool:
         """Whether the preset is a screen: its table decides no rule (module docstring, Screens)."""
         return bool(self.presets.get(preset, {}).get("screen", False))
+
+    def screen_choice(self, preset: str) -> Choice | None:
+        """The rule by which a screen preset chooses its setting (its `choose` table), if it states one."""
+        table = self.presets.get(preset, {}).get("choose") if self.is_screen(preset) else None
+        return None if table is None else parse_choice(table, f"presets.{preset}")
 
     def points(self, preset: str) -> list[Point]:
         """The preset's grid, expanded in a stable order (axes in file order, values in order)."""
@@ -313,6 +320,10 @@ def parse(raw: dict[str, Any], source: str = "<dict>") -> Experiment:
         _check_sections(spec, _PRESET_KEYS, f"{where}: presets.{name}")
         if not isinstance(spec.get("screen", False), bool):
             raise SynthlabError(f"{where}: presets.{name}: screen must be true or false, got {spec['screen']!r}")
+        if "choose" in spec:
+            if not spec.get("screen", False):
+                raise SynthlabError(f"{where}: presets.{name}: `choose` states a screen's rule; add screen = true")
+            parse_choice(spec["choose"], f"{where}: presets.{name}")  # its columns are checked against the table
         _check_grid(spec.get("grid", {}), f"{where}: presets.{name}.grid")
         _check_seeds(spec, f"{where}: presets.{name}")
         _check_size(spec, f"{where}: presets.{name}")
