@@ -22,7 +22,7 @@ says whether its bits had stopped rising (saturation, C1's regime) by the run's 
 
 `--presets screen1000-64` runs the learning-rate screen of calib1000-64's arms instead (a screen
 preset's points as they are: loops 1 and 4 at each rate, on its own seed) and reports the rate each
-arm takes by the screen's stated rule (`screen_choice`), for calib1000-64 to be set to before it runs.
+arm takes by the screen's stated rule (`screen_choices`), for calib1000-64 to be set to before it runs.
 
     python benchmarks/gpu_capacity.py --out DIR                 # one GPU (benchmarks/gpu_all.sh)
     python benchmarks/gpu_capacity.py --dry-run --out DIR       # toy sizes on the CPU
@@ -42,6 +42,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from synthlab.claims.screens import Choice
 
 PAPER_BITS_PER_PARAM = {100: 1.0, 1000: 2.0}  # Physics of LMs 3.3 by exposures: reference lines, not results
 CURVE_EXPOSURES = 1000  # runs this long get a learning curve (bits/param at each kept checkpoint)
@@ -345,36 +351,30 @@ def markdown(rows: list[dict], peaks: dict[str, dict]) -> str:
     if curves:
         lines += ["", "Learning curves (bits/param at each kept checkpoint: flat at the end means saturated):", ""]
         lines += [f"- {r['label']}: " + ", ".join(f"{b:.3f} @ {s:,}" for s, b in r["curve"]) for r in curves]
-    chosen = screen_choice(rows)
-    if chosen:
-        lines += [
-            "",
-            "Screened rate per arm (by the screen's stated rule: the most bits/param, the lower rate within 0.01 of it):",
-            "",
-        ]
-        lines += [f"- loops {t}: lr {r['lr']:g} ({r['bits_per_param']:.3f} bits/param)" for t, r in chosen.items()]
+    from synthlab.claims.screens import choice_lines
+
+    for _, choice, chosen in screen_choices(rows):
+        lines += ["", *choice_lines(chosen, choice)]
     return "\n".join(lines) + "\n"
 
 
-def screen_choice(rows: list[dict]) -> dict[int, dict]:
-    """{loops: the finished screen row whose rate the arm takes}, by the rule the screen's preset
-    states (its `choose` table, applied by synthlab.claims.screens as the CPU sweep's report
-    applies it): an arm whose rates have not all finished takes none yet."""
+def screen_choices(rows: list[dict]) -> list[tuple[str, Choice, pd.DataFrame]]:
+    """Per screen preset among the rows: its stated rule (the preset's `choose` table) and each arm's
+    choice by it (synthlab.claims.screens.choose, as the CPU sweep's report applies it)."""
     import pandas as pd
 
     from synthlab.claims.screens import choose
     from synthlab.sweeps import experiments
 
-    exp, chosen = experiments.load("capacity"), {}
+    exp, out = experiments.load("capacity"), []
     for preset in dict.fromkeys(r["preset"] for r in rows if r.get("screen")):
         choice, mine = exp.screen_choice(preset), [r for r in rows if r.get("screen") and r["preset"] == preset]
         if choice is None or (choice.setting, choice.per) != ("train.lr", ("loops",)):
             raise SystemExit(f"{preset}: this benchmark applies a screen of train.lr per loops, not {choice}")
         grid = pd.DataFrame({"loops": [r["loops"] for r in mine], "train.lr": [r["lr"] for r in mine]})
         table = grid.assign(**{choice.metric: [r.get(choice.metric, float("nan")) for r in mine]})
-        for _, arm in choose(table, choice, grid).dropna(subset=["chosen"]).iterrows():
-            chosen[int(arm["loops"])] = next(r for r in mine if r["loops"] == arm["loops"] and r["lr"] == arm["chosen"])
-    return chosen
+        out.append((preset, choice, choose(table, choice, grid)))
+    return out
 
 
 def write_report(args, out: Path, all_cases: list[dict], started: float) -> None:

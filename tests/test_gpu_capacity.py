@@ -6,6 +6,7 @@ import copy
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from synthlab import SynthlabError
@@ -87,13 +88,20 @@ def test_a_screen_preset_runs_its_points_as_they_are_and_reports_each_arms_rate(
 
     rows = [row(1, 1.5e-3, 1.20), row(1, 3e-3, 1.30), row(1, 6e-3, 1.305), row(4, 1.5e-3, 0.9), row(4, 3e-3, 0.7)]
     rows += [row(4, 6e-3), row(1, 1e-2, 9.0, screen=False)]
-    chosen = gpu_capacity.screen_choice(rows)  # non-screen rows left out; loops 4 waits for its third rate
-    assert {t: r["lr"] for t, r in chosen.items()} == {1: 3e-3}  # the lower rate within 0.01
+
+    def chosen(rows):
+        [(preset, _, arms)] = gpu_capacity.screen_choices(rows)  # the non-screen row is left out
+        return preset, arms.set_index("loops")
+
+    preset, arms = chosen(rows)  # loops 4 waits for its third rate
+    assert preset == "screen1000-64" and arms.loc[1, "chosen"] == 3e-3  # the lower rate within 0.01
+    assert pd.isna(arms.loc[4, "chosen"]) and arms.loc[4, "finished"] == 2
     text = gpu_capacity.markdown(rows, {})
-    assert "- loops 1: lr 0.003 (1.300 bits/param)" in text and "- loops 4:" not in text
-    rows[5] = row(4, 6e-3, 0.89)
-    assert {t: r["lr"] for t, r in gpu_capacity.screen_choice(rows).items()} == {1: 3e-3, 4: 1.5e-3}
-    assert "Screened rate" not in gpu_capacity.markdown(rows[-1:], {})
+    assert "- loops 1: **train.lr 0.003**" in text and "- loops 4: waiting (2 of 3 settings finished" in text
+    rows[5] = row(4, 6e-3, 0.89)  # loops 4's best is its lowest rate: the grid's edge, not taken
+    assert pd.isna(chosen(rows)[1].loc[4, "chosen"]) and chosen(rows)[1].loc[4, "edge"] == 1.5e-3
+    assert "- loops 4: at the grid's edge (train.lr 0.0015 is best" in gpu_capacity.markdown(rows, {})
+    assert "Choice" not in gpu_capacity.markdown(rows[-1:], {})
 
 
 @pytest.mark.slow
@@ -103,9 +111,11 @@ def test_the_screen_dry_run_trains_every_arm_at_every_rate_and_names_each_arms_r
     report = __import__("json").loads((out / "gpu_capacity.json").read_text())
     assert [c["status"] for c in report["cases"]] == ["done"] * 6
     assert {(c["loops"], c["lr"]) for c in report["cases"]} == {(t, lr) for t in (1, 4) for lr in (1.5e-3, 3e-3, 6e-3)}
-    chosen = gpu_capacity.screen_choice(report["cases"])
+    [(_, _, arms)] = gpu_capacity.screen_choices(report["cases"])
     text = (out / "gpu_capacity.md").read_text()
-    assert sorted(chosen) == [1, 4] and all(f"- loops {t}: lr {r['lr']:g} (" in text for t, r in chosen.items())
+    assert arms["loops"].tolist() == [1, 4] and all(  # each arm's line: taken, or at the grid's edge
+        f"- loops {t}: **train.lr" in text or f"- loops {t}: at the grid's edge" in text for t in (1, 4)
+    )
     # 1000-exposure runs: bits/param at each kept checkpoint (two at the toy size), the last the row's own
     for case in report["cases"]:
         steps = [s for s, _ in case["curve"]]

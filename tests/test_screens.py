@@ -3,6 +3,7 @@ takes), re-derived here by hand; its refusals; and capacity's screen1000-64 stat
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -79,6 +80,7 @@ def test_an_arm_waits_until_every_setting_has_a_row():
         ({"setting": "train.lr", "metric": "bits", "tie": -1}, "tie must be a finite number >= 0"),
         ({"setting": "train.lr", "metric": "bits", "tie": float("nan")}, "tie must be a finite number >= 0"),
         ({"setting": "train.lr", "metric": "bits", "ties": 0.1}, "unknown key(s) ['ties']"),
+        ({"setting": "train.lr", "metric": "bits", "bracket": 1}, "bracket must be true or false"),
     ],
 )
 def test_a_malformed_choice_is_one_error_naming_it(raw, needle):
@@ -87,13 +89,37 @@ def test_a_malformed_choice_is_one_error_naming_it(raw, needle):
     assert needle in str(err.value)
 
 
+def test_bracket_takes_only_a_best_inside_the_grid():
+    bracketed = dataclasses.replace(RULE, bracket=True)
+    bits = {(1, 1.5e-3): [0.80], (1, 3e-3): [0.91], (1, 6e-3): [0.70], (4, 1.5e-3): [0.9], (4, 3e-3): [0.6]}
+    bits[(4, 6e-3)] = [0.895]  # within the tie of the lowest rate's 0.9: the lowest is taken, an edge
+    out = choose(table(bits), bracketed, GRID).set_index("loops")
+    assert out.loc[1, "chosen"] == 3e-3 and math.isnan(out.loc[1, "edge"])
+    assert math.isnan(out.loc[4, "chosen"]) and out.loc[4, "edge"] == 1.5e-3
+    assert choose(table(bits), RULE, GRID).set_index("loops").loc[4, "chosen"] == 1.5e-3  # without it: taken
+    lines = choice_lines(choose(table(bits), bracketed, GRID), bracketed)
+    assert lines[0].endswith("once that lies inside the grid (not at its lowest or highest setting)):")
+    assert (
+        "- loops 4: at the grid's edge (train.lr 0.0015 is best: 0.0015: 0.900, 0.003: 0.600, 0.006: 0.895):"
+        " the grid gains the next train.lr beyond it before this arm takes one"
+    ) in lines
+    # the grid extended past the edge: the arm waits for the new rate, then takes its best inside
+    wider = pd.concat([GRID, pd.DataFrame([{"loops": t, "train.lr": 7.5e-4, "seed": 100} for t in (1, 4)])])
+    assert math.isnan(choose(table(bits), bracketed, wider).set_index("loops").loc[4, "chosen"])
+    bits |= {(1, 7.5e-4): [0.5], (4, 7.5e-4): [0.85]}
+    out = choose(table(bits), bracketed, wider).set_index("loops")
+    assert out.loc[1, "chosen"] == 3e-3 and out.loc[4, "chosen"] == 1.5e-3
+    with pytest.raises(SynthlabError, match="three settings or more per arm"):
+        choose(table(bits), bracketed, GRID[GRID["train.lr"] < 5e-3])
+
+
 def test_a_choice_naming_a_column_the_table_lacks_is_refused():
     with pytest.raises(SynthlabError, match="lacks"):
         choose(table({(1, 3e-3): [0.9]}), Choice("train.wd", "bits_per_param", ("loops",)), GRID)
 
 
 def test_choose_belongs_to_screens_and_capacitys_screen_states_its_rule(tmp_path):
-    assert experiments.load("capacity").screen_choice("screen1000-64") == RULE
+    assert experiments.load("capacity").screen_choice("screen1000-64") == dataclasses.replace(RULE, bracket=True)
     assert experiments.load("capacity").screen_choice("calib1000-64") is None  # not a screen
     raw = experiments.load("capacity").source
     definition = tmp_path / "capacity.toml"
