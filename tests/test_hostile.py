@@ -1,6 +1,8 @@
 """Hostile and unlucky files: a crafted pickle in every load path runs nothing, an --out that holds
 someone else's data is never replaced, an edited dataset is detected, a cut-off append does not
-block a resume, damaged files fall back or end in one `error:` line."""
+block a resume, damaged files fall back or end in one `error:` line. The same for OUROBOROS's
+files in test_hostile_ouroboros.py and for sweeps in test_hostile_sweeps.py, which share the
+helpers here."""
 
 from __future__ import annotations
 
@@ -75,7 +77,7 @@ def run_copy(trained, tmp_path):
     return tmp_path / "run"
 
 
-class _Payload:
+class CraftedPickle:
     """An object whose unpickling would create `marker` (any code could run in its place)."""
 
     def __init__(self, marker: Path):
@@ -91,7 +93,7 @@ def plant_crafted_checkpoints(run: Path, marker: Path) -> None:
     real = torch.load(checkpoint_files(run)[0], weights_only=True)
     for path in [*checkpoint_files(run), run / "checkpoint.pt"]:
         path.unlink()
-        torch.save({**real, "extra": _Payload(marker)}, path)
+        torch.save({**real, "extra": CraftedPickle(marker)}, path)
         if path.name != "checkpoint.pt":
             path.with_name(path.name + ".sha256").write_text(sha256_file(path) + "\n")
 
@@ -135,82 +137,11 @@ def test_a_crafted_newest_checkpoint_falls_back_to_an_intact_older_one(run_copy,
     marker = tmp_path / "marker"
     (run_copy / "model.safetensors").unlink()
     newest = checkpoint_files(run_copy)[0]
-    torch.save({**torch.load(newest, weights_only=True), "extra": _Payload(marker)}, newest)
+    torch.save({**torch.load(newest, weights_only=True), "extra": CraftedPickle(marker)}, newest)
     newest.with_name(newest.name + ".sha256").unlink()
     result = invoke("eval", run_copy, "--device", "cpu", "--threads", 1)
     assert result.exit_code == 0 and "refused" in result.output and "checkpoint-1.pt" in result.output, result.output
     assert not marker.exists()
-
-
-@pytest.fixture(scope="module")
-def qwen2_base(tmp_path_factory):
-    """A 4-layer random Qwen2 with a WordLevel tokenizer and a small corpus beside it."""
-    transformers = pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    folder = tmp_path_factory.mktemp("qwen2")
-    words = "the a cat dog sat ran on under mat log .".split()
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator([" ".join(words)], trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"]))
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
-    fast.save_pretrained(folder)
-    config = transformers.Qwen2Config(
-        vocab_size=16,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        tie_word_embeddings=True,
-    )
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        transformers.Qwen2ForCausalLM(config).save_pretrained(folder)
-    docs = [" ".join(words[(i + j) % len(words)] for j in range(30)) for i in range(40)]
-    (folder / "train.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    return folder
-
-
-def ouroboros_train(base: Path, out: Path, *extra):
-    return invoke(
-        "ouroboros",
-        "train",
-        "--base",
-        base,
-        "--corpus",
-        base / "train.jsonl",
-        "--out",
-        out,
-        "--variants",
-        "static",
-        "--steps",
-        2,
-        "--seq-len",
-        8,
-        "--micro-batch-size",
-        4,
-        "--grad-accum",
-        1,
-        "--depths",
-        "1,2",
-        "--max-steps",
-        2,
-        *extra,
-    )
-
-
-def test_a_crafted_or_cut_ouroboros_state_is_one_error_line(qwen2_base, tmp_path):
-    run = tmp_path / "run"
-    assert ouroboros_train(qwen2_base, run).exit_code == 0
-    (run / "static" / "train_log.csv").unlink()  # as if stopped after a checkpoint
-    marker, state = tmp_path / "marker", run / "static" / "state.pt"
-    torch.save({"step": 1, "extra": _Payload(marker)}, state)
-    one_error_line(ouroboros_train(qwen2_base, run), state, "refused")
-    assert not marker.exists()
-    state.write_bytes(b"PK\x03\x04 cut")
-    one_error_line(ouroboros_train(qwen2_base, run), state, "damaged")
 
 
 # --- folders replaced ---------------------------------------------------------------------------
@@ -350,51 +281,6 @@ def test_a_damaged_metrics_line_before_the_last_is_one_error_line(trained, tmp_p
     one_error_line(invoke("curves", run, "--out", tmp_path / "fig"), "metrics.jsonl:1")
 
 
-# --- sweeps' tables -----------------------------------------------------------------------------
-
-FAKE = Path(__file__).parent / "fixtures" / "sweep_fake.toml"
-
-
-@pytest.fixture
-def fake_sweep(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-
-    def run(out: Path) -> Path:
-        result = invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", out)
-        assert result.exit_code == 0, result.output
-        return out
-
-    return run
-
-
-@pytest.mark.parametrize("column", ["accuracy", "wall_s"])
-def test_a_non_numeric_cell_is_one_error_line_naming_it(column, fake_sweep, tmp_path):
-    sweep_dir = fake_sweep(tmp_path / "sweep")
-    lines = (sweep_dir / "results.csv").read_text().splitlines()
-    header, row = lines[0].split(","), lines[1].split(",")
-    row[header.index(column)] = "0.5x"
-    (sweep_dir / "results.csv").write_text("\n".join([lines[0], ",".join(row), *lines[2:]]) + "\n")
-    for args in (
-        ["plot", "mano", sweep_dir],
-        ["report", sweep_dir, "--out", tmp_path / "r.md"],
-        ["sweep", FAKE, "--runner", "sweep_fake_runner", "--out", sweep_dir, "--dry-run"],
-    ):
-        if args[0] != "sweep" or column == "wall_s":  # a sweep reads its measured times, not the metrics
-            one_error_line(invoke(*args), column, "'0.5x'", row[header.index("point_id")])
-
-
-def test_report_copy_gives_each_sweep_of_one_experiment_its_own_folder(fake_sweep, tmp_path):
-    first, second = fake_sweep(tmp_path / "first"), fake_sweep(tmp_path / "second")
-    lines = (second / "results.csv").read_text().splitlines()
-    (second / "results.csv").write_text("\n".join(lines[:3]) + "\n")  # two rows: tables that differ
-    result = invoke("report", first, second, "--copy", "--out", tmp_path / "out" / "report.md")
-    assert result.exit_code == 0, result.output
-    copied = {d: (tmp_path / "out" / d / "results.csv").read_text().splitlines() for d in ("first", "second")}
-    assert len(copied["first"]) == len((first / "results.csv").read_text().splitlines()) and len(copied["second"]) == 3
-    report = (tmp_path / "out" / "report.md").read_text()
-    assert "(first/results.csv)" in report and "(second/results.csv)" in report
-
-
 # --- failures before the first step -------------------------------------------------------------
 
 
@@ -485,38 +371,6 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_the_run_resumes(bios, t
     assert result.exit_code == 0 and (run / "model.safetensors").is_file(), result.output
 
 
-def test_a_failed_ouroboros_train_does_not_block_the_corrected_command(qwen2_base, tmp_path, monkeypatch):
-    from synthlab.ouroboros import runs
-
-    def out_of_memory(*args, **kwargs):
-        raise MemoryError
-
-    run = tmp_path / "run"
-    with monkeypatch.context() as patch:
-        patch.setattr(runs, "train", out_of_memory)
-        one_error_line(ouroboros_train(qwen2_base, run, "--lr", 1), "out of memory")
-    assert (run / "run.json").is_file()
-    result = ouroboros_train(qwen2_base, run)  # another lr: another run.json
-    assert result.exit_code == 0, result.output
-    assert (run / "static" / "train_log.csv").is_file()
-
-
-def test_ouroboros_refuses_nan_lr_naming_lr(qwen2_base, tmp_path):
-    one_error_line(ouroboros_train(qwen2_base, tmp_path / "run", "--lr", "nan"), "lr must be a finite number")
-    assert not (tmp_path / "run").exists()
-
-
-def test_ouroboros_build_on_a_non_qwen2_config_is_one_error_line(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    transformers.LlamaConfig(
-        num_hidden_layers=4, hidden_size=32, num_attention_heads=2, intermediate_size=64
-    ).to_json_file(tmp_path / "llama.json")
-    one_error_line(
-        invoke("ouroboros", "build", "--base-config", tmp_path / "llama.json", "--out", tmp_path / "b"), "llama"
-    )
-    assert not (tmp_path / "b").exists()
-
-
 # --- interruptions ------------------------------------------------------------------------------
 
 
@@ -552,81 +406,3 @@ def test_a_run_in_use_is_refused_naming_its_pid_and_a_killed_holder_frees_it(run
     result = invoke("train", "--resume", run_copy, "--no-progress")
     assert result.exit_code == 0, result.output
     assert not stale.exists() and not (run_copy / ".lock.pid").exists()
-
-
-def _children(pid: int) -> list[int]:
-    """Processes whose parent is `pid` (from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
-@pytest.mark.slow  # two spawned workers import torch: tens of seconds on 2 cores
-@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads processes from /proc")
-def test_sweep_workers_die_with_a_killed_driver(tmp_path):
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    slow = tmp_path / "sweep_fake.toml"  # every point 'trains' for a minute
-    slow.write_text(FAKE.read_text().replace("steps = 5\nsleep = 0.0", "steps = 600\nsleep = 0.1"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
-    driver = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "synthlab",
-            "sweep",
-            str(slow),
-            "--runner",
-            "sweep_fake_runner",
-            "--out",
-            str(tmp_path / "sweep"),
-            "--jobs",
-            "2",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while len(list((tmp_path / "sweep").rglob("starts.log"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)  # both workers are inside a point
-        workers = [c for c in _children(driver.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
-        assert len(workers) == 2
-    finally:
-        driver.send_signal(signal.SIGKILL)
-        driver.wait()
-    deadline = time.monotonic() + 10
-    while (
-        any(
-            Path(f"/proc/{w}").exists() and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1][:3]
-            for w in workers
-        )
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.1)
-    assert not [
-        w
-        for w in workers
-        if Path(f"/proc/{w}").exists() and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1][:3]
-    ]
-
-
-# --- network ------------------------------------------------------------------------------------
-
-
-def test_the_ray_executor_never_starts_a_local_cluster(fake_sweep, tmp_path):
-    one_error_line(
-        invoke("sweep", FAKE, "--runner", "sweep_fake_runner", "--out", tmp_path / "s", "--executor", "ray"),
-        "--ray-address",
-    )
-    assert not (tmp_path / "s" / "results.csv").exists()
