@@ -453,3 +453,17 @@ def test_seeds_overrides_the_presets_seeds_in_the_run_and_the_dry_run(tmp_path):
         experiments.with_seeds(experiments.load(FAKE), "huge", 3)
     driver.run_sweep(exp, "gpu", tmp_path / "run", runner=RUNNER, progress=False)
     assert sweep_info.read_info(tmp_path / "run")["seeds"] == 3
+
+
+def test_a_shipped_definition_is_recorded_by_name_so_a_copied_sweep_reads_the_reporting_checkouts(
+    tmp_path, monkeypatch
+):
+    import json
+
+    shipped = experiments.load("capacity")
+    assert experiments.recorded_path(shipped.source) == "experiments/capacity.toml"
+    monkeypatch.chdir(tmp_path)  # reported from elsewhere: the shipped file of the same name
+    assert experiments.load_recorded("experiments/capacity.toml").source == shipped.source
+    out = tmp_path / "sweep"
+    driver.run_sweep(experiments.load(FAKE), "smoke", out, runner=RUNNER, progress=False)
+    assert json.loads((out / "sweep.json").read_text())["definition"] == str(FAKE.resolve())  # not shipped: its path

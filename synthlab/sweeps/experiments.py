@@ -277,6 +277,16 @@ def load_recorded(definition: str) -> Experiment:
     return load(path)
 
 
+def recorded_path(definition: str) -> str:
+    """The definition as sweep.json records it: `experiments/<file>` for a shipped one, so that a
+    sweep folder copied out of the checkout it ran in (into results/, say) reads the definition of
+    the checkout it is reported from (load_recorded), not a path in the first; else its path."""
+    path = Path(definition).resolve()
+    if path.parent == builtin_dir().resolve():
+        return f"experiments/{path.name}"
+    return str(path)
+
+
 def shown_path(definition: str) -> str:
     """A definition's path as a report names it: relative to the working folder or the source tree
     where it lies inside one, `experiments/<file>` for a shipped definition, else as given."""

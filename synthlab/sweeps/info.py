@@ -13,7 +13,7 @@ from typing import Any
 from synthlab.claims.rules import record_rules
 from synthlab.errors import SynthlabError
 from synthlab.files import atomic_write_text, file_lock, warn
-from synthlab.sweeps.experiments import Experiment
+from synthlab.sweeps.experiments import Experiment, recorded_path
 from synthlab.sweeps.results_table import RESULTS
 
 STORES = {"cache": ("--cache", "datasets"), "runs": ("--runs", "runs")}  # key: (option, default under OUT)
@@ -72,7 +72,7 @@ def record_invocation(out: Path, experiment: Experiment, preset: str, cache_dir:
             claim=experiment.claim,
             title=experiment.title,
             plot=experiment.plot,
-            definition=experiment.source,
+            definition=recorded_path(experiment.source),
             notes=experiment.notes.strip(),
         )
         outside = {
