@@ -75,7 +75,7 @@ def test_a_screen_preset_runs_its_points_as_they_are_and_reports_each_arms_rate(
         {**p.config, "train": {**p.config["train"], "device": "auto", "compile": True}} for p in points
     ]
     assert {(c["config"]["model"]["loops"], c["config"]["train"]["lr"]) for c in cases} == {
-        (t, lr) for t in (1, 4) for lr in (1.5e-3, 3e-3, 6e-3)
+        (t, lr) for t in (1, 4) for lr in (7.5e-4, 1.5e-3, 3e-3, 6e-3)
     }
     assert {c["config"]["train"]["seed"] for c in cases} == {100} and all(c["screen"] for c in cases)
     assert cases[0]["label"] == "d64-L1 loops 1 1000x lr 0.0015 N7109"
@@ -109,8 +109,10 @@ def test_the_screen_dry_run_trains_every_arm_at_every_rate_and_names_each_arms_r
     out = tmp_path / "screen"
     gpu_capacity.main(["--dry-run", "--presets", "screen1000-64", "--budget-s", "600", "--out", str(out)])
     report = __import__("json").loads((out / "gpu_capacity.json").read_text())
-    assert [c["status"] for c in report["cases"]] == ["done"] * 6
-    assert {(c["loops"], c["lr"]) for c in report["cases"]} == {(t, lr) for t in (1, 4) for lr in (1.5e-3, 3e-3, 6e-3)}
+    assert [c["status"] for c in report["cases"]] == ["done"] * 8
+    assert {(c["loops"], c["lr"]) for c in report["cases"]} == {
+        (t, lr) for t in (1, 4) for lr in (7.5e-4, 1.5e-3, 3e-3, 6e-3)
+    }
     [(_, _, arms)] = gpu_capacity.screen_choices(report["cases"])
     text = (out / "gpu_capacity.md").read_text()
     assert arms["loops"].tolist() == [1, 4] and all(  # each arm's line: taken, or at the grid's edge

@@ -1,8 +1,8 @@
 """Hostile and unlucky files: a crafted pickle in every load path runs nothing, an --out that holds
 someone else's data is never replaced, an edited dataset is detected, a cut-off append does not
 block a resume, damaged files fall back or end in one `error:` line. The same for OUROBOROS's
-files in test_hostile_ouroboros.py and for sweeps in test_hostile_sweeps.py, which share the
-helpers here."""
+files in test_hostile_ouroboros.py and for sweeps in test_hostile_sweeps.py, which import
+its shared functions."""
 
 from __future__ import annotations
 
