@@ -271,17 +271,18 @@ def test_train_help_lists_the_options_by_the_sections_of_a_run_toml():
     assert after.lstrip().startswith("--lr") and after.index("--lr") < after.index("train.schedule")
 
 
-@pytest.mark.parametrize("load,warned", [(0.0, False), (50.0, True)])
-def test_a_warning_when_threads_exceed_the_idle_cores(monkeypatch, capsys, load, warned):
+@pytest.mark.parametrize("load,cores,warned", [(0.0, 4, False), (50.0, 4, True), (0.2, 2, False), (0.6, 2, True)])
+def test_a_warning_when_threads_exceed_the_idle_cores(monkeypatch, capsys, load, cores, warned):
     import torch
 
     from synthlab.cli.train import _set_threads
 
     threads = torch.get_num_threads()
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
     try:
         _set_threads(2)
     finally:
         torch.set_num_threads(threads)
-    assert ("warning: 2 torch threads but about 0 of 4 cores are idle" in capsys.readouterr().err) == warned
+    idle = {0.0: 4, 50.0: 0, 0.2: 2, 0.6: 1}[load]  # the cores less the load, to the nearest whole one
+    assert (f"warning: 2 torch threads but about {idle} of {cores} cores are idle" in capsys.readouterr().err) == warned

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -249,12 +250,14 @@ def _set_threads(threads: int | None) -> None:
         raise SynthlabError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
     cores, load = idle_cores()
-    wanted, idle = threads * local, cores - load
-    if wanted > max(1.0, idle) and reporting():
+    # Idle cores to the nearest whole one, as the warning prints them: a machine at load 0.2 has its
+    # 2 cores idle for 2 threads, not 1.8 of them.
+    wanted, idle = threads * local, max(0, math.floor(cores - load + 0.5))
+    if wanted > max(1, idle) and reporting():
         warn(
-            f"{wanted} torch threads but about {max(0.0, idle):.0f} of {cores} cores are idle (load average "
+            f"{wanted} torch threads but about {idle} of {cores} cores are idle (load average "
             f"{load:.1f}): threads waiting for busy cores can make training several times slower; "
-            f"consider --threads {max(1, int(idle) // local)}"
+            f"consider --threads {max(1, idle // local)}"
         )
 
 
