@@ -381,9 +381,9 @@ def test_the_peak_is_the_population_size_with_the_best_mean_over_seeds():
     assert peaks["data_limited"].tolist() == [False, True]
 
 
-def test_the_learning_curve_reads_every_kept_checkpoint(tmp_path):
+def test_the_learning_curve_reads_every_kept_checkpoint(tmp_path, monkeypatch):
     """`synthlab capacity --curve`: one row per kept checkpoint, oldest first, each the estimate at
-    that checkpoint (its file too), the last the final weights'; a run keeping one checkpoint and
+    that checkpoint (its file too, reused when read again), the last the final weights'; a run keeping one checkpoint and
     --curve beside --checkpoint are refused before any work."""
     from typer.testing import CliRunner
 
@@ -407,6 +407,22 @@ def test_the_learning_curve_reads_every_kept_checkpoint(tmp_path):
         estimate_capacity(tmp_path / "run", device="cpu")["bits_per_param"]
     )
     assert out.output.count("bits/param") == 3
+    # Read again, the estimates on disk are reused; a checkpoint rewritten since is read anew.
+    import os
+
+    from synthlab.evaluation import capacity
+
+    read = []
+    monkeypatch.setattr(capacity, "estimate_capacity", lambda run_dir, checkpoint, **kw: read.append(checkpoint))
+    again = capacity.learning_curve(tmp_path / "run", device="cpu")
+    assert again["checkpoint"].tolist() == [2, 4, 6]
+    assert again["bits_per_param"].tolist() == pytest.approx(curve["bits_per_param"].tolist())
+    assert read == []
+    later = (tmp_path / "run" / "capacity_checkpoint4.json").stat().st_mtime + 10
+    os.utime(tmp_path / "run" / "checkpoint-4.pt", (later, later))
+    with pytest.raises(TypeError):  # the stand-in returns None where a report is read
+        capacity.learning_curve(tmp_path / "run", device="cpu")
+    assert read == [4]
     both = CliRunner().invoke(app, ["capacity", str(tmp_path / "run"), "--curve", "--checkpoint", "2"])
     assert both.exit_code != 0 and "either" in both.output
     train(tmp_path / "bare", resolve_run_config({}, model, {**flat, "keep_checkpoints": 1}))

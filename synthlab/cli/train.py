@@ -79,7 +79,8 @@ class CapacityOutput:
     as_json: bool = option(False, "Print the whole report as JSON.", flag="--json")
     curve: bool = option(
         False,
-        "Read every kept checkpoint in turn (each into its capacity_checkpointS.json): the learning curve, "
+        "Read every kept checkpoint in turn (each into its capacity_checkpointS.json; one already written "
+        "after its checkpoint is reused, so a stopped curve goes on): the learning curve, "
         "bits/param against exposures, printed as it goes and written to RUN_DIR/capacity_curve.csv; flat at "
         "the end means the run had saturated.",
         flag="--curve",

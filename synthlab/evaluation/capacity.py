@@ -267,7 +267,10 @@ def learning_curve(run_dir: str | Path, *, on_point=None, **estimate) -> pd.Data
     at each, so each also lands in its capacity_checkpoint{S}.json): one row per checkpoint with
     its optimizer step, the exposures it had made, bits and bits/param. Flat at the end means the
     run had saturated (C1's regime); still rising means its bits are a lower bound of the model's.
-    `on_point(row)` is called as each is read (a checkpoint's estimate is a full pass over the data)."""
+    `on_point(row)` is called as each is read (a checkpoint's estimate is a full pass over the data).
+    A checkpoint whose estimate is already on disk and still valid (`_estimate_on_disk`) is not read
+    again, so a curve stopped part way, or read checkpoint by checkpoint while the run trains, goes on
+    where it was."""
     from synthlab.training.run_folders import checkpoint_files, load_run
 
     load_run(run_dir)  # a run folder at all, before its checkpoints are counted
@@ -279,8 +282,22 @@ def learning_curve(run_dir: str | Path, *, on_point=None, **estimate) -> pd.Data
         )
     rows = []
     for step in kept:
-        report = estimate_capacity(run_dir, checkpoint=step, **estimate)
+        report = _estimate_on_disk(Path(run_dir), step, estimate.get("steps"))
+        report = report or estimate_capacity(run_dir, checkpoint=step, **estimate)
         rows.append({k: report[k] for k in ("checkpoint", "exposures", "bits", "bits_per_param")})
         if on_point is not None:
             on_point(rows[-1])
     return pd.DataFrame(rows)
+
+
+def _estimate_on_disk(run_dir: Path, step: int, steps: int | None) -> dict | None:
+    """The estimate `estimate_capacity` wrote for kept checkpoint `step` at `steps` recurrent steps,
+    if it is there and was written after that checkpoint file (a checkpoint rewritten since, by a
+    run restarted in the same folder, is read again); None otherwise."""
+    name = "capacity.json" if steps is None else f"capacity_steps{steps}.json"
+    path = run_dir / name.replace(".json", f"_checkpoint{step}.json")
+    weights = run_dir / f"checkpoint-{step}.pt"
+    if not path.is_file() or path.stat().st_mtime < weights.stat().st_mtime:
+        return None
+    report = json.loads(path.read_text())
+    return report if report.get("checkpoint") == step else None
