@@ -256,10 +256,14 @@ def estimate_capacity(
         report.update(
             checkpoint=checkpoint, tokens_seen=tokens_seen, exposures=seen, run_exposures=run.train.schedule.exposures
         )
-    name = "capacity.json" if steps is None else f"capacity_steps{steps}.json"
-    name = name if checkpoint is None else name.replace(".json", f"_checkpoint{checkpoint}.json")
-    atomic_write_text(run_dir / name, json.dumps(report, indent=2) + "\n")
+    atomic_write_text(_report_path(run_dir, steps, checkpoint), json.dumps(report, indent=2) + "\n")
     return report
+
+
+def _report_path(run_dir: str | Path, steps: int | None, checkpoint: int | None) -> Path:
+    """Where `estimate_capacity` writes its report (see its docstring)."""
+    name = "capacity.json" if steps is None else f"capacity_steps{steps}.json"
+    return Path(run_dir) / (name if checkpoint is None else name.replace(".json", f"_checkpoint{checkpoint}.json"))
 
 
 def learning_curve(run_dir: str | Path, *, on_point=None, **estimate) -> pd.DataFrame:
@@ -274,15 +278,15 @@ def learning_curve(run_dir: str | Path, *, on_point=None, **estimate) -> pd.Data
     from synthlab.training.run_folders import checkpoint_files, load_run
 
     load_run(run_dir)  # a run folder at all, before its checkpoints are counted
-    kept = sorted(int(f.stem[len("checkpoint-") :]) for f in checkpoint_files(run_dir) if f.stem != "checkpoint")
+    kept = {int(f.stem[len("checkpoint-") :]): f for f in checkpoint_files(run_dir) if f.stem != "checkpoint"}
     if len(kept) < 2:
         raise SynthlabError(
             f"a learning curve needs two or more kept checkpoints; {run_dir} has {len(kept)} "
             "(train with train.checkpoints and train.keep_checkpoints above 1)"
         )
     rows = []
-    for step in kept:
-        report = _estimate_on_disk(Path(run_dir), step, estimate.get("steps"))
+    for step, weights in sorted(kept.items()):
+        report = _estimate_on_disk(_report_path(run_dir, estimate.get("steps"), step), weights, step)
         report = report or estimate_capacity(run_dir, checkpoint=step, **estimate)
         rows.append({k: report[k] for k in ("checkpoint", "exposures", "bits", "bits_per_param")})
         if on_point is not None:
@@ -290,13 +294,10 @@ def learning_curve(run_dir: str | Path, *, on_point=None, **estimate) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def _estimate_on_disk(run_dir: Path, step: int, steps: int | None) -> dict | None:
-    """The estimate `estimate_capacity` wrote for kept checkpoint `step` at `steps` recurrent steps,
-    if it is there and was written after that checkpoint file (a checkpoint rewritten since, by a
-    run restarted in the same folder, is read again); None otherwise."""
-    name = "capacity.json" if steps is None else f"capacity_steps{steps}.json"
-    path = run_dir / name.replace(".json", f"_checkpoint{step}.json")
-    weights = run_dir / f"checkpoint-{step}.pt"
+def _estimate_on_disk(path: Path, weights: Path, step: int) -> dict | None:
+    """The report `estimate_capacity` wrote at `path` for the checkpoint of optimizer step `step`
+    (file `weights`), if it is there and was written after that file (a checkpoint rewritten since,
+    by a run restarted in the same folder, is read again); None otherwise."""
     if not path.is_file() or path.stat().st_mtime < weights.stat().st_mtime:
         return None
     report = json.loads(path.read_text())
