@@ -429,6 +429,11 @@ def test_the_learning_curve_reads_every_kept_checkpoint(tmp_path, monkeypatch):
     assert read == [4] and anew["bits_per_param"].tolist()[0::2] == pytest.approx(
         curve["bits_per_param"][0::2].tolist()
     )
+    (tmp_path / "run" / "capacity_checkpoint2.json").write_text("{not json")  # damaged: read anew
+    (tmp_path / "run" / "capacity_checkpoint6.json").write_text("[]")  # not a report: read anew
+    read.clear()
+    capacity.learning_curve(tmp_path / "run", device="cpu")
+    assert read == [2, 4, 6]  # 4 again: the stand-in wrote no report for it
     both = CliRunner().invoke(app, ["capacity", str(tmp_path / "run"), "--curve", "--checkpoint", "2"])
     assert both.exit_code != 0 and "either" in both.output
     train(tmp_path / "bare", resolve_run_config({}, model, {**flat, "keep_checkpoints": 1}))

@@ -297,8 +297,12 @@ def learning_curve(run_dir: str | Path, *, on_point=None, **estimate) -> pd.Data
 def _estimate_on_disk(path: Path, weights: Path, step: int) -> dict | None:
     """The report `estimate_capacity` wrote at `path` for the checkpoint of optimizer step `step`
     (file `weights`), if it is there and was written after that file (a checkpoint rewritten since,
-    by a run restarted in the same folder, is read again); None otherwise."""
+    by a run restarted in the same folder, is read again); None otherwise, and for a file that is not
+    such a report (damaged, or edited by hand), which is then read anew and written over."""
     if not path.is_file() or path.stat().st_mtime < weights.stat().st_mtime:
         return None
-    report = json.loads(path.read_text())
-    return report if report.get("checkpoint") == step else None
+    try:
+        report = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return report if isinstance(report, dict) and report.get("checkpoint") == step else None
