@@ -62,9 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=["mano-3x1"], choices=list(bench_shapes.SHAPES))
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default: 5)")
-    parser.add_argument(
-        "--cache", type=Path, default=Path(tempfile.gettempdir()) / "synthlab-bench-data", help="dataset cache"
-    )
+    bench_shapes.add_cache_option(parser)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

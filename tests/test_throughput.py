@@ -177,3 +177,27 @@ def test_cpu_bf16_autocast_is_opt_in():
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
         out = build_model(CFG)(torch.zeros(2, 24, dtype=torch.long), doc_ids=doc_ids(2))
     assert out.logits.dtype == torch.bfloat16
+
+
+@pytest.mark.slow
+def test_bench_cores_dry_run_times_each_layout_in_child_processes(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_cores
+
+    argv = ["--dry-run", "--shapes", "multihop-1x2", "--layouts", "1x1", "1x2+1x1", "--batch-size", "4"]
+    results = bench_cores.main([*argv, "--cache", str(tmp_path)])["multihop-1x2"]
+    assert set(results) == {"1x1 eager", "1x2+1x1 eager"} and results["1x1 eager"]["ratio"] == 1
+    mixed = results["1x2+1x1 eager"]
+    assert mixed["sum"] > mixed["one"] > 0  # the two-thread run's rate, and both runs' summed
+    one = results["1x1 eager"]
+    assert one["sum"] == one["one"] > 0 and one["tokens"] == pytest.approx(4 * 12 * one["sum"])  # 4 rows of 12 tokens
+    assert "multihop-1x2 (batch 4):" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text", ["2", "0x1", "2x", "ax1", "2x-1", "1x2+", "1x2+x1"])
+def test_bench_cores_names_a_bad_layout(text):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_cores
+
+    with pytest.raises(SystemExit):
+        bench_cores.main(["--layouts", text])
