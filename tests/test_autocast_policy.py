@@ -32,6 +32,7 @@ from synthlab.training import trainer as train_module
 from synthlab.training.run_folders import float32_matmul
 from synthlab.training.trainer import train
 from synthlab_generators import TASKS, write_dataset
+from tests.tiny_qwen2 import tiny_qwen2
 
 
 @contextlib.contextmanager
@@ -177,21 +178,7 @@ transformers = pytest.importorskip("transformers")
 
 
 def _tiny_qwen2(dtype):
-    config = transformers.Qwen2Config(
-        vocab_size=32,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        initializer_range=0.1,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)  # the HF initialiser draws from the global generator
-        base = transformers.Qwen2ForCausalLM(config)
-    return base.to(dtype).eval().requires_grad_(False)
+    return tiny_qwen2().to(dtype).eval().requires_grad_(False)
 
 
 @pytest.mark.parametrize("dtype,policy", [(torch.bfloat16, False), (torch.float32, True)])

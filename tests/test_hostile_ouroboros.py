@@ -4,44 +4,32 @@ a base that is not Qwen2 are refused before any work."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.test_hostile import CraftedPickle, invoke, one_error_line
+from tests.tiny_qwen2 import save_checkpoint
 
 
 @pytest.fixture(scope="module")
 def qwen2_base(tmp_path_factory):
     """A 4-layer random Qwen2 with a WordLevel tokenizer and a small corpus beside it."""
-    transformers = pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    folder = tmp_path_factory.mktemp("qwen2")
+    pytest.importorskip("transformers")
     words = "the a cat dog sat ran on under mat log .".split()
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator([" ".join(words)], trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"]))
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
-    fast.save_pretrained(folder)
-    config = transformers.Qwen2Config(
+    docs = [" ".join(words[(i + j) % len(words)] for j in range(30)) for i in range(40)]
+    shape = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2}
+    return save_checkpoint(
+        tmp_path_factory.mktemp("qwen2"),
+        words,
+        docs,
         vocab_size=16,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=2,
         num_key_value_heads=2,
         max_position_embeddings=32,
-        tie_word_embeddings=True,
+        initializer_range=0.02,
+        **shape,
     )
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        transformers.Qwen2ForCausalLM(config).save_pretrained(folder)
-    docs = [" ".join(words[(i + j) % len(words)] for j in range(30)) for i in range(40)]
-    (folder / "train.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    return folder
 
 
 def ouroboros_train(base: Path, out: Path, *extra):

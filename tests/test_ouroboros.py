@@ -19,6 +19,7 @@ from synthlab.ouroboros.checkpoint import load_base, load_tokenizer, meta_base  
 from synthlab.ouroboros.data import pack, read_texts, split_heldout  # noqa: E402
 from synthlab.ouroboros.lora import TARGETS, mean_residual, target_linear  # noqa: E402
 from synthlab.ouroboros.train import OuroborosTrainConfig, mean_loss, train  # noqa: E402
+from tests.tiny_qwen2 import save_checkpoint  # noqa: E402
 
 WORDS = "the a cat dog bird sat ran flew on under over mat log tree and then . red blue".split()
 
@@ -54,30 +55,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A 6-layer random Qwen2 + a WordLevel tokenizer saved like a real checkpoint folder."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    folder = tmp_path_factory.mktemp("tiny_qwen2")
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"]))
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(
-        folder
-    )
-    config = transformers.Qwen2Config(
-        vocab_size=32,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        initializer_range=0.1,
-    )
-    torch.manual_seed(0)  # the HF initialiser draws from the global generator; seeded here, in the test
-    transformers.Qwen2ForCausalLM(config).save_pretrained(folder)
-    (folder / "train.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in _corpus_docs(60, 1)))
-    return folder
+    return save_checkpoint(tmp_path_factory.mktemp("tiny_qwen2"), WORDS, _corpus_docs(60, 1))
 
 
 def _base(checkpoint, attn="sdpa"):
