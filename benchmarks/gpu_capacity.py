@@ -20,6 +20,10 @@ printed beside Physics of LMs 3.3's figure at its exposures, labelled as the pap
 1000 exposures or more also gets its learning curve (bits/param at each kept checkpoint), which
 says whether its bits had stopped rising (saturation, C1's regime) by the run's end.
 
+`--seeds 0,1,2` runs each point at the presets' three training seeds (default: seed 0 alone), as
+C1's rule needs; a model's peak is then the N with the highest mean over its seeds, with the
+standard error, as the calibration reads it (synthlab.evaluation.capacity.peak_capacity).
+
 `--presets screen1000-64` runs the learning-rate screen of calib1000-64's arms instead (a screen
 preset's points as they are: loops 1 and 4 at each rate, on its own seed) and reports the rate each
 arm takes by the screen's stated rule (`screen_choices`), for calib1000-64 to be set to before it runs.
@@ -67,7 +71,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--larger", type=float, default=2.0, help="the added N, times a model's largest preset N (default 2.0; 0: none)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="the presets' training seed to run (default 0)")
+    parser.add_argument(
+        "--seeds",
+        default="0",
+        help="the presets' training seeds to run, comma-separated (default 0; C1's rule needs three: 0,1,2)",
+    )
     parser.add_argument("--jobs", type=int, default=None, help="cases at a time on the GPU (default 8; dry run 2)")
     parser.add_argument("--budget-s", type=float, default=None, help="seconds for all cases (default 180; dry run 60)")
     parser.add_argument("--no-compile", action="store_true", help="train eagerly (default: torch.compile on CUDA)")
@@ -79,6 +87,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.presets = args.presets.split(",")
+    args.seeds = [int(s) for s in args.seeds.split(",")]
     args.jobs = args.jobs or (2 if args.dry_run else 8)
     args.budget_s = args.budget_s or (60.0 if args.dry_run else 180.0)
     return args
@@ -115,7 +124,7 @@ def cases(args) -> list[dict]:
     exp = experiments.load("capacity")
     screens = {name: exp.points(name) for name in args.presets if exp.is_screen(name)}
     by_preset = {
-        name: [p for p in exp.points(name) if p.factors.get("seed", 0) == args.seed]
+        name: [p for p in exp.points(name) if p.factors.get("seed", 0) in args.seeds]
         for name in args.presets
         if name not in screens
     }
@@ -135,10 +144,11 @@ def cases(args) -> list[dict]:
             config["train"].update(device="cpu", compile=False)
         m, x = config["model"], config["train"]["exposures"]
         model = f"d{m['d_model']}-L{m['n_layers']} loops {t} {x:g}x" + (f" lr {lr:g}" if preset in screens else "")
-        key = (model, config["data"]["n_people"])
+        seed = seed_of(config)
+        key = (model, config["data"]["n_people"], seed)
         if key not in seen:
             seen.add(key)
-            label = f"{model} N{config['data']['n_people']}"
+            label = f"{model} N{config['data']['n_people']}" + (f" seed {seed}" if len(args.seeds) > 1 else "")
             out.append(
                 {
                     "label": label,
@@ -157,20 +167,25 @@ def cases(args) -> list[dict]:
         for t in loops:
             for p in points:
                 add(name, p.config, p.config["data"]["n_people"], t)
-        largest: dict[tuple, dict] = {}
+        largest: dict[tuple, dict] = {}  # (d_model, n_layers, seed): the config of its largest N
         for p in points:
-            shape = (p.config["model"]["d_model"], p.config["model"]["n_layers"])
-            ns = {
-                q.config["data"]["n_people"]
-                for q in points
-                if (q.config["model"]["d_model"], q.config["model"]["n_layers"]) == shape
-            }
+            ns = {q.config["data"]["n_people"] for q in points if model_seed(q.config) == model_seed(p.config)}
             if args.larger and len(ns) > 1 and p.config["data"]["n_people"] == max(ns):
-                largest[shape] = p.config
+                largest[model_seed(p.config)] = p.config
         for t in loops:
             for config in largest.values():
                 add(f"{name} (larger N)", config, round(args.larger * config["data"]["n_people"]), t)
     return out
+
+
+def seed_of(config: dict) -> int:
+    """A point's training seed (a seed-0 point's config leaves it at its default)."""
+    return config["train"].get("seed", 0)
+
+
+def model_seed(config: dict) -> tuple[int, int, int]:
+    """(d_model, n_layers, seed): the points of one model and seed, across N."""
+    return config["model"]["d_model"], config["model"]["n_layers"], seed_of(config)
 
 
 def run_case(path: Path) -> None:
@@ -295,26 +310,42 @@ class Scheduler:
 
 
 def summary(all_cases: list[dict]) -> tuple[list[dict], dict[str, dict]]:
-    """(a row per case, {model: its peak over the N it finished})."""
-    rows, peaks = [], {}
+    """(a row per case, {model: its peak over the N it finished}). The peak is the calibration's
+    (synthlab.evaluation.capacity.peak_capacity): the N with the highest mean bits/param over the
+    seeds finished there, with its standard error where two or more seeds finished."""
+    import pandas as pd
+
+    from synthlab.evaluation.capacity import peak_capacity
+
+    rows = []
     for case in all_cases:
         row = {k: case[k] for k in ("label", "model", "preset", "status")} | {"screen": case.get("screen", False)}
         row.update({k: case[k] for k in ("seconds", "estimated_s", "projected_s") if k in case})
         row.update(n_people=case["config"]["data"]["n_people"], exposures=case["config"]["train"]["exposures"])
         row.update(lr=case["config"]["train"]["lr"], loops=case["config"]["model"]["loops"])
+        row.update(seed=seed_of(case["config"]))
         if case["status"] == "done":
             r = case["row"]
-            row.update({k: r[k] for k in ("bits", "bits_per_param", "max_bits", "params_capacity", "fraction_of_max")})
-            row["ceiling"] = r["max_bits"] / r["params_capacity"]
+            row.update({k: r[k] for k in ("bits", "bits_per_param", "max_bits", "params", "params_capacity")})
+            row.update(fraction_of_max=r["fraction_of_max"], ceiling=r["max_bits"] / r["params_capacity"])
             if "curve" in r:
                 row["curve"] = r["curve"]
             row["data_limited"] = r["bits"] >= DATA_LIMITED * r["max_bits"]
-            best = peaks.get(case["model"])
-            if best is None or row["bits_per_param"] > best["bits_per_param"]:
-                peaks[case["model"]] = {
-                    k: row[k] for k in ("bits_per_param", "n_people", "ceiling", "data_limited", "exposures")
-                }
         rows.append(row)
+    peaks = {}
+    done = pd.DataFrame([r for r in rows if r["status"] == "done"])
+    for model, table in done.groupby("model", sort=False) if len(done) else ():
+        peak = peak_capacity(table, data_limited=DATA_LIMITED).iloc[0]
+        n = int(peak["n_people"])
+        peaks[model] = {
+            "bits_per_param": float(peak["bits_per_param"]),
+            "se": None if pd.isna(peak["se"]) else float(peak["se"]),
+            "seeds": int(peak["seeds"]),
+            "n_people": n,
+            "ceiling": float(table.loc[table["n_people"] == n, "ceiling"].mean()),
+            "data_limited": bool(peak["data_limited"]),
+            "exposures": float(table["exposures"].iloc[0]),  # one model label, one exposure count
+        }
     return rows, peaks
 
 
@@ -343,8 +374,9 @@ def markdown(rows: list[dict], peaks: dict[str, dict]) -> str:
             if paper
             else "no paper figure"
         )
+        spread = f" (± {p['se']:.3f} over {p['seeds']} seeds)" if p.get("se") is not None else ""
         lines.append(
-            f"- {model}: peak {p['bits_per_param']:.3f} bits/param at N {p['n_people']:,} (ceiling {p['ceiling']:.2f}"
+            f"- {model}: peak {p['bits_per_param']:.3f} bits/param{spread} at N {p['n_people']:,} (ceiling {p['ceiling']:.2f}"
             f"{', data-limited: a lower bound' if p['data_limited'] else ''}); {beside}"
         )
     curves = [r for r in rows if r.get("curve")]
@@ -386,7 +418,7 @@ def write_report(args, out: Path, all_cases: list[dict], started: float) -> None
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() and not args.dry_run else "cpu"
     report = {
         "presets": args.presets,
-        "seed": args.seed,
+        "seeds": args.seeds,
         "loops": args.loops,
         "budget_s": args.budget_s,
         "jobs": args.jobs,

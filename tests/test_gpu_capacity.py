@@ -125,3 +125,39 @@ def test_the_screen_dry_run_trains_every_arm_at_every_rate_and_names_each_arms_r
             len(steps) == 2 and steps == sorted(steps) and case["curve"][-1][1] == pytest.approx(case["bits_per_param"])
         )
     assert text.count("@") >= 12 and "Learning curves" in text
+
+
+def test_seeds_run_each_point_at_each_seed_and_the_peak_is_the_mean_over_them():
+    cases = gpu_capacity.cases(gpu_capacity.parse_args(["--out", "x", "--presets", "calib1000-64", "--seeds", "0,1,2"]))
+    assert [(c["config"]["model"]["loops"], gpu_capacity.seed_of(c["config"])) for c in cases] == [
+        (t, s) for t in (1, 4) for s in (0, 1, 2)
+    ]
+    assert cases[0]["label"] == "d64-L1 loops 1 1000x N7109 seed 0" and len({c["label"] for c in cases}) == 6
+
+    def done(case, n, bits_per_param, fraction=0.3):
+        case = copy.deepcopy(case)
+        case["config"]["data"]["n_people"] = n
+        params = 1000
+        row = {"bits": bits_per_param * params, "bits_per_param": bits_per_param, "params": params}
+        row |= {"params_capacity": params, "max_bits": bits_per_param * params / fraction, "fraction_of_max": fraction}
+        return case | {"status": "done", "row": row}
+
+    plain = [c for c in cases if c["config"]["model"]["loops"] == 1]
+    # N 100 reads 1.0 and 1.2 (mean 1.1), N 200 reads 1.15 once: the peak is N 200 with one seed, no error
+    rows, peaks = gpu_capacity.summary(
+        [
+            done(plain[0], 100, 1.0),
+            done(plain[1], 100, 1.2),
+            done(plain[2], 200, 1.15),
+            cases[3] | {"status": "waiting"},
+        ]
+    )
+    [(model, peak)] = peaks.items()
+    assert model == "d64-L1 loops 1 1000x" and (peak["n_people"], peak["seeds"], peak["se"]) == (200, 1, None)
+    assert [r["seed"] for r in rows] == [0, 1, 2, 0] and rows[-1]["status"] == "waiting"
+    # with N 200 at 1.05 the peak is N 100's mean over its two seeds, with their standard error
+    peak = gpu_capacity.summary([done(plain[0], 100, 1.0), done(plain[1], 100, 1.2), done(plain[2], 200, 1.05)])[1][
+        model
+    ]
+    assert peak["bits_per_param"] == pytest.approx(1.1) and peak["se"] == pytest.approx(0.1) and peak["seeds"] == 2
+    assert "1.100 bits/param (± 0.100 over 2 seeds) at N 100" in gpu_capacity.markdown(rows, {model: peak})
