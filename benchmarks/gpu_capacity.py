@@ -73,6 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--seeds",
+        type=seed_list,
         default="0",
         help="the presets' training seeds to run, comma-separated (default 0; C1's rule needs three: 0,1,2)",
     )
@@ -87,10 +88,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.presets = args.presets.split(",")
-    args.seeds = [int(s) for s in args.seeds.split(",")]
     args.jobs = args.jobs or (2 if args.dry_run else 8)
     args.budget_s = args.budget_s or (60.0 if args.dry_run else 180.0)
     return args
+
+
+def seed_list(text: str) -> list[int]:
+    """--seeds: comma-separated training seeds, each a non-negative integer."""
+    try:
+        seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 0,1,2, got {text!r}") from None
+    if any(s < 0 for s in seeds):
+        raise argparse.ArgumentTypeError(f"seeds are non-negative, got {text!r}")
+    return seeds
 
 
 def arm_rates(points) -> dict[int, float]:

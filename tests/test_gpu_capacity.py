@@ -161,3 +161,10 @@ def test_seeds_run_each_point_at_each_seed_and_the_peak_is_the_mean_over_them():
     ]
     assert peak["bits_per_param"] == pytest.approx(1.1) and peak["se"] == pytest.approx(0.1) and peak["seeds"] == 2
     assert "1.100 bits/param (± 0.100 over 2 seeds) at N 100" in gpu_capacity.markdown(rows, {model: peak})
+
+
+def test_a_bad_seed_list_is_one_usage_line(capsys):
+    for bad in ("0,x", "-1"):
+        with pytest.raises(SystemExit):
+            gpu_capacity.parse_args(["--out", "x", "--seeds", bad])
+        assert "--seeds" in capsys.readouterr().err
