@@ -63,6 +63,7 @@ GENERATED = {
     ("curves",): [(CurvesOptions, ())],
     ("export",): [(ExportOptions, ())],
     ("prereg", "check"): [],
+    ("publish",): [],
     ("version",): [],
     ("columns",): [],
 }

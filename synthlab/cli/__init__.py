@@ -134,6 +134,7 @@ app.command("sweep")(_sweep.sweep)
 app.command("plot")(_sweep.plot)
 app.command("steps")(_sweep.steps)
 app.command("report")(_sweep.report)
+app.command("publish")(_sweep.publish)
 
 from synthlab.cli import flags as _flags  # noqa: E402
 from synthlab.cli import train as _train  # noqa: E402

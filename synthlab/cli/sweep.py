@@ -1,4 +1,4 @@
-"""`synthlab sweep`, `plot`, `steps`, `report`: experiments as data, run and shown.
+"""`synthlab sweep`, `plot`, `steps`, `report`, `publish`: experiments as data, run, shown and published.
 
 Their options: SweepOptions (synthlab.sweeps.options) and ReportOptions (synthlab.report.options),
 the packages' own; plot's and steps' beside their commands (`PlotOptions`, `StepsOptions`). The
@@ -301,4 +301,28 @@ report = flags.with_signature(
     ],
     "report",
     "Write a Markdown report with each sweep's claim, commands, table, figures and verdict.",
+)
+
+
+def _publish(sweep_dir: Path, results_dir: Path) -> None:
+    from synthlab.sweeps.publish import publish as publish_sweep
+
+    published = publish_sweep(sweep_dir, results_dir)
+    typer.echo(f"{results_dir / 'results.csv'}: {published.rows_added} row(s) added or updated")
+    for point_id, folder in published.curves.items():
+        typer.echo(f"curve of {point_id}: {folder}")
+    for point_id, model in published.without_curve.items():
+        where = f"`synthlab capacity {model} --curve`, then publish again" if model else "its model is not here"
+        typer.echo(f"no learning curve for {point_id}: {where}")
+
+
+publish = flags.with_signature(
+    _publish,
+    [
+        flags.argument("sweep_dir", Path, "Sweep directory (sweep.json, results.csv, runs/)."),
+        flags.argument("results_dir", Path, "Results folder to merge it into (new, or this sweep's published one)."),
+    ],
+    "publish",
+    """Merge a sweep into a results folder: its rows (the folder's kept), its record (commands added,
+    the earliest data_began kept) and its points' learning curves (curves/NAME/).""",
 )

@@ -23,7 +23,7 @@ import pandas as pd
 
 from synthlab.errors import SynthlabError
 from synthlab.plots.style import pyplot, save
-from synthlab.sweeps.results_table import RESULTS, _model_dir, read_results
+from synthlab.sweeps.results_table import RESULTS, find_model_dir, read_results
 from synthlab.training.run_folders import read_metrics
 
 EVAL_ACCURACY = re.compile(
@@ -55,7 +55,7 @@ def collect(paths: list[Path], by: str | None = None) -> list[Curve]:
                     f"--by {by}: no such column in {path / RESULTS}; columns: {', '.join(table.columns)}"
                 )
             for _, row in table.iterrows():
-                run_dir = _model_dir(path, str(row["run_dir"]))
+                run_dir = find_model_dir(path, str(row["run_dir"]))
                 if any(curve.run_dir == run_dir for curve in curves):  # points sharing one model: one curve
                     continue
                 group = f"{by}={row[by]}" if by else _label(run_dir)

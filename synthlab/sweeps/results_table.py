@@ -364,7 +364,7 @@ def step_rows(sweep_dir: Path) -> list[dict[str, Any]]:
         if held:
             per_step = [v for _, v in held]
         else:  # every logged record has every step's loss (train.py reads all steps out on log steps)
-            lines = read_metrics(_model_dir(Path(sweep_dir), row["run_dir"]))
+            lines = read_metrics(find_model_dir(Path(sweep_dir), row["run_dir"]))
             tail = lines[-max(1, len(lines) // 10) :]
             per_step = [
                 sum(r["loss_per_step"][t] for r in tail) / len(tail) for t in range(len(tail[0]["loss_per_step"]))
@@ -378,7 +378,7 @@ def step_rows(sweep_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _model_dir(sweep_dir: Path, run_dir: str) -> Path:
+def find_model_dir(sweep_dir: Path, run_dir: str) -> Path:
     """A point's trained model: under run_dir as recorded, else under this sweep's runs/ (moved sweeps)."""
     for candidate in (Path(run_dir), sweep_dir / "runs" / Path(run_dir).name):
         if (candidate / "model" / "metrics.jsonl").is_file():
