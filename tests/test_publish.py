@@ -54,9 +54,10 @@ def test_learning_curves_are_copied_under_their_varying_factors_and_missing_ones
     (model / "capacity_curve.csv").write_text("exposures,bits_per_param\n1,0.5\n")
     (model / "capacity_checkpoint5.json").write_text("{}")
     published = publish(sweep, tmp_path / "dest")
-    # arch and data.size are the same in every row: only eval.probe names the folders
-    assert sorted(published.curves.values()) == [str(tmp_path / "dest" / "curves" / f"probe{p}") for p in (1, 2)]
-    folder = tmp_path / "dest" / "curves" / "probe1"
+    # named by every factor that varies over the grid, though only arch a and size 10 have run
+    names = [f"size10-a-probe{p}" for p in (1, 2)]
+    assert sorted(published.curves.values()) == [str(tmp_path / "dest" / "curves" / n) for n in names]
+    folder = tmp_path / "dest" / "curves" / names[0]
     assert sorted(p.name for p in folder.iterdir()) == ["capacity_checkpoint5.json", "capacity_curve.csv"]
     assert not published.without_curve
 

@@ -9,7 +9,7 @@ in several sittings, from several folders, lands in one place and nothing publis
   none, and the first run's start is what `synthlab.claims.prereg` reads) and each rule's earliest
   time. The stores (this machine's paths) are left out.
 - curves/NAME/: a point's `capacity_curve.csv` and `capacity*.json` (written by `synthlab capacity
-  MODEL --curve`), NAME built from the factors that vary in the table (`loops4-lr3e-3`).
+  MODEL --curve`), NAME built from the factors that vary over the preset's grid (`loops4-lr3e-3`).
 """
 
 from __future__ import annotations
@@ -109,15 +109,16 @@ def merged_record(held: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
 
 
 def curve_names(info: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, str]:
-    """point_id -> its curve folder's name: `column value` for each factor column whose value varies
-    among `rows` (the sweep's grid axes, seeds included), joined by '-'; `point` where none varies."""
+    """point_id -> its curve folder's name: `column value` for each factor column that varies over
+    the preset's grid (its axes, seeds included), joined by '-', so that a name stays the same
+    however many of the points are published; `point` for a grid of one point."""
     experiment = experiments.load_recorded(info["definition"])
     preset = info["preset"]
     if "seeds" in info:
         experiment = experiments.with_seeds(experiment, preset, info["seeds"])
-    columns = [factor_column(axis) for axis in experiment.points(preset)[0].factors]
-    varying = [c for c in columns if len({r.get(c, "") for r in rows}) > 1]
-    return {r["point_id"]: "-".join(_part(c, r.get(c, "")) for c in varying) or "point" for r in rows}
+    points = experiment.points(preset)
+    columns = [factor_column(axis) for axis in points[0].factors if len({str(p.factors[axis]) for p in points}) > 1]
+    return {r["point_id"]: "-".join(_part(c, r.get(c, "")) for c in columns) or "point" for r in rows}
 
 
 def _part(column: str, value: str) -> str:
